@@ -1,0 +1,211 @@
+"""Decoded binlog events: the values the binlog stream hands to ``binlog_source`` and the entry builder.
+
+Owned here: the event header, one small class per event kind the relay uses, and ``ColumnMeta`` (one
+column of a TABLE_MAP, with everything canal's Column needs). Parsing functions live in this module
+too (``parse_event``); row images are decoded by ``relay.binlog.rows``.
+
+Positions: ``header.log_pos`` is the END offset of the event in its file (the next event's start),
+``header.start`` is where the event begins (canal's ``logfileOffset``). Artificial events the server
+sends on connect (ROTATE, FORMAT_DESCRIPTION with ``log_pos`` 0) have ``artificial`` set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Event type codes (MySQL manual, "Binlog Event Type"; MariaDB additions from 160 up).
+UNKNOWN_EVENT = 0
+START_EVENT_V3 = 1
+QUERY_EVENT = 2
+STOP_EVENT = 3
+ROTATE_EVENT = 4
+INTVAR_EVENT = 5
+RAND_EVENT = 13
+USER_VAR_EVENT = 14
+FORMAT_DESCRIPTION_EVENT = 15
+XID_EVENT = 16
+TABLE_MAP_EVENT = 19
+WRITE_ROWS_EVENT_V1 = 23
+UPDATE_ROWS_EVENT_V1 = 24
+DELETE_ROWS_EVENT_V1 = 25
+INCIDENT_EVENT = 26
+HEARTBEAT_LOG_EVENT = 27
+IGNORABLE_LOG_EVENT = 28
+ROWS_QUERY_LOG_EVENT = 29
+WRITE_ROWS_EVENT = 30
+UPDATE_ROWS_EVENT = 31
+DELETE_ROWS_EVENT = 32
+GTID_LOG_EVENT = 33
+ANONYMOUS_GTID_LOG_EVENT = 34
+PREVIOUS_GTIDS_LOG_EVENT = 35
+TRANSACTION_CONTEXT_EVENT = 36
+VIEW_CHANGE_EVENT = 37
+XA_PREPARE_LOG_EVENT = 38
+PARTIAL_UPDATE_ROWS_EVENT = 39
+TRANSACTION_PAYLOAD_EVENT = 40
+HEARTBEAT_LOG_EVENT_V2 = 41
+MARIADB_ANNOTATE_ROWS_EVENT = 160
+MARIADB_BINLOG_CHECKPOINT_EVENT = 161
+MARIADB_GTID_EVENT = 162
+MARIADB_GTID_LIST_EVENT = 163
+MARIADB_START_ENCRYPTION_EVENT = 164
+MARIADB_QUERY_COMPRESSED_EVENT = 165
+MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1 = 166
+MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1 = 167
+MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1 = 168
+MARIADB_WRITE_ROWS_COMPRESSED_EVENT = 169
+MARIADB_UPDATE_ROWS_COMPRESSED_EVENT = 170
+MARIADB_DELETE_ROWS_COMPRESSED_EVENT = 171
+
+# Row event kinds, as the entry builder names them.
+INSERT = "INSERT"
+UPDATE = "UPDATE"
+DELETE = "DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class EventHeader:
+    """The 19-byte common header (plus the file name the stream is in when the event arrives)."""
+
+    timestamp: int  # seconds since the epoch
+    type_code: int
+    server_id: int
+    event_size: int  # header + body (+ checksum)
+    log_pos: int  # END offset in the file; 0 for artificial events
+    flags: int
+    log_file: str  # the binlog file this event belongs to
+
+    @property
+    def start(self) -> int:
+        """Offset where the event begins in ``log_file`` (canal's ``logfileOffset``)."""
+        return self.log_pos - self.event_size if self.log_pos else 0
+
+    @property
+    def artificial(self) -> bool:
+        """True for the fake ROTATE / FORMAT_DESCRIPTION events a server sends on connect (LOG_EVENT_ARTIFICIAL_F)."""
+        return self.log_pos == 0 or bool(self.flags & 0x20)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnMeta:
+    """One column of a TABLE_MAP event, with what canal's ``Column`` needs to describe it.
+
+    ``type_code`` is the real type (a STRING column whose metadata says ENUM or SET carries
+    MYSQL_TYPE_ENUM / MYSQL_TYPE_SET here); ``meta`` is its type metadata from the event.
+    ``charset`` is the collation id (63 = binary) or None when the server did not send it.
+    ``mysql_type`` is canal's ``mysqlType`` text (``varchar(16)``, ``decimal(12,2)``, ``int unsigned``),
+    ``sql_type`` the ``java.sql.Types`` code canal reports, ``length`` canal's ``Column.length``.
+    """
+
+    index: int
+    name: str
+    type_code: int
+    meta: int
+    nullable: bool
+    unsigned: bool
+    charset: int | None
+    is_key: bool
+    mysql_type: str
+    sql_type: int
+    length: int
+    enum_values: tuple[str, ...] | None = None
+    set_values: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogEvent:
+    header: EventHeader
+
+
+@dataclass(frozen=True, slots=True)
+class RotateEvent(BinlogEvent):
+    next_file: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class FormatDescriptionEvent(BinlogEvent):
+    binlog_version: int
+    server_version: str
+    checksum: bool  # events of this file carry a CRC32 trailer
+
+
+@dataclass(frozen=True, slots=True)
+class QueryEvent(BinlogEvent):
+    thread_id: int
+    exec_time: int
+    error_code: int
+    schema: str
+    sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent(BinlogEvent):
+    xid: int
+
+
+@dataclass(frozen=True, slots=True)
+class GtidEvent(BinlogEvent):
+    """A transaction's GTID. MySQL: ``uuid:gno``; MariaDB: ``domain-server-seq``.
+
+    On MariaDB the GTID event also opens the transaction (there is no BEGIN query): ``standalone``
+    (FL_STANDALONE) marks a statement with no BEGIN/COMMIT such as a DDL, ``is_ddl`` is FL_DDL.
+    """
+
+    gtid: str
+    mariadb: bool
+    standalone: bool = False
+    is_ddl: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GtidSetEvent(BinlogEvent):
+    """PREVIOUS_GTIDS (MySQL) or GTID_LIST (MariaDB): the GTID set written before this file."""
+
+    gtid_set: str
+    mariadb: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TableMapEvent(BinlogEvent):
+    table_id: int
+    schema: str
+    table: str
+    columns: tuple[ColumnMeta, ...]
+    # True when column names came from the event's optional metadata (binlog_row_metadata=FULL);
+    # otherwise names are placeholders ("@1", ...) until the source fills them from the schema.
+    names_from_binlog: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RowImage:
+    """One changed row: values in canal's text form, ``None`` for SQL NULL, per column index.
+
+    INSERT has only ``after``; DELETE only ``before``; UPDATE both.
+    """
+
+    before: tuple[str | None, ...] | None
+    after: tuple[str | None, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowsEvent(BinlogEvent):
+    kind: str  # INSERT / UPDATE / DELETE
+    table: TableMapEvent
+    rows: tuple[RowImage, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatEvent(BinlogEvent):
+    log_file_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class XaPrepareEvent(BinlogEvent):
+    one_phase: bool
+    xid: str
+
+
+@dataclass(frozen=True, slots=True)
+class OtherEvent(BinlogEvent):
+    """An event the relay has no use for (INTVAR, ROWS_QUERY, ANNOTATE_ROWS, STOP, checkpoints …)."""
