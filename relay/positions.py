@@ -163,3 +163,19 @@ class FilePositionStore:
                 os.close(dir_fd)
         except OSError as exc:
             raise PositionError(f"cannot write position file {self.path}: {exc}") from exc
+
+
+class MemoryPositionStore:
+    """Keeps the point in memory only: for one-off reads (``relay entries`` without a file) and tests."""
+
+    def __init__(self, point: ResumePoint | None = None) -> None:
+        self.point = point
+
+    def describe(self) -> str:
+        return "memory"
+
+    def load(self) -> ResumePoint | None:
+        return self.point
+
+    def save(self, point: ResumePoint) -> None:
+        self.point = point

@@ -1,0 +1,124 @@
+"""Resume points, and the contract every position store must keep (file and memory backends here;
+the ZooKeeper and Kafka stores join the ``store`` fixture's parameters when they exist)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay.errors import PositionError
+from relay.positions import (
+    FilePositionStore,
+    MemoryPositionStore,
+    PositionStore,
+    ResumePoint,
+    SourceIdentity,
+    resume_after,
+)
+from relay.protocol import (
+    Entry,
+    EntryPosition,
+    EntryType,
+    EventType,
+    Header,
+    RowChange,
+    TransactionEnd,
+    TxnContext,
+)
+
+
+@pytest.fixture(params=["file", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PositionStore]:
+    if request.param == "file":
+        yield FilePositionStore(tmp_path / "sub" / "instance.json")
+    else:
+        yield MemoryPositionStore()
+
+
+POINT = ResumePoint(
+    journal="mysql-bin.000003",
+    offset=1234,
+    skip=2,
+    gtid_set="0-1-17",
+    gtid="0-1-18",
+    timestamp=1763700000000,
+    server_id=1,
+    source=SourceIdentity("127.0.0.1", 3306, 1, ""),
+)
+
+
+def test_contract_empty_store_loads_none(store: PositionStore) -> None:
+    assert store.load() is None
+
+
+def test_contract_save_then_load_round_trips(store: PositionStore) -> None:
+    store.save(POINT)
+    assert store.load() == POINT
+
+
+def test_contract_last_save_wins(store: PositionStore) -> None:
+    store.save(POINT)
+    later = ResumePoint(journal="mysql-bin.000004", offset=4)
+    store.save(later)
+    assert store.load() == later
+
+
+def test_file_store_is_readable_json_naming_the_source(tmp_path: Path) -> None:
+    store = FilePositionStore(tmp_path / "p.json")
+    store.save(POINT)
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["journal"] == "mysql-bin.000003" and data["offset"] == 1234 and data["skip"] == 2
+    assert data["source"] == {"host": "127.0.0.1", "port": 3306, "server_id": 1, "server_uuid": ""}
+
+
+def test_file_store_leaves_no_temp_files_and_replaces_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    store = FilePositionStore(path)
+    for offset in range(4, 400, 7):
+        store.save(ResumePoint(journal="mysql-bin.000001", offset=offset))
+    assert os.listdir(tmp_path) == ["p.json"]
+    assert store.load() == ResumePoint(journal="mysql-bin.000001", offset=396)
+
+
+def test_file_store_refuses_garbage_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text("{not json")
+    with pytest.raises(PositionError, match=str(path)):
+        FilePositionStore(path).load()
+    path.write_text(json.dumps({"journal": "", "offset": 4}))
+    with pytest.raises(PositionError, match="out of range"):
+        FilePositionStore(path).load()
+
+
+def _entry(kind: EntryType, offset: int, length: int, txn: TxnContext, idx: int, closes: bool) -> Entry:
+    header = Header(
+        logfile_name="mysql-bin.000002",
+        logfile_offset=offset,
+        server_id=1,
+        execute_time=1000,
+        event_length=length,
+        gtid=txn.gtid,
+    )
+    value = TransactionEnd(transaction_id="9") if kind == EntryType.TRANSACTIONEND else RowChange(EventType.INSERT)
+    return Entry(header, kind, value, txn, idx, closes)
+
+
+def test_resume_after_a_closed_transaction_starts_after_it_and_adds_its_gtid() -> None:
+    txn = TxnContext(EntryPosition("mysql-bin.000002", 500), gtid="0-1-8", gtid_set_before="0-1-7", mariadb=True)
+    end = _entry(EntryType.TRANSACTIONEND, 900, 31, txn, 3, closes=True)
+    point = resume_after(end)
+    assert (point.journal, point.offset, point.skip) == ("mysql-bin.000002", 931, 0)
+    assert point.gtid_set == "0-1-8"
+
+
+def test_resume_inside_a_transaction_rereads_it_and_skips_what_was_acked() -> None:
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    txn = TxnContext(EntryPosition("mysql-bin.000002", 500), gtid=f"{uuid}:8", gtid_set_before=f"{uuid}:1-7")
+    row = _entry(EntryType.ROWDATA, 700, 80, txn, 2, closes=False)
+    point = resume_after(row)
+    assert (point.journal, point.offset, point.skip) == ("mysql-bin.000002", 500, 3)
+    assert point.gtid_set == f"{uuid}:1-7"
