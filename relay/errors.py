@@ -58,3 +58,38 @@ class PositionConflictError(PositionError):
 
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
+
+
+class MappingError(RelayError):
+    """A mapping is invalid; the message names the offending key path. Never retriable."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+class PublishError(RelayError):
+    """Kafka did not accept a batch (broker down, timeout, leader change): retrying after a backoff helps."""
+
+    retriable = True
+
+
+class RecordRejectedError(PublishError):
+    """Kafka will never accept this record (too large, not authorized, unknown topic with creation off).
+
+    Not retriable: the relay stops with this message, or routes the record to the dead-letter topic.
+    """
+
+    retriable = False
+
+    def __init__(self, message: str, *, topic: str, key: bytes | None, size: int, reason: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.key = key
+        self.size = size
+        self.reason = reason
+
+
+class LeadershipError(RelayError):
+    """This process is not (or no longer) the active relay: stop publishing and acking."""
