@@ -1,0 +1,338 @@
+"""Static checks of a mapping value: names, regexes, overlaps, templates, codecs, topic settings.
+
+Owns the rules that make a ``mapping.model.Mapping`` valid by construction, the topic-template
+language, Kafka's topic-name rules and the YAML key paths every ``MappingError`` names. Pure
+functions, called by ``Mapping.__post_init__`` on whatever thread builds a mapping; they hand back
+the list of problems (never stopping at the first) and the compiled pattern index ``resolve`` uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from relay.errors import MappingError
+
+if TYPE_CHECKING:
+    from mapping.model import LogicalDb, LogicalTable, Mapping
+
+CODECS = ("canal-json", "canal-protobuf")
+UNCLAIMED_CHOICES = ("own_name", "unmapped", "drop")
+UNMAPPED_ACTIONS = ("topic", "drop")
+PLACEHOLDERS = ("db", "table", "logical_db", "logical_table")
+MAX_TOPIC_LENGTH = 249  # Kafka's limit (topic names become directory names plus a partition suffix)
+MAX_NAME_LENGTH = 64  # MySQL's identifier limit; logical names follow it
+
+_FIELD = re.compile(r"\{([^{}]*)\}")
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_LOGICAL_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_REGEX_META = frozenset(".^$*+?{}[]|()")
+
+
+class InvalidMappingError(MappingError):
+    """Every problem found in a mapping at once. ``errors`` holds one ``MappingError`` per problem,
+    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``)."""
+
+    def __init__(self, source: str, errors: Iterable[MappingError]) -> None:
+        flat: list[MappingError] = []
+        for err in errors:
+            flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
+        self.errors: tuple[MappingError, ...] = tuple(flat)
+        count = len(self.errors)
+        lines = "\n".join(f"  - {err}" for err in self.errors)
+        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+
+
+# --- key paths -------------------------------------------------------------------------------
+
+
+def name_path(prefix: str, name: str) -> str:
+    """``prefix.name``, or ``prefix["a.b"]`` when the name would not read back as one key."""
+    if _LOGICAL_NAME.fullmatch(name):
+        return f"{prefix}.{name}" if prefix else name
+    return f"{prefix}[{json.dumps(name)}]"
+
+
+def table_path(db_name: str, table: LogicalTable) -> str:
+    """Where a logical table is written: its ``origin`` (flat ``tables`` section) or the nested path."""
+    return table.origin or name_path(f"{name_path('logical_dbs', db_name)}.tables", table.name)
+
+
+# --- topics and templates --------------------------------------------------------------------
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why Kafka would refuse ``topic`` as a name, or None."""
+    if not topic:
+        return "empty topic name"
+    if topic in (".", ".."):
+        return "'.' and '..' are not allowed as topic names"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"longer than {MAX_TOPIC_LENGTH} characters ({len(topic)})"
+    bad = sorted(set(topic) - _TOPIC_CHARS)
+    if bad:
+        return f"characters {''.join(bad)!r} are not allowed in topic names (only a-z A-Z 0-9 . _ -)"
+    return None
+
+
+def template_problem(template: str) -> str | None:
+    """Why a topic template can never expand to a valid topic, or None."""
+    names = _FIELD.findall(template)
+    unknown = [n for n in names if n not in PLACEHOLDERS]
+    if unknown:
+        known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+        return f"unknown placeholder {{{unknown[0]}}} in {template!r} (known: {known})"
+    literal = _FIELD.sub("", template)
+    if "{" in literal or "}" in literal:
+        return f"unbalanced brace in {template!r}"
+    if not names:
+        return topic_problem(template)
+    bad = sorted(set(literal) - _TOPIC_CHARS)
+    if bad:
+        return f"characters {''.join(bad)!r} are not allowed in topic names (only a-z A-Z 0-9 . _ -)"
+    return None
+
+
+def expand_topic(template: str, db: str, table: str, logical_db: str, logical_table: str) -> str:
+    values = {"db": db, "table": table, "logical_db": logical_db, "logical_table": logical_table}
+    return _FIELD.sub(lambda m: values[m.group(1)], template)
+
+
+def has_physical_placeholder(template: str) -> bool:
+    return any(n in ("db", "table") for n in _FIELD.findall(template))
+
+
+# --- compiled pattern index ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pattern:
+    pattern: str
+    regex: re.Pattern[str]
+    path: str
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """A logical db or table with its compiled patterns (``tables`` only for a db)."""
+
+    item: LogicalDb | LogicalTable
+    path: str
+    patterns: tuple[Pattern, ...]
+    tables: tuple[Claimant, ...] = ()
+
+
+def quoted(pattern: str) -> str:
+    """A regex as the user wrote it, in quotes (``repr`` would double every backslash)."""
+    return f"'{pattern}'"
+
+
+def first_match(patterns: Sequence[Pattern], name: str) -> Pattern | None:
+    for pat in patterns:
+        if pat.regex.fullmatch(name):
+            return pat
+    return None
+
+
+def literal_of(pattern: str) -> str | None:
+    """The one name ``pattern`` matches when it is a plain (possibly escaped) literal, else None."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            if i + 1 >= len(pattern) or pattern[i + 1].isalnum():
+                return None  # \d, \w, \1 ... are classes or references, not literals
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if char in _REGEX_META:
+            return None
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def check_mapping(mapping: Mapping) -> tuple[list[MappingError], tuple[Claimant, ...]]:
+    """Every problem of ``mapping`` (empty when valid) and the compiled index of its logical dbs."""
+    errors: list[MappingError] = []
+    _check_globals(mapping, errors)
+    index: list[Claimant] = []
+    seen: set[str] = set()
+    for db in mapping.logical_dbs:
+        path = name_path("logical_dbs", db.name)
+        _check_name(db.name, path, "logical db", seen, errors)
+        patterns = compile_patterns(db.physical, f"{path}.physical", errors)
+        _check_optional(db.topic, db.codec, path, errors)
+        if db.unclaimed_tables is not None:
+            _check_choice(db.unclaimed_tables, UNCLAIMED_CHOICES, f"{path}.unclaimed_tables", errors)
+        _check_expanded(db.topic or mapping.defaults.topic, db_topic_path(db), db.name, None, errors)
+        tables = _check_tables(mapping, db, errors)
+        index.append(Claimant(db, path, patterns, tables))
+    _check_overlaps(index, "db", errors)
+    for claimant in index:
+        _check_overlaps(claimant.tables, "table", errors)
+    return errors, tuple(index)
+
+
+def _check_globals(mapping: Mapping, errors: list[MappingError]) -> None:
+    if isinstance(mapping.version, bool) or not isinstance(mapping.version, int) or mapping.version < 0:
+        errors.append(MappingError("version", f"must be an integer >= 0, not {mapping.version!r}"))
+    defaults = mapping.defaults
+    _check_choice(defaults.codec, CODECS, "defaults.codec", errors)
+    _check_template(defaults.topic, "defaults.topic", errors)
+    _check_choice(defaults.unclaimed_tables, UNCLAIMED_CHOICES, "defaults.unclaimed_tables", errors)
+    topics = mapping.topics
+    if topics.partitions < 1:
+        errors.append(MappingError("topics.partitions", f"must be >= 1, not {topics.partitions}"))
+    if topics.replication_factor < 1 and topics.replication_factor != -1:
+        problem = f"must be >= 1, or -1 for the broker's default, not {topics.replication_factor}"
+        errors.append(MappingError("topics.replication_factor", problem))
+    if topics.retention_ms is not None and topics.retention_ms < -1:
+        problem = f"must be >= 0, or -1 to keep forever, not {topics.retention_ms}"
+        errors.append(MappingError("topics.retention_ms", problem))
+    for name, _value in topics.config:
+        if name == "retention.ms":
+            errors.append(MappingError("topics.config.retention.ms", "set topics.retention_ms instead"))
+        elif not name:
+            errors.append(MappingError("topics.config", "empty config name"))
+    rule = mapping.unmapped
+    _check_choice(rule.action, UNMAPPED_ACTIONS, "unmapped.action", errors)
+    if rule.action == "drop" and rule.topic is not None:
+        errors.append(MappingError("unmapped.topic", "not used with action: drop; remove it"))
+    elif rule.action == "topic":
+        if rule.topic is None:
+            errors.append(MappingError("unmapped.topic", "required with action: topic"))
+        else:
+            _check_template(rule.topic, "unmapped.topic", errors)
+
+
+def _check_tables(mapping: Mapping, db: LogicalDb, errors: list[MappingError]) -> tuple[Claimant, ...]:
+    out: list[Claimant] = []
+    seen: set[str] = set()
+    for table in db.tables:
+        path = table_path(db.name, table)
+        _check_name(table.name, path, f"logical table of {db.name}", seen, errors)
+        patterns = compile_patterns(table.physical, f"{path}.physical", errors)
+        _check_optional(table.topic, table.codec, path, errors)
+        _check_key(table.key, f"{path}.key", errors)
+        if table.tag is not None and not table.tag:
+            errors.append(MappingError(f"{path}.tag", "empty tag; omit it for none"))
+        where = f"{path}.topic" if table.topic else db_topic_path(db)
+        _check_expanded(table.topic or db.topic or mapping.defaults.topic, where, db.name, table.name, errors)
+        out.append(Claimant(table, path, patterns))
+    return tuple(out)
+
+
+def db_topic_path(db: LogicalDb) -> str:
+    """The key path of the template a logical db's topic comes from."""
+    return f"{name_path('logical_dbs', db.name)}.topic" if db.topic else "defaults.topic"
+
+
+def _check_expanded(
+    template: str, where: str, db_name: str, table_name: str | None, errors: list[MappingError]
+) -> None:
+    """Check a template's topic for a logical table (or, with ``table_name`` None, for a logical db)
+    when the logical names alone decide it; other expansions are checked by ``resolve``."""
+    if has_physical_placeholder(template) or template_problem(template) is not None:
+        return
+    if table_name is None and "{logical_table}" in template:
+        return
+    topic = expand_topic(template, "", "", db_name, table_name or "")
+    problem = topic_problem(topic)
+    if problem is not None:
+        shown = db_name if table_name is None else f"{db_name}.{table_name}"
+        errors.append(MappingError(where, f"topic {topic!r} of {shown}: {problem}"))
+
+
+def compile_patterns(patterns: Sequence[str], path: str, errors: list[MappingError]) -> tuple[Pattern, ...]:
+    if not patterns:
+        errors.append(MappingError(path, "empty list: give at least one regex"))
+    out: list[Pattern] = []
+    seen: set[str] = set()
+    for i, pattern in enumerate(patterns):
+        where = f"{path}[{i}]"
+        if not pattern:
+            errors.append(MappingError(where, "empty pattern"))
+            continue
+        if pattern in seen:
+            errors.append(MappingError(where, f"duplicate pattern {quoted(pattern)}"))
+            continue
+        seen.add(pattern)
+        try:
+            out.append(Pattern(pattern, re.compile(pattern), where))
+        except re.error as exc:
+            errors.append(
+                MappingError(where, f"bad regex {quoted(pattern)}: {exc.msg} at position {exc.pos}")
+            )
+    return tuple(out)
+
+
+def _check_overlaps(claimants: Sequence[Claimant], kind: str, errors: list[MappingError]) -> None:
+    for i, first in enumerate(claimants):
+        for second in claimants[i + 1 :]:
+            for one in first.patterns:
+                for two in second.patterns:
+                    why = _overlap(one, two)
+                    if why is not None:
+                        problem = (
+                            f"{kind} pattern {quoted(two.pattern)} of {second.path} overlaps pattern "
+                            f"{quoted(one.pattern)} of {first.path}: {why}"
+                        )
+                        errors.append(MappingError(two.path, problem))
+
+
+def _overlap(one: Pattern, two: Pattern) -> str | None:
+    if one.pattern == two.pattern:
+        return "identical patterns"
+    for lit, other in ((literal_of(one.pattern), two), (literal_of(two.pattern), one)):
+        if lit is not None and other.regex.fullmatch(lit):
+            return f"{lit!r} matches both"
+    return None
+
+
+def _check_name(name: str, path: str, what: str, seen: set[str], errors: list[MappingError]) -> None:
+    if not _LOGICAL_NAME.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
+        problem = f"{what} name {name!r} must be 1-{MAX_NAME_LENGTH} characters of a-z A-Z 0-9 _ -"
+        errors.append(MappingError(path, problem))
+    if name in seen:
+        errors.append(MappingError(path, f"duplicate {what} {name!r}"))
+    seen.add(name)
+
+
+def _check_optional(topic: str | None, codec: str | None, path: str, errors: list[MappingError]) -> None:
+    if topic is not None:
+        _check_template(topic, f"{path}.topic", errors)
+    if codec is not None:
+        _check_choice(codec, CODECS, f"{path}.codec", errors)
+
+
+def _check_template(template: str, path: str, errors: list[MappingError]) -> None:
+    problem = template_problem(template)
+    if problem is not None:
+        errors.append(MappingError(path, problem))
+
+
+def _check_choice(value: str, choices: Sequence[str], path: str, errors: list[MappingError]) -> None:
+    if value not in choices:
+        errors.append(MappingError(path, f"{value!r} is not one of {', '.join(choices)}"))
+
+
+def _check_key(key: Sequence[str] | None, path: str, errors: list[MappingError]) -> None:
+    if key is None:
+        return
+    if not key:
+        errors.append(MappingError(path, "empty list: omit key to use the primary key"))
+    seen: set[str] = set()
+    for i, column in enumerate(key):
+        if not column:
+            errors.append(MappingError(f"{path}[{i}]", "empty column name"))
+        elif column.lower() in seen:  # MySQL column names are case-insensitive
+            errors.append(MappingError(f"{path}[{i}]", f"duplicate key column {column!r}"))
+        seen.add(column.lower())

@@ -1,0 +1,442 @@
+"""Roma's logical model: physical MySQL dbs/tables → logical dbs/tables → Kafka topics.
+
+Owns the immutable, versioned ``Mapping`` value and the routing decision ``Mapping.resolve(db, table)``
+that hands a ``Route`` (logical names, topic, key columns, tag, codec) to the relay's router and
+publisher. Pure data, no I/O and no threads of its own: the relay's router thread calls ``resolve``
+once per row event (answers are cached), the Spark readers use the same value to name topics.
+YAML loading and saving live in ``mapping.load``; templates and static checks in ``mapping.checks``.
+
+Matching rules (documented once, here):
+
+- A pattern is a Python regex matched against the WHOLE physical name (``re.fullmatch``), and
+  case-sensitively: MySQL database and table names are case-sensitive on Linux. A server with
+  ``lower_case_table_names=1`` writes lower-case names to the binlog, so write lower-case patterns
+  there (or opt in per pattern with the inline flag ``(?i)``).
+- A physical db claimed by no logical db follows the ``unmapped`` rule. A physical table of a claimed
+  db that no logical table claims follows the db's ``unclaimed_tables`` setting: ``own_name`` (the
+  default: logical table = the physical table's own name, in the db's topic), ``unmapped`` (the
+  global unmapped rule) or ``drop``.
+- Two logical dbs whose patterns match the same physical db, or two logical tables of one logical db
+  whose patterns match the same physical table, are an error: detected when the mapping is built
+  where decidable (identical patterns, a literal name matching another pattern), otherwise by
+  ``resolve`` and ``validate_against`` (``MappingError`` naming both claimants). The relay never guesses.
+- Key columns ``None`` mean the table's primary key. MySQL column names are case-insensitive, so
+  ``Route.check_columns`` compares them case-insensitively and answers with the table's spelling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mapping.checks import (
+    CODECS,
+    PLACEHOLDERS,
+    UNCLAIMED_CHOICES,
+    Claimant,
+    InvalidMappingError,
+    check_mapping,
+    db_topic_path,
+    expand_topic,
+    first_match,
+    has_physical_placeholder,
+    name_path,
+    quoted,
+    table_path,
+    topic_problem,
+)
+from relay.errors import MappingError
+
+__all__ = [
+    "CODECS",
+    "PLACEHOLDERS",
+    "RESOLVE_CACHE_SIZE",
+    "UNCLAIMED_CHOICES",
+    "Coverage",
+    "Defaults",
+    "InvalidMappingError",
+    "LogicalDb",
+    "LogicalTable",
+    "Mapping",
+    "Route",
+    "TopicSettings",
+    "UnmappedRule",
+]
+
+RESOLVE_CACHE_SIZE = 65536
+"""Bound of the per-(db, table) answer cache; cleared when full (far above any real table count)."""
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """How the relay creates a missing topic (``create: false`` makes a missing topic an error).
+
+    ``replication_factor`` -1 and ``retention_ms`` None mean the broker's defaults
+    (``default.replication.factor``, ``retention.ms``; -1 retention = keep forever). ``config`` holds
+    further topic configs as sorted (name, value) pairs, values as text, as Kafka's admin API takes them.
+    """
+
+    partitions: int = 1
+    replication_factor: int = -1
+    retention_ms: int | None = None
+    create: bool = True
+    config: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # One canonical order, so two settings with the same configs compare equal.
+        object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
+
+    def topic_config(self) -> dict[str, str]:
+        """The config dict for a new topic: ``config`` plus ``retention.ms`` when set (a fresh dict)."""
+        out = dict(self.config)
+        if self.retention_ms is not None:
+            out["retention.ms"] = str(self.retention_ms)
+        return out
+
+
+@dataclass(frozen=True)
+class UnmappedRule:
+    """What happens to a table no mapping claims: ``action`` ``topic`` (publish to the expanded
+    ``topic`` template) or ``drop`` (``topic`` None).
+
+    Template placeholders (everywhere a topic is written): ``{db}`` and ``{table}`` the physical
+    names, ``{logical_db}`` and ``{logical_table}`` the logical ones — for unmapped tables the
+    logical names ARE the physical ones. Examples: ``{db}``, ``{db}.{table}``, ``raw.{db}``.
+    """
+
+    action: str = "topic"
+    topic: str | None = "{db}"
+
+    @classmethod
+    def drop(cls) -> UnmappedRule:
+        return cls(action="drop", topic=None)
+
+    @property
+    def drops(self) -> bool:
+        return self.action == "drop"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Values a logical db or table inherits when it does not set its own."""
+
+    codec: str = "canal-json"
+    topic: str = "{logical_db}"
+    unclaimed_tables: str = "own_name"
+
+
+@dataclass(frozen=True)
+class LogicalTable:
+    """A logical table: the physical table patterns it claims inside its logical db.
+
+    ``topic`` None inherits the db's topic; ``key`` None means the primary key; ``codec`` None
+    inherits. ``origin`` is the YAML path where it was written (for messages only; not compared).
+    """
+
+    name: str
+    physical: tuple[str, ...]
+    topic: str | None = None
+    key: tuple[str, ...] | None = None
+    tag: str | None = None
+    codec: str | None = None
+    origin: str | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class LogicalDb:
+    """A logical db: the physical db patterns it claims, its topic template and its tables.
+
+    ``topic``, ``codec`` and ``unclaimed_tables`` None inherit from ``Mapping.defaults``.
+    """
+
+    name: str
+    physical: tuple[str, ...]
+    topic: str | None = None
+    codec: str | None = None
+    unclaimed_tables: str | None = None
+    tables: tuple[LogicalTable, ...] = ()
+
+    def table(self, name: str) -> LogicalTable | None:
+        return next((t for t in self.tables if t.name == name), None)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one physical table's changes go. ``key_columns`` None = the primary key.
+
+    ``mapped`` is False when the route comes from the global unmapped rule. ``rule`` is the YAML path
+    of the rule that produced it (``logical_dbs.shop.tables.orders``, ``logical_dbs.shop.unclaimed_tables``,
+    ``unmapped``), so ``resolve`` can show exactly why a table goes where it goes.
+    """
+
+    physical_db: str
+    physical_table: str
+    logical_db: str
+    logical_table: str
+    topic: str
+    key_columns: tuple[str, ...] | None
+    tag: str | None
+    codec: str
+    mapped: bool
+    rule: str
+
+    def check_columns(self, column_names: Iterable[str]) -> tuple[str, ...] | None:
+        """Check the key columns against the physical table's columns (called when the relay first
+        sees the table). Returns the key columns in the table's spelling, or None (primary key).
+
+        Raises ``InvalidMappingError`` naming ``<rule>.key[i]`` for every missing column.
+        """
+        if self.key_columns is None:
+            return None
+        by_lower = {c.lower(): c for c in column_names}
+        found: list[str] = []
+        errors: list[MappingError] = []
+        for i, col in enumerate(self.key_columns):
+            actual = by_lower.get(col.lower())
+            if actual is None:
+                problem = (
+                    f"key column {col!r} is not a column of {self.physical_db}.{self.physical_table} "
+                    f"(columns: {', '.join(by_lower.values()) or 'none'})"
+                )
+                errors.append(MappingError(f"{self.rule}.key[{i}]", problem))
+            else:
+                found.append(actual)
+        if errors:
+            raise InvalidMappingError(f"{self.physical_db}.{self.physical_table}", errors)
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What ``validate_against`` found for a list of real physical (db, table) names."""
+
+    routes: tuple[Route, ...]
+    unmapped: tuple[tuple[str, str], ...]
+    dropped: tuple[tuple[str, str], ...]
+    errors: tuple[MappingError, ...]
+
+
+_MISS = object()
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """The whole mapping: an immutable, versioned value, valid by construction.
+
+    Building one runs every static check and raises ``InvalidMappingError`` listing all problems
+    (``.errors`` holds one ``MappingError`` per problem, each with its YAML key path). ``resolve`` is
+    safe to call from several threads: answers are deterministic and the cache only holds them.
+    """
+
+    version: int = 1
+    logical_dbs: tuple[LogicalDb, ...] = ()
+    defaults: Defaults = Defaults()
+    unmapped: UnmappedRule = UnmappedRule()
+    topics: TopicSettings = TopicSettings()
+    _index: tuple[Claimant, ...] = field(default=(), init=False, repr=False, compare=False)
+    _cache: dict[tuple[str, str], Route | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        errors, index = check_mapping(self)
+        if errors:
+            raise InvalidMappingError("mapping", errors)
+        object.__setattr__(self, "_index", index)
+
+    def logical_db(self, name: str) -> LogicalDb | None:
+        return next((d for d in self.logical_dbs if d.name == name), None)
+
+    def with_version(self, version: int) -> Mapping:
+        """The same mapping under another version number (what a store does on save)."""
+        return dataclasses.replace(self, version=version)
+
+    def resolve(self, db: str, table: str) -> Route | None:
+        """The route of physical ``db``.``table``, or None when its changes are dropped.
+
+        Raises ``MappingError`` when two logical dbs (or tables) claim it, or when its topic
+        template expands to a name Kafka would refuse. Neither is cached: the relay stops on them.
+        """
+        key = (db, table)
+        hit = self._cache.get(key, _MISS)
+        if hit is not _MISS:
+            return hit  # type: ignore[return-value]
+        route = self._resolve(db, table)
+        if len(self._cache) >= RESOLVE_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[key] = route
+        return route
+
+    def validate_against(self, tables: Iterable[tuple[str, str]], *, raise_errors: bool = True) -> Coverage:
+        """Resolve every real (db, table): which are mapped, unmapped, dropped or in error.
+
+        Raises ``InvalidMappingError`` listing every ambiguous (or badly named) table when
+        ``raise_errors``; otherwise the errors are in ``Coverage.errors``.
+        """
+        routes: list[Route] = []
+        unmapped: list[tuple[str, str]] = []
+        dropped: list[tuple[str, str]] = []
+        errors: list[MappingError] = []
+        for db, table in tables:
+            try:
+                route = self.resolve(db, table)
+            except MappingError as exc:
+                errors.extend(getattr(exc, "errors", (exc,)))
+                continue
+            if route is None:
+                dropped.append((db, table))
+            else:
+                routes.append(route)
+                if not route.mapped:
+                    unmapped.append((db, table))
+        if errors and raise_errors:
+            raise InvalidMappingError("mapping", errors)
+        return Coverage(tuple(routes), tuple(unmapped), tuple(dropped), tuple(errors))
+
+    def topic_names(self) -> tuple[str, ...]:
+        """Every topic fully known without seeing physical names (templates with only logical
+        placeholders), sorted: what a Spark job can subscribe to, or an admin pre-create."""
+        names: set[str] = set()
+        for db in self.logical_dbs:
+            own = db.topic or self.defaults.topic
+            unclaimed = db.unclaimed_tables or self.defaults.unclaimed_tables
+            if unclaimed == "own_name" and not has_physical_placeholder(own) and "{logical_table}" not in own:
+                names.add(expand_topic(own, "", "", db.name, ""))
+            for table in db.tables:
+                template = table.topic or db.topic or self.defaults.topic
+                if not has_physical_placeholder(template):
+                    names.add(expand_topic(template, "", "", db.name, table.name))
+        return tuple(sorted(names))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical plain-dict form (what ``dump_mapping`` writes); parses back to an equal value."""
+        out: dict[str, Any] = {"version": self.version, "defaults": dataclasses.asdict(self.defaults)}
+        topics = dataclasses.asdict(self.topics)
+        topics["config"] = dict(self.topics.config)
+        out["topics"] = topics
+        out["unmapped"] = {"action": self.unmapped.action}
+        if not self.unmapped.drops:
+            out["unmapped"]["topic"] = self.unmapped.topic
+        out["logical_dbs"] = {db.name: _db_dict(db) for db in self.logical_dbs}
+        return out
+
+    def to_yaml(self) -> str:
+        from mapping.load import dump_mapping  # noqa: PLC0415 (load imports this module)
+
+        return dump_mapping(self)
+
+    def _resolve(self, db: str, table: str) -> Route | None:
+        claimants = [entry for entry in self._index if first_match(entry.patterns, db) is not None]
+        if len(claimants) > 1:
+            raise _ambiguity("db", db, db, claimants)
+        if not claimants:
+            return self._unmapped_route(db, table)
+        entry = claimants[0]
+        tables = [t for t in entry.tables if first_match(t.patterns, table) is not None]
+        assert isinstance(entry.item, LogicalDb)
+        if len(tables) > 1:
+            raise _ambiguity("table", f"{db}.{table}", table, tables)
+        ldb = entry.item
+        if tables:
+            lt = tables[0].item
+            assert isinstance(lt, LogicalTable)
+            return self._table_route(ldb, lt, db, table)
+        unclaimed = ldb.unclaimed_tables or self.defaults.unclaimed_tables
+        if unclaimed == "drop":
+            return None
+        if unclaimed == "unmapped":
+            return self._unmapped_route(db, table)
+        template, where = self._db_topic(ldb)
+        return Route(
+            physical_db=db,
+            physical_table=table,
+            logical_db=ldb.name,
+            logical_table=table,
+            topic=_topic(template, where, db, table, logical=(ldb.name, table)),
+            key_columns=None,
+            tag=None,
+            codec=ldb.codec or self.defaults.codec,
+            mapped=True,
+            rule=f"{name_path('logical_dbs', ldb.name)}.unclaimed_tables",
+        )
+
+    def _table_route(self, ldb: LogicalDb, lt: LogicalTable, db: str, table: str) -> Route:
+        path = table_path(ldb.name, lt)
+        template, where = (lt.topic, f"{path}.topic") if lt.topic else self._db_topic(ldb)
+        return Route(
+            physical_db=db,
+            physical_table=table,
+            logical_db=ldb.name,
+            logical_table=lt.name,
+            topic=_topic(template, where, db, table, logical=(ldb.name, lt.name)),
+            key_columns=lt.key,
+            tag=lt.tag,
+            codec=lt.codec or ldb.codec or self.defaults.codec,
+            mapped=True,
+            rule=path,
+        )
+
+    def _db_topic(self, ldb: LogicalDb) -> tuple[str, str]:
+        return ldb.topic or self.defaults.topic, db_topic_path(ldb)
+
+    def _unmapped_route(self, db: str, table: str) -> Route | None:
+        rule = self.unmapped
+        if rule.drops or rule.topic is None:
+            return None
+        return Route(
+            physical_db=db,
+            physical_table=table,
+            logical_db=db,
+            logical_table=table,
+            topic=_topic(rule.topic, "unmapped.topic", db, table, logical=(db, table)),
+            key_columns=None,
+            tag=None,
+            codec=self.defaults.codec,
+            mapped=False,
+            rule="unmapped",
+        )
+
+
+def _topic(template: str, where: str, db: str, table: str, *, logical: tuple[str, str]) -> str:
+    logical_db, logical_table = logical
+    topic = expand_topic(template, db, table, logical_db, logical_table)
+    problem = topic_problem(topic)
+    if problem is not None:
+        raise MappingError(where, f"template {template!r} gives topic {topic!r} for {db}.{table}: {problem}")
+    return topic
+
+
+def _ambiguity(kind: str, shown: str, name: str, claimants: list[Claimant]) -> MappingError:
+    first, second = claimants[0], claimants[1]
+    one, two = first_match(first.patterns, name), first_match(second.patterns, name)
+    assert one is not None and two is not None  # both were found by matching ``name``
+    return MappingError(
+        one.path,
+        f"physical {kind} {shown!r} is claimed by both {first.path} (pattern {quoted(one.pattern)}) and "
+        f"{second.path} (pattern {quoted(two.pattern)}); make the patterns disjoint",
+    )
+
+
+def _db_dict(db: LogicalDb) -> dict[str, Any]:
+    out: dict[str, Any] = {"physical": list(db.physical)}
+    for key in ("topic", "codec", "unclaimed_tables"):
+        if getattr(db, key) is not None:
+            out[key] = getattr(db, key)
+    if db.tables:
+        out["tables"] = {t.name: _table_dict(t) for t in db.tables}
+    return out
+
+
+def _table_dict(table: LogicalTable) -> dict[str, Any]:
+    out: dict[str, Any] = {"physical": list(table.physical)}
+    if table.topic is not None:
+        out["topic"] = table.topic
+    if table.key is not None:
+        out["key"] = list(table.key)
+    if table.tag is not None:
+        out["tag"] = table.tag
+    if table.codec is not None:
+        out["codec"] = table.codec
+    return out
