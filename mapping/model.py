@@ -323,7 +323,7 @@ class Mapping:
         return out
 
     def to_yaml(self) -> str:
-        from mapping.load import dump_mapping  # noqa: PLC0415 (load imports this module)
+        from mapping.load import dump_mapping
 
         return dump_mapping(self)
 

@@ -142,10 +142,11 @@ def _columns(
     values: tuple[str | None, ...],
     other: tuple[str | None, ...] | None,
 ) -> list[Column]:
-    """Columns of one image; ``updated`` is set where ``other`` (the before image) differs."""
+    """Columns of one image. ``updated`` as canal sets it: on an after image, every column of an INSERT
+    (no before image) and the columns an UPDATE changed; never on a before image."""
     out = []
     for m, value in zip(meta, values, strict=True):
-        updated = other is not None and other[m.index] != value
+        updated = other is None or other[m.index] != value
         out.append(
             Column(
                 index=m.index,
@@ -160,6 +161,11 @@ def _columns(
             )
         )
     return out
+
+
+def _before_columns(meta: tuple[ColumnMeta, ...], values: tuple[str | None, ...]) -> list[Column]:
+    cols = _columns(meta, values, values)  # compared with itself: nothing is marked updated
+    return cols
 
 
 @dataclass(slots=True)
@@ -178,7 +184,7 @@ class RowChange:
     def row_datas(self) -> list[RowData]:
         out = []
         for row in self.rows:
-            before = _columns(self.columns, row.before, None) if row.before is not None else []
+            before = _before_columns(self.columns, row.before) if row.before is not None else []
             after = _columns(self.columns, row.after, row.before) if row.after is not None else []
             out.append(RowData(before_columns=before, after_columns=after))
         return out

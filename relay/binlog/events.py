@@ -1,8 +1,8 @@
 """Decoded binlog events: the values the binlog stream hands to ``binlog_source`` and the entry builder.
 
 Owned here: the event header, one small class per event kind the relay uses, and ``ColumnMeta`` (one
-column of a TABLE_MAP, with everything canal's Column needs). Parsing functions live in this module
-too (``parse_event``); row images are decoded by ``relay.binlog.rows``.
+column of a TABLE_MAP, with everything canal's Column needs). Parsing lives in ``relay.binlog.parse``
+(``BinlogParser``) and ``relay.binlog.tablemap``; row images are decoded by ``relay.binlog.rows``.
 
 Positions: ``header.log_pos`` is the END offset of the event in its file (the next event's start),
 ``header.start`` is where the event begins (canal's ``logfileOffset``). Artificial events the server
@@ -82,7 +82,7 @@ class EventHeader:
 
     @property
     def artificial(self) -> bool:
-        """True for the fake ROTATE / FORMAT_DESCRIPTION events a server sends on connect (LOG_EVENT_ARTIFICIAL_F)."""
+        """True for the fake ROTATE / FORMAT_DESCRIPTION sent on connect (LOG_EVENT_ARTIFICIAL_F)."""
         return self.log_pos == 0 or bool(self.flags & 0x20)
 
 

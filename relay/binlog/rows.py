@@ -1,0 +1,517 @@
+"""Row images of WRITE/UPDATE/DELETE_ROWS events → canal's text values.
+
+Owned here: ``decode_rows`` (called by the event parser on the binlog reader thread for every rows
+event) and the per-column value decoders. It hands ``RowImage`` tuples — one text value or None per
+column — to the entry builder.
+
+Layout (MySQL ``Rows_log_event``): the column count (packed integer), the bitmap of columns present
+in the before image (DELETE, UPDATE) or after image (INSERT), for UPDATE a second bitmap for the
+after image; then rows until the end: a null bitmap over the present columns only, then each
+present, non-NULL value in its binary form. A column absent from the image (binlog_row_image
+MINIMAL/NOBLOB) is reported as None like a NULL: the relay needs FULL images.
+
+Speed: this is the per-row hot path. For each table map a plan is built once — one decoder closure
+per column, chosen by type when the plan is built — and cached (by object identity, then by the
+column tuple), so decoding a row is a loop over prebuilt functions without per-value type dispatch.
+
+Text forms (canal's, which equal what SELECT returns except where noted):
+* integers: decimal, unsigned by the column's SIGNEDNESS metadata; DECIMAL: plain, exactly ``scale``
+  fraction digits, no exponent;
+* FLOAT / DOUBLE: Java's ``Float.toString`` / ``Double.toString`` (canal's form: ``1.0``, ``1.0E10``,
+  ``3.4028235E38``) as JDK 19+ specifies it — the shortest text that reads back as exactly the stored
+  value (``relay.binlog.types.java_float``). canal on an older JDK sometimes prints one digit more for
+  the same value (e.g. ``3.7298942E10`` for our ``3.729894E10``): numerically identical. SELECT prints a
+  FLOAT with 6 significant digits (``3.40282e38``), which loses the value, so we do not copy it;
+* BIT(n): the unsigned decimal integer (canal's ``String.valueOf(long)``; equals ``SELECT col+0``);
+* DATE, DATETIME(fsp), TIME(fsp): as SELECT shows them, exactly fsp fraction digits, negative and
+  fractional TIME included (``-00:00:00.500000``), zero dates as ``0000-00-00[ 00:00:00[.000]]``;
+* TIMESTAMP(fsp): stored as seconds since the epoch (UTC); rendered in the zone set with
+  ``set_timestamp_zone`` (default UTC; the binlog source sets the server's ``time_zone`` so the
+  text equals SELECT on the server; canal renders it in the JVM's zone); 0 is ``0000-00-00 00:00:00``;
+* YEAR: ``0000`` for 0, else 1901…2155;
+* CHAR/VARCHAR/TEXT: decoded with the column's charset (``relay.binlog.charsets``); UTF-8 when unknown;
+* BINARY/VARBINARY/BLOB/GEOMETRY: one ISO-8859-1 character per byte (canal's form); BINARY(n) padded
+  back to n bytes with 0x00 (the binlog strips them; SELECT shows them);
+* ENUM: the member name ('' for index 0); SET: the member names joined by ',' ('' for the empty set);
+  without member names (binlog_row_metadata=MINIMAL) the index / bitmask as canal sends it;
+* JSON: MySQL binary JSON as MySQL prints it (``relay.binlog.jsonb``); on MariaDB JSON is LONGTEXT.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
+from zoneinfo import ZoneInfo
+
+from relay.binlog import charsets, jsonb
+from relay.binlog import types as t
+from relay.binlog.events import DELETE, UPDATE, ColumnMeta, RowImage, TableMapEvent
+from relay.errors import DecodeError
+
+# A value decoder: (event bytes, offset of the value) → (text, offset after it).
+ValueDecoder = Callable[[bytes, int], tuple[str, int]]
+
+_ZONE: tzinfo = UTC
+# The zone's fixed UTC offset in seconds, when it has one (UTC, "+08:00"): a fast path without tzinfo.
+_ZONE_OFFSET: int | None = 0
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_DATE_CACHE: dict[int, str] = {}  # days since the epoch → "YYYY-MM-DD" (few distinct days per stream)
+
+
+def set_timestamp_zone(zone: tzinfo | str) -> None:
+    """Choose the zone TIMESTAMP values are rendered in (process-wide; default UTC).
+
+    ``zone`` is a tzinfo, an IANA name (``Asia/Shanghai``) or a MySQL offset (``+08:00``); the
+    binlog source sets the server's ``@@time_zone`` here before it decodes rows (resolving
+    ``SYSTEM`` to the server's ``@@system_time_zone`` itself). Fixed offsets take a fast path.
+    """
+    global _ZONE, _ZONE_OFFSET
+    _ZONE = _parse_zone(zone) if isinstance(zone, str) else zone
+    offset = _ZONE.utcoffset(None) if isinstance(_ZONE, timezone) else None
+    _ZONE_OFFSET = int(offset.total_seconds()) if offset is not None else None
+
+
+def timestamp_zone() -> tzinfo:
+    """The zone TIMESTAMP values are currently rendered in."""
+    return _ZONE
+
+
+def _parse_zone(text: str) -> tzinfo:
+    if text and text[0] in "+-" and ":" in text:
+        hours, minutes = text[1:].split(":")
+        offset = timedelta(hours=int(hours), minutes=int(minutes))
+        return timezone(-offset if text[0] == "-" else offset)
+    if text.upper() in ("UTC", "+00:00"):
+        return UTC
+    try:
+        return ZoneInfo(text)
+    except (KeyError, ValueError) as exc:
+        raise DecodeError(f"unknown time zone {text!r}") from exc
+
+
+# ---- integers, decimals, floating point, bits -------------------------------------------------
+
+
+def _fixed(fmt: str, render: Callable[[float], str] = str) -> ValueDecoder:
+    unpack = struct.Struct(fmt).unpack_from
+    size = struct.calcsize(fmt)
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        return render(unpack(data, pos)[0]), pos + size
+
+    return decode
+
+
+def _int24(signed: bool) -> ValueDecoder:
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        return str(int.from_bytes(data[pos : pos + 3], "little", signed=signed)), pos + 3
+
+    return decode
+
+
+def _newdecimal(meta: int) -> ValueDecoder:
+    return t.decimal_decoder(meta >> 8, meta & 0xFF)
+
+
+def _bit(meta: int) -> ValueDecoder:
+    size = ((meta >> 8) * 8 + (meta & 0xFF) + 7) // 8
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        return str(int.from_bytes(data[pos : pos + size], "big")), pos + size
+
+    return decode
+
+
+# ---- temporal types -----------------------------------------------------------------------------
+
+
+def _frac_reader(fsp: int) -> tuple[int, Callable[[bytes, int], str]]:
+    """(bytes, reader) for the fraction part of DATETIME2/TIMESTAMP2: fsp digits, big-endian."""
+    size = (fsp + 1) // 2
+    if size == 0:
+        return 0, lambda data, pos: ""
+    # 1 byte holds 2 digits, 2 bytes 4, 3 bytes 6; an odd fsp stores one digit more (a 0).
+    divisor = 10 ** (size * 2 - fsp)
+
+    def read(data: bytes, pos: int) -> str:
+        value = int.from_bytes(data[pos : pos + size], "big") // divisor
+        return "." + str(value).zfill(fsp)
+
+    return size, read
+
+
+_DATE = "%04d-%02d-%02d"
+_DATETIME = "%04d-%02d-%02d %02d:%02d:%02d"
+_USEC = "%06d"
+_TIME = "%s %02d:%02d:%02d"
+_HMS = "%s%02d:%02d:%02d"
+
+
+def _date(data: bytes, pos: int) -> tuple[str, int]:
+    value = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+    return _DATE % (value >> 9, (value >> 5) & 0x0F, value & 0x1F), pos + 3
+
+
+def _year(data: bytes, pos: int) -> tuple[str, int]:
+    value = data[pos]
+    return ("0000" if value == 0 else str(1900 + value)), pos + 1
+
+
+def _datetime2(fsp: int) -> ValueDecoder:
+    size, frac = _frac_reader(fsp)
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        packed = int.from_bytes(data[pos : pos + 5], "big") - 0x8000000000
+        ymd, hms = packed >> 17, packed & 0x1FFFF
+        day = _YMD_CACHE.get(ymd)
+        if day is None:
+            day = _ymd_text(ymd)
+        text = _TIME % (day, hms >> 12, (hms >> 6) & 0x3F, hms & 0x3F)
+        return (text + frac(data, pos + 5) if size else text), pos + 5 + size
+
+    return decode
+
+
+_YMD_CACHE: dict[int, str] = {}  # DATETIME2's packed year*13+month, day → "YYYY-MM-DD"
+
+
+def _ymd_text(ymd: int) -> str:
+    if len(_YMD_CACHE) >= 4096:
+        _YMD_CACHE.clear()
+    ym = ymd >> 5
+    text = _DATE % (ym // 13, ym % 13, ymd & 0x1F)
+    _YMD_CACHE[ymd] = text
+    return text
+
+
+def _timestamp_text(seconds: int) -> str:
+    if seconds == 0:
+        return "0000-00-00 00:00:00"
+    if _ZONE_OFFSET is None:  # a zone with daylight saving: the slow, general path
+        d = datetime.fromtimestamp(seconds, _ZONE)
+        return _DATETIME % (d.year, d.month, d.day, d.hour, d.minute, d.second)
+    days, rest = divmod(seconds + _ZONE_OFFSET, 86400)
+    day = _DATE_CACHE.get(days)
+    if day is None:
+        if len(_DATE_CACHE) >= 4096:
+            _DATE_CACHE.clear()
+        day = date.fromordinal(_EPOCH_ORDINAL + days).isoformat()
+        _DATE_CACHE[days] = day
+    hours, rest = divmod(rest, 3600)
+    return _TIME % (day, hours, rest // 60, rest % 60)
+
+
+def _timestamp2(fsp: int) -> ValueDecoder:
+    size, frac = _frac_reader(fsp)
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        seconds = int.from_bytes(data[pos : pos + 4], "big")
+        return (
+            _timestamp_text(seconds) + frac(data, pos + 4) if size else _timestamp_text(seconds)
+        ), pos + 4 + size
+
+    return decode
+
+
+def _time2(fsp: int) -> ValueDecoder:
+    """TIME2: 1 sign bit, 1 unused, 10 bits hour, 6 minute, 6 second, then the fraction.
+
+    Read as MySQL's packed value (int part << 24 | microseconds, negated for negative times). A
+    negative time with a fraction stores its int part rounded away from zero and the fraction
+    counted back from it (``0x100 - frac`` for fsp 1-2, ``0x10000 - frac`` for fsp 3-4): undone here.
+    """
+    fsize = (fsp + 1) // 2
+    unit = {0: 0, 1: 10000, 2: 100, 3: 1}[fsize]
+    span = 1 << (8 * fsize)
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        if fsize == 3:
+            packed = int.from_bytes(data[pos : pos + 6], "big") - 0x800000000000
+        else:
+            intpart = int.from_bytes(data[pos : pos + 3], "big") - 0x800000
+            frac = int.from_bytes(data[pos + 3 : pos + 3 + fsize], "big") if fsize else 0
+            if intpart < 0 and frac:
+                intpart += 1
+                frac -= span
+            packed = (intpart << 24) + frac * unit
+        sign = "-" if packed < 0 else ""
+        packed = abs(packed)
+        hms, usec = packed >> 24, packed & 0xFFFFFF
+        text = _HMS % (sign, (hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F)
+        if fsp:
+            text += "." + (_USEC % usec)[:fsp]
+        return text, pos + 3 + fsize
+
+    return decode
+
+
+def _time_old(data: bytes, pos: int) -> tuple[str, int]:
+    """Pre-5.6 TIME: a signed 3-byte little-endian HHMMSS decimal number."""
+    value = int.from_bytes(data[pos : pos + 3], "little", signed=True)
+    sign, value = ("-", -value) if value < 0 else ("", value)
+    return f"{sign}{value // 10000:02d}:{value // 100 % 100:02d}:{value % 100:02d}", pos + 3
+
+
+def _datetime_old(data: bytes, pos: int) -> tuple[str, int]:
+    """Pre-5.6 DATETIME: an 8-byte little-endian YYYYMMDDhhmmss decimal number."""
+    value = int.from_bytes(data[pos : pos + 8], "little")
+    d, tm = divmod(value, 1000000)
+    date = f"{d // 10000:04d}-{d // 100 % 100:02d}-{d % 100:02d}"
+    text = f"{date} {tm // 10000:02d}:{tm // 100 % 100:02d}:{tm % 100:02d}"
+    return text, pos + 8
+
+
+def _timestamp_old(data: bytes, pos: int) -> tuple[str, int]:
+    """Pre-5.6 TIMESTAMP: 4-byte little-endian seconds since the epoch."""
+    return _timestamp_text(int.from_bytes(data[pos : pos + 4], "little")), pos + 4
+
+
+# ---- strings, binaries, enum, set, json -----------------------------------------------------------
+
+
+def _prefixed(prefix: int, render: Callable[[bytes], str]) -> ValueDecoder:
+    """A value preceded by its length in ``prefix`` little-endian bytes."""
+    if prefix == 1:
+
+        def decode1(data: bytes, pos: int) -> tuple[str, int]:
+            end = pos + 1 + data[pos]
+            return render(data[pos + 1 : end]), end
+
+        return decode1
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        start = pos + prefix
+        end = start + int.from_bytes(data[pos:start], "little")
+        return render(data[start:end]), end
+
+    return decode
+
+
+def _iso8859_1(raw: bytes) -> str:
+    return raw.decode("latin-1")
+
+
+def _text_render(column: ColumnMeta) -> Callable[[bytes], str]:
+    if charsets.is_binary(column.charset):
+        return _iso8859_1
+    charset = charsets.charset_of(column.charset)
+    return charset.decode if charset is not None else charsets.UTF8MB4.decode
+
+
+def _string(column: ColumnMeta) -> ValueDecoder:
+    _, max_bytes = t.string_type(column.meta)
+    prefix = 1 if max_bytes < 256 else 2
+    if charsets.is_binary(column.charset):
+        # BINARY(n): the binlog drops trailing 0x00 bytes; SELECT (and the column) has all n.
+        def padded(raw: bytes) -> str:
+            return raw.ljust(max_bytes, b"\x00").decode("latin-1")
+
+        return _prefixed(prefix, padded)
+    return _prefixed(prefix, _text_render(column))
+
+
+def _blob(column: ColumnMeta) -> ValueDecoder:
+    if column.charset is None:  # no charset in the event: canal's byte form
+        return _prefixed(column.meta, _iso8859_1)
+    return _prefixed(column.meta, _text_render(column))
+
+
+def _enum(column: ColumnMeta) -> ValueDecoder:
+    size = column.meta & 0xFF
+    names = ("", *column.enum_values) if column.enum_values is not None else None
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        index = int.from_bytes(data[pos : pos + size], "little")
+        if names is None:
+            return str(index), pos + size
+        if index >= len(names):
+            raise DecodeError(f"ENUM column {column.name}: index {index} beyond its {len(names) - 1} members")
+        return names[index], pos + size
+
+    return decode
+
+
+def _set(column: ColumnMeta) -> ValueDecoder:
+    size = column.meta & 0xFF
+    names = column.set_values
+
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        mask = int.from_bytes(data[pos : pos + size], "little")
+        if names is None:
+            return str(mask), pos + size
+        return ",".join(name for bit, name in enumerate(names) if mask >> bit & 1), pos + size
+
+    return decode
+
+
+def _json(column: ColumnMeta) -> ValueDecoder:
+    return _prefixed(column.meta, jsonb.to_text)
+
+
+_SIMPLE: dict[int, ValueDecoder] = {
+    t.FLOAT: _fixed("<f", t.java_float),
+    t.DOUBLE: _fixed("<d", t.java_double),
+    t.DATE: _date,
+    t.NEWDATE: _date,
+    t.YEAR: _year,
+    t.TIME: _time_old,
+    t.DATETIME: _datetime_old,
+    t.TIMESTAMP: _timestamp_old,
+}
+_INTS = {t.TINY: "b", t.SHORT: "h", t.LONG: "i", t.LONGLONG: "q"}
+
+
+def value_decoder(column: ColumnMeta) -> ValueDecoder:
+    """The decoder for one column's values, chosen once per table map."""
+    code, meta = column.type_code, column.meta
+    if code in _INTS:
+        fmt = _INTS[code]
+        return _fixed("<" + (fmt.upper() if column.unsigned else fmt))
+    if code == t.INT24:
+        return _int24(not column.unsigned)
+    if code in _SIMPLE:
+        return _SIMPLE[code]
+    builders: dict[int, Callable[[], ValueDecoder]] = {
+        t.NEWDECIMAL: lambda: _newdecimal(meta),
+        t.BIT: lambda: _bit(meta),
+        t.DATETIME2: lambda: _datetime2(meta),
+        t.TIMESTAMP2: lambda: _timestamp2(meta),
+        t.TIME2: lambda: _time2(meta),
+        t.STRING: lambda: _string(column),
+        t.VARCHAR: lambda: _prefixed(1 if meta < 256 else 2, _text_render(column)),
+        t.VAR_STRING: lambda: _prefixed(1 if meta < 256 else 2, _text_render(column)),
+        t.BLOB: lambda: _blob(column),
+        t.GEOMETRY: lambda: _prefixed(meta, _iso8859_1),
+        t.JSON: lambda: _json(column),
+        t.ENUM: lambda: _enum(column),
+        t.SET: lambda: _set(column),
+    }
+    if code in (t.TINY_BLOB, t.MEDIUM_BLOB, t.LONG_BLOB):
+        code = t.BLOB
+    if code not in builders:
+        raise DecodeError(f"column {column.name}: no decoder for type {code} (metadata 0x{meta:04x})")
+    return builders[code]()
+
+
+# ---- plans and the row loop ---------------------------------------------------------------------
+
+# (column index, decoder) for each column present in an image, in column order.
+Steps = tuple[tuple[int, ValueDecoder], ...]
+
+
+class _Plan:
+    """The prebuilt decoders of one table map, and the step lists per columns-present bitmap."""
+
+    __slots__ = ("by_bitmap", "decoders", "full", "ncols")
+
+    def __init__(self, columns: tuple[ColumnMeta, ...]) -> None:
+        self.decoders = tuple(value_decoder(c) for c in columns)
+        self.ncols = len(columns)
+        self.full = (1 << self.ncols) - 1
+        self.by_bitmap: dict[int, Steps] = {self.full: tuple(enumerate(self.decoders))}
+
+    def steps(self, present: int) -> Steps:
+        steps = self.by_bitmap.get(present)
+        if steps is None:
+            steps = tuple((i, d) for i, d in enumerate(self.decoders) if present >> i & 1)
+            self.by_bitmap[present] = steps
+        return steps
+
+
+_MAX_CACHED = 2048
+# id(columns) → (columns, plan): the parser shares one columns tuple between the table maps of an
+# unchanged table, so identity finds the plan without hashing; holding the tuple keeps its id from
+# being reused while cached. Equal tuples of other origin are found by value.
+_BY_ID: dict[int, tuple[tuple[ColumnMeta, ...], _Plan]] = {}
+_BY_VALUE: dict[tuple[ColumnMeta, ...], _Plan] = {}
+
+
+def _plan(table: TableMapEvent) -> _Plan:
+    columns = table.columns
+    hit = _BY_ID.get(id(columns))
+    if hit is not None and hit[0] is columns:
+        return hit[1]
+    plan = _BY_VALUE.get(columns)
+    if plan is None:
+        if len(_BY_VALUE) >= _MAX_CACHED:
+            _BY_VALUE.clear()
+        plan = _Plan(columns)
+        _BY_VALUE[columns] = plan
+    if len(_BY_ID) >= _MAX_CACHED:
+        _BY_ID.clear()
+    _BY_ID[id(columns)] = (columns, plan)
+    return plan
+
+
+def _packed_int(data: bytes, pos: int) -> tuple[int, int]:
+    first = data[pos]
+    if first < 0xFB:
+        return first, pos + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+    if size is None:
+        raise DecodeError(f"rows event: bad packed integer prefix 0x{first:02x}")
+    return int.from_bytes(data[pos + 1 : pos + 1 + size], "little"), pos + 1 + size
+
+
+def _image(data: bytes, pos: int, steps: Steps, ncols: int) -> tuple[tuple[str | None, ...], int]:
+    """One row image: the null bitmap over the present columns, then their values."""
+    null_bytes = (len(steps) + 7) >> 3
+    nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
+    pos += null_bytes
+    values: list[str | None] = [None] * ncols
+    if nulls == 0:
+        for index, decode in steps:
+            values[index], pos = decode(data, pos)
+    else:
+        bit = 1
+        for index, decode in steps:
+            if not nulls & bit:
+                values[index], pos = decode(data, pos)
+            bit <<= 1
+    return tuple(values), pos
+
+
+def decode_rows(kind: str, data: bytes, pos: int, end: int, table: TableMapEvent) -> tuple[RowImage, ...]:
+    """Decode the rows part of a rows event.
+
+    ``data[pos:end]`` starts at the column count (after the post-header and, for v2 events, the
+    extra-data block) and ends before the checksum. ``kind`` is INSERT / UPDATE / DELETE.
+    """
+    plan = _plan(table)
+    try:
+        ncols, pos = _packed_int(data, pos)
+        if ncols > plan.ncols:
+            raise DecodeError(
+                f"rows event for {table.schema}.{table.table} has {ncols} columns, its table map {plan.ncols}"
+            )
+        bitmap_bytes = (ncols + 7) >> 3
+        first = plan.steps(int.from_bytes(data[pos : pos + bitmap_bytes], "little"))
+        pos += bitmap_bytes
+        second = first
+        if kind == UPDATE:
+            second = plan.steps(int.from_bytes(data[pos : pos + bitmap_bytes], "little"))
+            pos += bitmap_bytes
+        rows = _rows(kind, data, pos, end, steps=(first, second), ncols=plan.ncols)
+    except (IndexError, struct.error, ValueError, OverflowError) as exc:
+        raise DecodeError(f"rows event for {table.schema}.{table.table} is malformed: {exc}") from exc
+    return rows
+
+
+def _rows(
+    kind: str, data: bytes, pos: int, end: int, *, steps: tuple[Steps, Steps], ncols: int
+) -> tuple[RowImage, ...]:
+    first, second = steps
+    rows: list[RowImage] = []
+    while pos < end:
+        image, pos = _image(data, pos, first, ncols)
+        if kind == UPDATE:
+            after, pos = _image(data, pos, second, ncols)
+            rows.append(RowImage(image, after))
+        elif kind == DELETE:
+            rows.append(RowImage(image, None))
+        else:
+            rows.append(RowImage(None, image))
+    if pos != end:
+        raise DecodeError(f"rows event: row data ends at {pos}, the event at {end}")
+    return tuple(rows)

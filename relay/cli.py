@@ -1,0 +1,210 @@
+"""The ``relay`` command line. The only place that prints to the terminal and handles signals.
+
+Subcommands: ``demo`` (the README's main command), ``entries`` (read a server's binlog as canal
+entries), ``dev`` (local services for development and tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from types import FrameType
+
+from relay import __version__
+from relay.binlog_source import SourceConfig, StartConfig
+from relay.errors import RelayError
+from relay.instance import CanalInstance, InstanceConfig
+from relay.positions import FilePositionStore, MemoryPositionStore, PositionStore
+from relay.protocol import Entry, EntryType, RowChange
+from relay.sink import SinkConfig
+
+log = logging.getLogger("relay")
+
+
+def format_entry(entry: Entry) -> list[str]:
+    """Human-readable lines for one entry, in the spirit of canal's example client."""
+    h = entry.header
+    where = f"{h.logfile_name}:{h.logfile_offset}"
+    gtid = f" gtid={h.gtid}" if h.gtid else ""
+    if entry.entry_type == EntryType.TRANSACTIONBEGIN:
+        return [f"BEGIN  {where}{gtid}"]
+    if entry.entry_type == EntryType.TRANSACTIONEND:
+        xid = getattr(entry.store_value, "transaction_id", "")
+        return [f"END    {where} xid={xid}"]
+    value = entry.store_value
+    assert isinstance(value, RowChange)
+    table = f"{h.schema_name}.{h.table_name}" if h.table_name else h.schema_name
+    if value.is_ddl:
+        return [f"DDL    {where} {value.event_type.name} {table}: {value.sql}"]
+    count = len(value.rows)
+    lines = [f"{value.event_type.name:<6} {where} {table} ({count} row{'' if count == 1 else 's'})"]
+    for row_data in value.row_datas():
+        for label, cols in (("before", row_data.before_columns), ("after", row_data.after_columns)):
+            if cols:
+                shown = ", ".join(
+                    f"{c.name}={'NULL' if c.is_null else c.value!r}{'*' if c.updated else ''}" for c in cols
+                )
+                lines.append(f"         {label}: {shown}")
+    return lines
+
+
+def _entry_json(entry: Entry) -> str:
+    h = entry.header
+    out: dict[str, object] = {
+        "type": EntryType(entry.entry_type).name,
+        "file": h.logfile_name,
+        "offset": h.logfile_offset,
+        "gtid": h.gtid,
+        "executeTime": h.execute_time,
+        "schema": h.schema_name,
+        "table": h.table_name,
+    }
+    value = entry.store_value
+    if isinstance(value, RowChange):
+        out["eventType"] = value.event_type.name
+        out["isDdl"] = value.is_ddl
+        out["sql"] = value.sql
+        out["columns"] = [c.name for c in value.columns]
+        out["rows"] = [{"before": r.before, "after": r.after} for r in value.rows]
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _parse_start(args: argparse.Namespace) -> StartConfig:
+    journal = offset = None
+    if args.start_position:
+        journal, _, off = args.start_position.partition(":")
+        offset = int(off) if off else 4
+    stamp = None
+    if args.start_timestamp:
+        stamp = int(datetime.fromisoformat(args.start_timestamp).timestamp() * 1000)
+    return StartConfig(gtid=args.start_gtid, journal=journal, offset=offset, timestamp=stamp)
+
+
+def cmd_entries(args: argparse.Namespace) -> int:
+    from relay.embedded import MySQLService
+
+    service = MySQLService.parse(args.mysql)
+    source = SourceConfig(
+        host=service.host,
+        port=service.port,
+        user=service.user,
+        password=service.password,
+        server_id=args.server_id,
+        start=_parse_start(args),
+    )
+    positions: PositionStore = FilePositionStore(args.positions) if args.positions else MemoryPositionStore()
+    instance = CanalInstance(
+        InstanceConfig(source=source, sink=SinkConfig(filter=args.filter, black_filter=args.black_filter)),
+        positions,
+    )
+    instance.start()
+    shown = 0
+    idle_since = time.monotonic()
+    try:
+        while args.limit == 0 or shown < args.limit:
+            message = instance.get_without_ack(args.batch_size, timeout=0.5)
+            if not message.entries:
+                if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
+                    break
+                continue
+            idle_since = time.monotonic()
+            for entry in message.entries:
+                if args.json:
+                    print(_entry_json(entry))
+                else:
+                    print("\n".join(format_entry(entry)))
+                shown += 1
+            instance.ack(message.batch_id)
+    finally:
+        instance.stop()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from relay.demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relay",
+        description="canal's binlog parser and ring store in Python; relays MySQL changes durably to Kafka.",
+    )
+    parser.add_argument("--version", action="version", version=f"relay {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo",
+        help="start local MariaDB, write a sharded sample workload and show the canal entries it yields",
+        description="Starts a throwaway MariaDB with ROW binlog, writes a scripted workload over sharded "
+        "tables, reads it back through a canal instance and prints the entries, then cleans up.",
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="leave the services running and print how to connect"
+    )
+    demo.set_defaults(func=cmd_demo)
+
+    ent = sub.add_parser(
+        "entries",
+        help="read a server's binlog as canal entries and print them",
+        description="Connects as a replica and prints canal entries (BEGIN / row changes / END / DDL). "
+        "Start: --start-gtid, --start-position, --start-timestamp, or the current end of the binlog.",
+    )
+    ent.add_argument(
+        "--mysql", required=True, help="mysql://user:password@host:port of a replication account"
+    )
+    ent.add_argument("--server-id", type=int, default=6544, help="our replica server id (default 6544)")
+    ent.add_argument("--start-gtid", help="GTID set to start after (MySQL uuid:1-5 or MariaDB 0-1-5)")
+    ent.add_argument("--start-position", help="binlog FILE[:OFFSET] to start at")
+    ent.add_argument("--start-timestamp", help="ISO time: start at the first transaction at or after it")
+    ent.add_argument(
+        "--positions", help="position file: resume from it and save acknowledged positions to it"
+    )
+    ent.add_argument(
+        "--filter", default=".*\\..*", help="canal filter: comma-separated schema\\.table regexes"
+    )
+    ent.add_argument("--black-filter", default="", help="canal black filter: regexes of tables to drop")
+    ent.add_argument("--batch-size", type=int, default=100, help="entries per batch (default 100)")
+    ent.add_argument("--limit", type=int, default=0, help="stop after this many entries (0: never)")
+    ent.add_argument(
+        "--idle-exit", type=float, default=0.0, help="stop after this many seconds with nothing new"
+    )
+    ent.add_argument("--json", action="store_true", help="one JSON object per entry")
+    ent.set_defaults(func=cmd_entries)
+
+    from relay.cli_dev import add_dev_parser
+
+    add_dev_parser(sub)
+    return parser
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        return int(args.func(args))
+    except RelayError as exc:
+        print(f"relay: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
