@@ -83,12 +83,22 @@ class RecordRejectedError(PublishError):
 
     retriable = False
 
-    def __init__(self, message: str, *, topic: str, key: bytes | None, size: int, reason: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        key: bytes | None,
+        size: int,
+        reason: str,
+        partition: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.topic = topic
         self.key = key
         self.size = size
         self.reason = reason
+        self.partition = partition  # None: not assigned yet when it was refused
 
 
 class LeadershipError(RelayError):

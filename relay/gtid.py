@@ -90,9 +90,7 @@ class GtidSet:
         return any(a <= gno <= b for a, b in self.intervals.get(m[1].lower(), ()))
 
     def copy(self) -> GtidSet:
-        return GtidSet(
-            self.mariadb, {k: list(v) for k, v in self.intervals.items()}, dict(self.domains)
-        )
+        return GtidSet(self.mariadb, {k: list(v) for k, v in self.intervals.items()}, dict(self.domains))
 
     def __str__(self) -> str:
         if self.mariadb:

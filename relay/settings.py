@@ -33,7 +33,9 @@ def interpolate(value: Any, path: str = "") -> Any:
                 return os.environ[name]
             if default is not None:
                 return default
-            raise ConfigError(path or "(top)", f"environment variable {name} is not set (written as ${{{name}}})")
+            raise ConfigError(
+                path or "(top)", f"environment variable {name} is not set (written as ${{{name}}})"
+            )
 
         return _ENV.sub(sub, value)
     if isinstance(value, dict):

@@ -45,7 +45,9 @@ def test_bad_gtid_text_is_refused_with_the_text() -> None:
 
 def test_backoff_grows_caps_and_gives_up() -> None:
     slept: list[float] = []
-    backoff = RetryPolicy(initial=1.0, maximum=4.0, multiplier=2.0, jitter=0.0, max_tries=5).start(slept.append)
+    backoff = RetryPolicy(initial=1.0, maximum=4.0, multiplier=2.0, jitter=0.0, max_tries=5).start(
+        slept.append
+    )
     results = [backoff.wait() for _ in range(5)]
     assert results == [True, True, True, True, False]
     assert slept == [1.0, 2.0, 4.0, 4.0]

@@ -103,12 +103,18 @@ def _entry(kind: EntryType, offset: int, length: int, txn: TxnContext, idx: int,
         event_length=length,
         gtid=txn.gtid,
     )
-    value = TransactionEnd(transaction_id="9") if kind == EntryType.TRANSACTIONEND else RowChange(EventType.INSERT)
+    value = (
+        TransactionEnd(transaction_id="9")
+        if kind == EntryType.TRANSACTIONEND
+        else RowChange(EventType.INSERT)
+    )
     return Entry(header, kind, value, txn, idx, closes)
 
 
 def test_resume_after_a_closed_transaction_starts_after_it_and_adds_its_gtid() -> None:
-    txn = TxnContext(EntryPosition("mysql-bin.000002", 500), gtid="0-1-8", gtid_set_before="0-1-7", mariadb=True)
+    txn = TxnContext(
+        EntryPosition("mysql-bin.000002", 500), gtid="0-1-8", gtid_set_before="0-1-7", mariadb=True
+    )
     end = _entry(EntryType.TRANSACTIONEND, 900, 31, txn, 3, closes=True)
     point = resume_after(end)
     assert (point.journal, point.offset, point.skip) == ("mysql-bin.000002", 931, 0)

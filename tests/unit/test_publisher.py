@@ -1,0 +1,336 @@
+"""The publisher's logic without a broker: configuration checks, error verdicts, the in-order delivered
+prefix, dead-lettering and aborts, driven by a scripted producer whose delivery reports the test fires."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from relay.errors import ConfigError, PublishError, RecordRejectedError
+from relay.partitioner import partition_for_key
+from relay.publisher import (
+    DEAD_LETTER_ERROR,
+    DEAD_LETTER_PARTITION,
+    DEAD_LETTER_TOPIC,
+    KafkaPublisher,
+    ProducerFatalError,
+    PublisherConfig,
+    Record,
+    classify,
+)
+
+Callback = Callable[[KafkaError | None, Any], None]
+
+
+@dataclass
+class Produced:
+    topic: str
+    value: bytes
+    key: bytes | None
+    partition: int
+    headers: list[tuple[str, bytes]]
+    on_delivery: Callback
+
+    def deliver(self) -> None:
+        self.on_delivery(None, SimpleNamespace(partition=lambda: self.partition))
+
+    def fail(self, code: int, fatal: bool = False) -> None:
+        self.on_delivery(KafkaError(code, "scripted", fatal=fatal), None)
+
+
+@dataclass
+class ScriptedProducer:
+    settings: dict[str, Any]
+    produced: list[Produced] = field(default_factory=list)
+    full_for: int = 0  # raise BufferError this many times first
+    polls: int = 0
+    purged: bool = False
+
+    def produce(self, topic: str, **kw: Any) -> None:
+        if self.full_for:
+            self.full_for -= 1
+            raise BufferError("Local: Queue full")
+        self.produced.append(
+            Produced(topic, kw["value"], kw["key"], kw["partition"], kw["headers"], kw["on_delivery"])
+        )
+
+    def poll(self, timeout: float = 0.0) -> int:
+        self.polls += 1
+        return 0
+
+    def flush(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def purge(self, **kw: bool) -> None:
+        self.purged = True
+
+    def __len__(self) -> int:
+        return 0
+
+
+class ScriptedAdmin:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+
+    def list_topics(self, timeout: float = 0.0) -> Any:
+        meta = {
+            n: SimpleNamespace(partitions=dict.fromkeys(range(c)), error=None) for n, c in self.topics.items()
+        }
+        return SimpleNamespace(topics=meta)
+
+
+class Harness:
+    def __init__(self, **config: Any) -> None:
+        self.producers: list[ScriptedProducer] = []
+        self.admin = ScriptedAdmin({"t": 6, "dlq": 2})
+        cfg = PublisherConfig(bootstrap_servers="127.0.0.1:9", **config)
+        self.pub = KafkaPublisher(cfg, producer_factory=self._producer, admin_factory=self._admin)
+
+    def _admin(self, settings: dict[str, Any]) -> Any:
+        return self.admin
+
+    def _producer(self, settings: dict[str, Any]) -> Any:
+        self.producers.append(ScriptedProducer(settings))
+        return self.producers[-1]
+
+    @property
+    def producer(self) -> ScriptedProducer:
+        return self.producers[-1]
+
+
+def rec(key: bytes | None, value: bytes = b"v", partition: int | None = None) -> Record:
+    return Record("t", partition, key, value, (("h", b"1"),))
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kafka", "key"),
+    [
+        ({"acks": "1"}, "kafka.acks"),
+        ({"acks": 0}, "kafka.acks"),
+        ({"request.required.acks": "1"}, "kafka.request.required.acks"),
+        ({"enable.idempotence": False}, "kafka.enable.idempotence"),
+        ({"enable.idempotence": "false"}, "kafka.enable.idempotence"),
+        ({"retries": 0}, "kafka.retries"),
+        ({"max.in.flight.requests.per.connection": 10}, "kafka.max.in.flight.requests.per.connection"),
+        ({"transactional.id": "x"}, "kafka.transactional.id"),
+        ({"message.timeout.ms": 1000}, "kafka.message.timeout.ms"),
+        ({"bootstrap.servers": "elsewhere:9092"}, "kafka.bootstrap.servers"),
+    ],
+)
+def test_weakening_settings_are_refused_naming_the_key(kafka: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        PublisherConfig(bootstrap_servers="127.0.0.1:9", kafka=kafka)
+    assert info.value.key == key
+    assert key in str(info.value)
+
+
+def test_acks_all_and_idempotence_are_always_set_and_the_dict_is_copied() -> None:
+    mine = {"acks": "-1", "enable.idempotence": "true", "linger.ms": 20}
+    config = PublisherConfig(bootstrap_servers="127.0.0.1:9", kafka=mine, delivery_timeout_s=7)
+    mine["acks"] = "0"
+    settings = config.producer_settings()
+    assert settings["acks"] == "all"
+    assert settings["enable.idempotence"] is True
+    assert settings["message.timeout.ms"] == 7000
+    assert settings["linger.ms"] == 20
+    assert config.kafka["acks"] == "-1"
+    settings["linger.ms"] = 1
+    assert config.kafka["linger.ms"] == 20
+
+
+def test_secrets_are_redacted_in_descriptions_and_repr() -> None:
+    kafka = {
+        "sasl.username": "relay",
+        "sasl.password": "hunter2",
+        "ssl.key.password": "pw-secret-1",
+        "sasl.oauthbearer.client.secret": "s3",
+        "security.protocol": "SASL_SSL",
+    }
+    config = PublisherConfig(bootstrap_servers="127.0.0.1:9", kafka=kafka)
+    text = f"{config.describe()} {config!r}"
+    for secret in ("relay", "hunter2", "pw-secret-1", "s3"):
+        assert f"'{secret}'" not in text
+    assert config.describe()["security.protocol"] == "SASL_SSL"
+
+
+# -- error verdicts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "create", "verdict"),
+    [
+        (KafkaError.MSG_SIZE_TOO_LARGE, False, "rejected"),
+        (KafkaError.RECORD_LIST_TOO_LARGE, True, "rejected"),
+        (KafkaError.INVALID_RECORD, True, "rejected"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, True, "rejected"),
+        (KafkaError.TOPIC_EXCEPTION, True, "rejected"),
+        (KafkaError._INVALID_ARG, True, "rejected"),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, False, "rejected"),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, True, "retriable"),
+        (KafkaError._UNKNOWN_TOPIC, False, "rejected"),
+        (KafkaError._MSG_TIMED_OUT, False, "retriable"),
+        (KafkaError._TRANSPORT, False, "retriable"),
+        (KafkaError.NOT_ENOUGH_REPLICAS, False, "retriable"),
+        (KafkaError.NOT_LEADER_FOR_PARTITION, False, "retriable"),
+        (KafkaError._FATAL, False, "fatal"),
+        (KafkaError._FENCED, False, "fatal"),
+    ],
+)
+def test_classify(code: int, create: bool, verdict: str) -> None:
+    assert classify(KafkaError(code), create_topics=create) == verdict
+
+
+def test_a_fatal_flag_wins_over_the_code() -> None:
+    assert classify(KafkaError(KafkaError._MSG_TIMED_OUT, fatal=True), create_topics=False) == "fatal"
+
+
+# -- batches -----------------------------------------------------------------------------------------
+
+
+def test_keyed_records_are_placed_by_our_murmur2_explicit_and_unkeyed_ones_are_not() -> None:
+    h = Harness()
+    h.pub.send(1, [rec(b"order-17"), rec(b"order-17", partition=5), rec(None)])
+    parts = [p.partition for p in h.producer.produced]
+    assert parts == [partition_for_key(b"order-17", 6), 5, -1]
+    assert h.producer.produced[0].headers == [("h", b"1")]
+
+
+def test_only_the_fully_delivered_prefix_is_returned_in_order() -> None:
+    h = Harness()
+    for batch_id in (10, 11, 12):
+        h.pub.send(batch_id, [rec(b"a"), rec(b"b")])
+    p = h.producer.produced
+    for produced in p[2:]:  # batches 11 and 12 complete first
+        produced.deliver()
+    p[0].deliver()
+    assert h.pub.completed_prefix() == []
+    p[1].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [10, 11, 12]
+    assert h.pub.completed_prefix() == []
+    assert h.pub.inflight() == 0
+
+
+def test_an_empty_batch_completes_in_its_turn() -> None:
+    h = Harness()
+    h.pub.send(1, [rec(b"a")])
+    h.pub.send(2, [])
+    assert h.pub.completed_prefix() == []
+    h.producer.produced[0].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1, 2]
+
+
+def test_a_retriable_failure_blocks_the_prefix_until_abort_then_resend_works() -> None:
+    h = Harness()
+    h.pub.send(1, [rec(b"a"), rec(b"b")])
+    h.pub.send(2, [rec(b"c")])
+    first = h.producer
+    first.produced[2].deliver()
+    first.produced[0].fail(KafkaError._MSG_TIMED_OUT)
+    failed = h.pub.failed()
+    assert failed is not None and failed.batch_id == 1
+    assert isinstance(failed.error, PublishError) and failed.error.retriable
+    assert "batch 1" in str(failed.error) and "_MSG_TIMED_OUT" in str(failed.error)
+    assert h.pub.completed_prefix() == []
+    with pytest.raises(PublishError):
+        h.pub.send(3, [rec(b"d")])
+    assert h.pub.abort_inflight() == [1, 2]
+    assert first.purged and h.producer is not first  # a fresh producer session
+    first.produced[1].deliver()  # a late report of an aborted batch changes nothing
+    assert h.pub.failed() is None
+    h.pub.send(1, [rec(b"a")])
+    h.producer.produced[0].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
+
+
+def test_a_rejected_record_without_dead_letter_topic_fails_the_batch_permanently() -> None:
+    h = Harness()
+    h.pub.send(4, [rec(b"big", b"x" * 50)])
+    h.producer.produced[0].fail(KafkaError.MSG_SIZE_TOO_LARGE)
+    failed = h.pub.failed()
+    assert failed is not None
+    err = failed.error
+    assert isinstance(err, RecordRejectedError) and not err.retriable
+    assert (err.topic, err.key, err.reason) == ("t", b"big", "MSG_SIZE_TOO_LARGE")
+    assert err.partition == partition_for_key(b"big", 6)
+    assert err.size == 3 + 50 + 2  # key, value, one header
+    assert "batch 4" in str(err) and "'t'" in str(err)
+
+
+def test_a_rejected_record_goes_to_the_dead_letter_topic_and_the_batch_completes_after_it() -> None:
+    h = Harness(dead_letter_topic="dlq", dead_letter_value_bytes=8)
+    h.pub.send(5, [rec(b"k1", b"y" * 100), rec(b"k2")])
+    p = h.producer.produced
+    p[1].deliver()
+    p[0].fail(KafkaError.MSG_SIZE_TOO_LARGE)
+    assert h.pub.failed() is None
+    dead = h.producer.produced[2]
+    assert dead.topic == "dlq" and dead.key == b"k1" and dead.value == b"y" * 8
+    headers = dict(dead.headers)
+    assert headers[DEAD_LETTER_TOPIC] == b"t"
+    assert headers[DEAD_LETTER_PARTITION] == str(partition_for_key(b"k1", 6)).encode()
+    assert b"MSG_SIZE_TOO_LARGE" in headers[DEAD_LETTER_ERROR]
+    assert dead.partition == partition_for_key(b"k1", 2)
+    assert h.pub.completed_prefix() == []  # not before the dead-letter record is delivered
+    dead.deliver()
+    [done] = h.pub.completed_prefix()
+    assert done.batch_id == 5 and done.dead_lettered == 1
+
+
+def test_a_dead_letter_send_that_is_rejected_too_stops() -> None:
+    h = Harness(dead_letter_topic="dlq")
+    h.pub.send(6, [rec(b"k1")])
+    h.producer.produced[0].fail(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    h.producer.produced[1].fail(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, RecordRejectedError)
+    assert "dead-letter" in str(failed.error)
+
+
+def test_a_fatal_error_fails_every_batch_and_refuses_new_sends() -> None:
+    h = Harness()
+    h.pub.send(7, [rec(b"a")])
+    h.pub.send(8, [rec(b"b")])
+    on_error = h.producer.settings["error_cb"]
+    on_error(KafkaError(KafkaError.PRODUCER_FENCED, "fenced", fatal=True))
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, ProducerFatalError)
+    assert not failed.error.retriable
+    h.pub.abort_inflight()
+    with pytest.raises(ProducerFatalError):
+        h.pub.send(9, [rec(b"c")])
+
+
+def test_a_full_local_queue_is_waited_out_with_polls() -> None:
+    h = Harness()
+    h.producer.full_for = 3
+    h.pub.send(1, [rec(b"a")])
+    assert len(h.producer.produced) == 1
+    assert h.producer.polls >= 3
+
+
+def test_a_queue_that_stays_full_fails_the_batch_retriably_within_the_bound() -> None:
+    h = Harness(delivery_timeout_s=0.3)
+    h.producer.full_for = 10**9
+    h.pub.send(1, [rec(b"a"), rec(b"b")])
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, PublishError) and failed.error.retriable
+    assert "queue full" in str(failed.error)
+
+
+def test_unknown_topic_with_creation_off_is_a_rejection_naming_the_topic() -> None:
+    h = Harness()
+    with pytest.raises(ConfigError, match="'nope'"):
+        h.pub.ensure_topics(["nope"])
+    h.pub.send(1, [Record("nope", None, b"k", b"v")])
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, RecordRejectedError)
+    assert failed.error.topic == "nope" and "'nope'" in str(failed.error)
+    assert h.producer.produced == []
