@@ -72,8 +72,10 @@ def _workload(conn: Any, orders: int) -> int:
                 cur.execute(f"UPDATE shop_{d:02d}.orders_{t:02d} SET status='PAID' WHERE id=%s", (oid,))
                 changes += 1
             cur.execute("COMMIT")
-            if oid % 10 == 9:
-                cur.execute(f"DELETE FROM shop_{d:02d}.orders_{t:02d} WHERE id=%s", (oid - 5,))
+            if oid % 10 == 9:  # delete an earlier order, from the shard table that holds it
+                gone = oid - 5
+                gd, gt = gone % SHARDS, (gone // SHARDS) % TABLES
+                cur.execute(f"DELETE FROM shop_{gd:02d}.orders_{gt:02d} WHERE id=%s", (gone,))
                 changes += 1
         cur.execute("ALTER TABLE shop_00.orders_00 ADD COLUMN note VARCHAR(32) NULL")
         cur.execute("INSERT INTO shop_00.orders_00 VALUES (100000, 1, 'NEW', 1.00, NOW(3), 'after the DDL')")

@@ -1,0 +1,210 @@
+"""Session fixtures for real services: MySQL/MariaDB, a Kafka-protocol broker, ZooKeeper.
+
+Each service is started lazily, once per test session, the first time a test asks for it. Where it comes
+from, in this order:
+
+1. the environment: ``RELAY_TEST_MYSQL=mysql://user:pass@host:port``, ``RELAY_TEST_KAFKA=host:port``,
+   ``RELAY_TEST_ZK=host:port`` (e.g. the addresses ``relay dev up`` prints);
+2. testcontainers (MySQL 8.4, Apache Kafka in KRaft mode, ZooKeeper) when a Docker daemon answers —
+   ``RELAY_TEST_DOCKER=0`` skips this step;
+3. the embedded servers of ``relay.embedded`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
+   this process so that they die with it.
+
+Tests under ``tests/integration/`` get the ``integration`` marker automatically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from relay import embedded
+from relay.embedded import KafkaService, MySQLService, ZooKeeperService
+from relay.errors import ServiceError
+
+_INTEGRATION_DIR = Path(__file__).parent / "integration"
+_READY_TIMEOUT = 120.0
+_MYSQL8_FLAGS = (
+    "--log-bin --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL "
+    "--server-id=1 --gtid-mode=ON --enforce-gtid-consistency=ON"
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(_INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+
+
+@functools.cache
+def docker_available() -> bool:
+    """True when a Docker daemon answers a ping within a few seconds."""
+    if os.environ.get("RELAY_TEST_DOCKER", "1") == "0":
+        return False
+    try:
+        import docker  # type: ignore[import-untyped,unused-ignore]
+        from docker.errors import DockerException  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (DockerException, OSError):  # requests' ConnectionError is an OSError
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MySQL / MariaDB
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mysql_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MySQLService]:
+    """A MySQL-protocol server with a ROW / FULL binlog: ``.connect()`` as admin, ``.replication_user``."""
+    named = os.environ.get("RELAY_TEST_MYSQL")
+    if named:
+        yield MySQLService.parse(named).with_server_info()
+    elif docker_available():
+        yield from _mysql_container()
+    else:
+        with embedded.start_mysql(embedded.StartOptions(tmp_path_factory.mktemp("mysql"))) as running:
+            yield running.service
+
+
+def _mysql_container() -> Iterator[MySQLService]:
+    try:
+        from testcontainers.community.mysql import MySqlContainer  # testcontainers >= 4.14
+    except ImportError:
+        from testcontainers.mysql import MySqlContainer
+
+    container = MySqlContainer("mysql:8.4", root_password=embedded.ROOT_PASSWORD).with_command(_MYSQL8_FLAGS)
+    container.start()
+    try:
+        port = int(container.get_exposed_port(3306))
+        root = MySQLService(container.get_container_host_ip(), port, "root", embedded.ROOT_PASSWORD, "mysql")
+        embedded.wait_until(lambda: embedded.mysql_answers(root), _READY_TIMEOUT, "MySQL container")
+        yield embedded.create_replication_user(root).with_server_info()
+    finally:
+        container.stop()
+
+
+@pytest.fixture
+def fresh_schema(mysql_service: MySQLService, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The name of a new, empty database for this test; dropped afterwards."""
+    base = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40]
+    name = f"t_{base}_{uuid.uuid4().hex[:8]}"
+    with contextlib.closing(mysql_service.connect()) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    try:
+        yield name
+    finally:
+        with contextlib.closing(mysql_service.connect()) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def mysql_server_factory(tmp_path: Path) -> Iterator[Callable[..., MySQLService]]:
+    """Start a private embedded MariaDB with extra server options, e.g. a misconfigured one:
+
+    ``mysql_server_factory("--binlog-format=STATEMENT")``. Stopped at the end of the test. Skips the test
+    where no ``mariadbd`` is installed (e.g. when the suite runs against servers named in the environment).
+    """
+    started: list[embedded.Running[MySQLService]] = []
+
+    def start(*extra_args: str) -> MySQLService:
+        directory = tmp_path / f"mysql{len(started)}"
+        try:
+            embedded.find_binary("mariadbd", "mariadb-server-core")
+        except ServiceError as exc:
+            pytest.skip(str(exc))
+        running = embedded.start_mysql(embedded.StartOptions(directory, extra_args=tuple(extra_args)))
+        started.append(running)
+        return running.service
+
+    try:
+        yield start
+    finally:
+        for running in started:
+            running.stop(remove_dir=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kafka-protocol broker
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kafka_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
+    """A Kafka-protocol broker: Apache Kafka (env or container) or the embedded Tansu broker."""
+    named = os.environ.get("RELAY_TEST_KAFKA")
+    if named:
+        service = KafkaService.parse(named)
+        embedded.wait_until(lambda: embedded.kafka_answers(service), 30.0, f"broker {named}")
+        yield service
+    elif docker_available():
+        yield from _kafka_container()
+    else:
+        with embedded.start_kafka(embedded.StartOptions(tmp_path_factory.mktemp("kafka"))) as running:
+            yield running.service
+
+
+def _kafka_container() -> Iterator[KafkaService]:
+    try:
+        from testcontainers.community.kafka import KafkaContainer  # testcontainers >= 4.14
+    except ImportError:
+        from testcontainers.kafka import KafkaContainer
+
+    container = KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft()
+    container.start(timeout=int(_READY_TIMEOUT))
+    try:
+        service = KafkaService(container.get_bootstrap_server())
+        embedded.wait_until(lambda: embedded.kafka_answers(service), _READY_TIMEOUT, "Kafka container")
+        yield service
+    finally:
+        container.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ZooKeeper
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def zk_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperService]:
+    """A ZooKeeper ensemble; ``.hosts`` is a kazoo connection string."""
+    named = os.environ.get("RELAY_TEST_ZK")
+    if named:
+        service = ZooKeeperService.parse(named)
+        embedded.wait_until(lambda: embedded.zookeeper_answers(service), 30.0, f"ZooKeeper {named}")
+        yield service
+    elif docker_available():
+        yield from _zookeeper_container()
+    else:
+        with embedded.start_zookeeper(embedded.StartOptions(tmp_path_factory.mktemp("zk"))) as running:
+            yield running.service
+
+
+def _zookeeper_container() -> Iterator[ZooKeeperService]:
+    from testcontainers.core.container import DockerContainer
+
+    container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
+    container.start()
+    try:
+        port = int(container.get_exposed_port(2181))
+        service = ZooKeeperService(f"{container.get_container_host_ip()}:{port}")
+        embedded.wait_until(
+            lambda: embedded.zookeeper_answers(service), _READY_TIMEOUT, "ZooKeeper container"
+        )
+        yield service
+    finally:
+        container.stop()

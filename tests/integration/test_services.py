@@ -1,0 +1,227 @@
+"""The service fixtures and ``relay dev`` give what the rest of the suite relies on, against real servers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from kazoo.client import KazooClient
+
+from relay import embedded
+from relay.embedded import KafkaService, MySQLService, ZooKeeperService
+from relay.errors import ConfigError, ServiceError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _query(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def _binlog_status_sql(service: MySQLService) -> str:
+    # MySQL 8.4 removed SHOW MASTER STATUS (8.2 added SHOW BINARY LOG STATUS); MariaDB keeps it.
+    if service.flavor == "mysql" and not service.version.startswith(("5.", "8.0", "8.1")):
+        return "SHOW BINARY LOG STATUS"
+    return "SHOW MASTER STATUS"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Value types (no server needed)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_mysql_service_round_trips_through_text() -> None:
+    svc = MySQLService("127.0.0.1", 3307, "ro:ot", "p@ss/w?rd", "mariadb", "10.11.19-MariaDB", "relay", "r&p")
+    assert MySQLService.parse(str(svc)) == svc
+    assert svc.url == "mysql://ro%3Aot:p%40ss%2Fw%3Frd@127.0.0.1:3307"
+    assert svc.replication_url == "mysql://relay:r%26p@127.0.0.1:3307"
+
+
+def test_mysql_service_from_environment_uses_one_account_for_both() -> None:
+    svc = MySQLService.parse("mysql://repl:secret@db.example:3306")
+    assert (svc.replication_user, svc.replication_password) == ("repl", "secret")
+    assert svc.url == "mysql://repl:secret@db.example:3306"
+    assert MySQLService.parse(str(svc)) == svc
+
+
+@pytest.mark.parametrize(
+    "text", ["postgres://a:b@h:1", "mysql://h:1", "mysql://a:b@h:x", "mysql://a:b@h:1?flavor=x"]
+)
+def test_mysql_service_rejects_bad_urls(text: str) -> None:
+    with pytest.raises(ConfigError):
+        MySQLService.parse(text)
+
+
+def test_kafka_and_zookeeper_round_trip() -> None:
+    assert str(KafkaService.parse("h1:9092,h2:9093")) == "h1:9092,h2:9093"
+    assert str(ZooKeeperService.parse("127.0.0.1:2181")) == "127.0.0.1:2181"
+    with pytest.raises(ConfigError):
+        KafkaService.parse("no-port")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MySQL / MariaDB
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_mysql_has_the_binlog_a_relay_needs(mysql_service: MySQLService) -> None:
+    with contextlib.closing(mysql_service.connect()) as conn:
+        rows = _query(conn, "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
+    assert rows == [(1, "ROW", "FULL", "FULL")]
+
+
+def test_replication_user_sees_binlog_status_and_nothing_more(mysql_service: MySQLService) -> None:
+    assert mysql_service.replication_user
+    with contextlib.closing(mysql_service.connect_replication()) as conn:
+        status = _query(conn, _binlog_status_sql(mysql_service))
+        logs = _query(conn, "SHOW BINARY LOGS")
+        assert status and status[0][0] in {row[0] for row in logs}
+        if mysql_service.replication_user != mysql_service.user:  # a least-privilege account of ours
+            with pytest.raises(pymysql.err.OperationalError, match="denied"):
+                _query(conn, "CREATE DATABASE relay_must_not_exist")
+
+
+def test_fresh_schema_is_usable_and_logged_in_row_format(
+    mysql_service: MySQLService, fresh_schema: str
+) -> None:
+    with contextlib.closing(mysql_service.connect(database=fresh_schema)) as conn:
+        file, start = _query(conn, _binlog_status_sql(mysql_service))[0][:2]
+        _query(conn, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+        _query(conn, "INSERT INTO t VALUES (1, 'é')")
+        events = _query(conn, f"SHOW BINLOG EVENTS IN '{file}' FROM {start}")
+    kinds = [row[2] for row in events]
+    assert "Write_rows_v1" in kinds or "Write_rows" in kinds, kinds
+
+
+def test_extra_server_options_make_a_misconfigured_server(
+    mysql_server_factory: Callable[..., MySQLService],
+) -> None:
+    svc = mysql_server_factory("--binlog-format=STATEMENT", "--log-bin-compress=ON")
+    with contextlib.closing(svc.connect()) as conn:
+        assert _query(conn, "SELECT @@binlog_format, @@log_bin_compress") == [("STATEMENT", 1)]
+
+
+def test_failed_start_reports_the_server_log(tmp_path: Path) -> None:
+    try:
+        embedded.find_binary("mariadbd", "mariadb-server-core")
+    except ServiceError as exc:
+        pytest.skip(str(exc))
+    opts = embedded.StartOptions(tmp_path / "bad", extra_args=("--no-such-option=1",))
+    with pytest.raises(ServiceError, match="no-such-option"):
+        embedded.start_mysql(opts)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Broker and ZooKeeper
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_broker_round_trips_a_record(kafka_service: KafkaService) -> None:
+    topic = f"relay-test-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(kafka_service.client_config())
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    producer = Producer({**kafka_service.client_config(), "acks": "all", "enable.idempotence": True})
+    producer.produce(topic, key=b"k1", value=b"hello")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**kafka_service.client_config(), "group.id": topic, "enable.auto.commit": False})
+    try:
+        # assign(), not subscribe(): a group's first subscribe can take tens of seconds on some brokers.
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            got = consumer.poll(0.5)
+            if got is not None and got.error() is None:
+                msg = got
+        assert msg is not None, "no record came back within 30s"
+        assert (msg.key(), msg.value()) == (b"k1", b"hello")
+    finally:
+        consumer.close()
+
+
+def test_zookeeper_creates_and_reads_a_node(zk_service: ZooKeeperService) -> None:
+    client = KazooClient(hosts=zk_service.hosts)
+    client.start(timeout=30)
+    try:
+        path = f"/relay-test/{uuid.uuid4().hex[:8]}"
+        client.create(path, b"v1", makepath=True)
+        data, stat = client.get(path)
+        assert (data, stat.version) == (b"v1", 0)
+    finally:
+        client.stop()
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# relay dev up | status | down
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _dev(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RELAY_DEV_DIR": str(state_dir)}
+    argv = [sys.executable, "-m", "relay.cli_dev", "dev", *args]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    state_dir = tmp_path / "dev"
+    up = _dev(state_dir, "up", "--json")
+    pids: list[tuple[int, int]] = []
+    try:
+        assert up.returncode == 0, up.stderr
+        services = json.loads(up.stdout)["services"]
+        assert set(services) == {"mysql", "kafka", "zk"}
+        recorded = json.loads((state_dir / "state.json").read_text())["services"]
+        pids = [(rec["pid"], rec["start_time"]) for rec in recorded.values()]
+        assert all(embedded.pid_alive(pid, start) for pid, start in pids)
+        # The servers outlive `up`, are in their own sessions, and answer.
+        assert embedded.mysql_answers(MySQLService.parse(services["mysql"]["replication_url"]))
+
+        status = _dev(state_dir, "status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = json.loads(status.stdout)["services"]
+        assert all(row["alive"] and row["answers"] for row in rows.values()), rows
+
+        down = _dev(state_dir, "down", "--json")
+        assert down.returncode == 0, down.stderr
+        assert sorted(json.loads(down.stdout)["stopped"]) == ["kafka", "mysql", "zk"]
+        assert not any(embedded.pid_alive(pid, start) for pid, start in pids)
+        assert not state_dir.exists() or not any(state_dir.iterdir())
+        assert _dev(state_dir, "status").returncode == 3
+    finally:
+        for pid, start in pids:  # never leave servers behind, even when an assertion failed
+            embedded.stop_pid(pid, start, timeout=5.0)
+
+
+@pytest.mark.parametrize("start", [embedded.start_mysql, embedded.start_kafka, embedded.start_zookeeper])
+def test_a_port_taken_before_the_server_binds_it_is_retried(
+    start: Callable[[embedded.StartOptions], embedded.Running[Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((embedded.LOOPBACK, 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        ports = iter([taken, embedded.free_port()])
+        monkeypatch.setattr(embedded, "free_port", lambda: next(ports))
+        with start(embedded.StartOptions(tmp_path / "svc")) as running:
+            assert str(taken) not in str(running.service)
+            assert running.process.alive()
+        assert not running.process.alive()
