@@ -126,6 +126,66 @@ def cmd_entries(args: argparse.Namespace) -> int:
     return 0
 
 
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _setup_logging(level: str, fmt: str, verbose: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose >= 2 else getattr(logging, level.upper()))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mapping import load_mapping
+    from relay.config import load_config
+    from relay.pipeline import Relay
+
+    config = load_config(args.config)
+    mapping = load_mapping(config.path(config.mapping.file))
+    _setup_logging(config.logging.level, config.logging.format, args.verbose)
+    relay = Relay(config, mapping)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping at the next batch boundary", signum)
+        relay.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    point = relay.run()
+    log.info("relay %s exited; saved position %s", config.instance, point)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from relay.config import load_config
+    from relay.status import status_report
+
+    config = load_config(args.config)
+    report = status_report(config)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        width = max(len(k) for k in report)
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value if value is not None else '-'}")
+    return 0 if report.get("running") else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from relay.demo import run_demo
 
@@ -182,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     ent.add_argument("--json", action="store_true", help="one JSON object per entry")
     ent.set_defaults(func=cmd_entries)
 
+    run = sub.add_parser(
+        "run",
+        help="run the relay: binlog → canal store → logical Kafka topics, acking only what Kafka accepted",
+        description="The long-running relay. Reads the config (every key is documented in conf/relay.yaml) "
+        "and the mapping it names, refuses bad values naming the key, then publishes until SIGTERM/SIGINT, "
+        "which stops at a batch boundary, saves the position and exits 0.",
+    )
+    run.add_argument("-c", "--config", required=True, help="relay config file (YAML), e.g. conf/relay.yaml")
+    run.set_defaults(func=cmd_run)
+
+    status = sub.add_parser(
+        "status",
+        help="show a relay's position, lag, store fill and publish rate",
+        description="Reads the running relay's status file and the saved position, and asks the MySQL server "
+        "how far its binlog has moved on. Exit status 0 when the relay is running, 1 when not.",
+    )
+    status.add_argument("-c", "--config", required=True, help="the relay's config file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
     from relay.cli_dev import add_dev_parser
 
     add_dev_parser(sub)
@@ -196,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)  # `relay run` installs its own graceful handlers
     try:
         return int(args.func(args))
     except RelayError as exc:

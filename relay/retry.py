@@ -24,7 +24,7 @@ class RetryPolicy:
     max_tries: int = 0
     deadline: float = 0.0
 
-    def start(self, sleep: Callable[[float], None] = time.sleep) -> Backoff:
+    def start(self, sleep: Callable[[float], object] = time.sleep) -> Backoff:
         return Backoff(self, sleep)
 
 
@@ -33,7 +33,7 @@ class Backoff:
     """One run of retries under a policy. ``wait()`` sleeps and returns False once the budget is spent."""
 
     policy: RetryPolicy
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], object] = time.sleep
     tries: int = 0
     started: float = field(default_factory=time.monotonic)
 
