@@ -189,7 +189,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from relay.demo import run_demo
 
-    return run_demo(keep=args.keep)
+    return run_demo(keep=args.keep, orders=args.orders)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,13 +205,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="start local MariaDB, write a sharded sample workload and show the canal entries it yields",
-        description="Starts a throwaway MariaDB with ROW binlog, writes a scripted workload over sharded "
-        "tables, reads it back through a canal instance and prints the entries, then cleans up.",
+        help="the whole relay on throwaway local services: sharded MySQL in, logical Kafka topics out",
+        description="Starts MariaDB and a Kafka-protocol broker (Tansu) in a temp dir, writes a sharded "
+        "sample (shop_00..03 x orders_00..03 -> shop.orders, plus shop_00.customers -> shop: inserts, "
+        "updates, deletes, one ALTER), runs the relay with the demo's relay.yaml and mapping.yaml until "
+        "its saved position reaches the binlog end, shows what landed in each topic, checks that the "
+        "topic rebuilds the table (exit 1 if not), then stops everything and removes the temp dir.",
     )
     demo.add_argument(
-        "--keep", action="store_true", help="leave the services running and print how to connect"
+        "--keep",
+        action="store_true",
+        help="leave MariaDB, the broker and the relay (a `relay run` process) running; print how to "
+        "connect, read a topic, see `relay status` and stop them",
     )
+    demo.add_argument("--orders", type=int, default=600, help="orders in the sample workload (default 600)")
     demo.set_defaults(func=cmd_demo)
 
     ent = sub.add_parser(

@@ -1,166 +1,434 @@
-"""``relay demo``: the README's main command, on an embedded default.
+"""``relay demo``: the README's main command — the whole relay, end to end, on throwaway local services.
 
-Starts a throwaway MariaDB with a ROW binlog, creates a sharded sample (``shop_00..shop_03`` ×
-``orders_00..orders_03`` plus an unsharded ``shop_00.customers``), writes a realistic mix of inserts,
-updates, deletes and a DDL, reads it back through a canal instance (source → entry builder → sink →
-ring store → server, acknowledging every batch and saving the position) and shows the entries, then
-cleans up. ``--keep`` leaves the server running and prints how to connect.
+In a temp dir: starts MariaDB (ROW binlog) and the Tansu broker, creates a sharded sample (``shop_00..03``
+× ``orders_00..03`` → logical ``shop.orders``, plus the unsharded ``shop_00.customers`` → ``shop``), writes
+the demo's ``conf/relay.yaml`` and ``conf/mapping.yaml``, runs the relay from the binlog position before
+the sample rows, writes inserts, updates, deletes and one ALTER, waits until the saved position reaches the
+server's binlog end, reads every logical topic back and shows what landed there. Its last check is the
+demo's promise: the latest state rebuilt from ``shop.orders`` equals SELECT over the physical shards.
 
-Runs in the CLI's thread; prints progress as it goes (this is the CLI layer, so printing is its job).
+Runs in the CLI's thread (this is the CLI layer: printing is its job). The relay runs in a thread of this
+process, stopped as SIGTERM stops it; with ``--keep`` it runs as a detached ``relay run`` process instead,
+beside detached services, so that all three outlive the demo; the demo then prints how to reach them and
+writes ``stop`` and ``read-topic`` scripts into the temp dir. The sample and the config files are
+``relay.demo_sample``'s, reading and checking the topics ``relay.demo_topics``'.
 """
 
 from __future__ import annotations
 
-import random
+import contextlib
+import gc
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from relay.binlog_source import SourceConfig, StartConfig
-from relay.instance import CanalInstance, InstanceConfig
-from relay.positions import FilePositionStore
-from relay.protocol import EntryType, RowChange
-from relay.ring_store import StoreConfig
-from relay.sink import SinkConfig
+from confluent_kafka import KafkaException
 
-SHARDS = 4
-TABLES = 4
-SHOWN_ENTRIES = 24
+from relay.demo_sample import (
+    DB_TOPIC,
+    DDL_TOPIC,
+    ORDERS,
+    ORDERS_TOPIC,
+    SHARDS,
+    TABLES,
+    Workload,
+    Written,
+    binlog_end,
+    create_schema,
+    write_configs,
+)
+from relay.demo_topics import (
+    DEADLINE,
+    DemoError,
+    Rec,
+    check_consistency,
+    holds_all,
+    partitions_of,
+    read_topics,
+    say,
+    show_audit,
+    show_topic,
+)
+from relay.errors import RelayError
+
+if TYPE_CHECKING:
+    from relay.pipeline import Relay
+    from relay.positions import ResumePoint
+
+# -- the relay: a thread here, or a detached process with --keep -------------------------------------------
 
 
-def _say(text: str) -> None:
-    print(text, flush=True)
+class RelayRunner(Protocol):
+    pid: int
+
+    def start(self) -> None: ...
+
+    def failure(self) -> str | None: ...
+
+    def stop(self) -> None: ...
 
 
-def _schema(conn: Any) -> None:
-    with conn.cursor() as cur:
-        for d in range(SHARDS):
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS shop_{d:02d}")
-            for t in range(TABLES):
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS shop_{d:02d}.orders_{t:02d} ("
-                    "id BIGINT PRIMARY KEY, customer_id INT NOT NULL, status VARCHAR(16) NOT NULL, "
-                    "amount DECIMAL(12,2) NOT NULL, created_at DATETIME(3) NOT NULL) ENGINE=InnoDB"
-                )
-        cur.execute(
-            "CREATE TABLE IF NOT EXISTS shop_00.customers (id INT PRIMARY KEY, name VARCHAR(64), "
-            "email VARCHAR(128)) ENGINE=InnoDB"
+class RelayThread:
+    """``Relay.run`` in a thread of the demo; ``stop`` is what SIGTERM does to ``relay run``."""
+
+    def __init__(self, config_path: Path) -> None:
+        from mapping import load_mapping
+        from relay.config import load_config
+        from relay.pipeline import Relay
+
+        config = load_config(config_path)
+        self.relay: Relay | None = Relay(config, load_mapping(config.path(config.mapping.file)))
+        self.pid = os.getpid()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="relay-demo", daemon=True)
+
+    def _run(self) -> None:
+        assert self.relay is not None
+        try:
+            self.relay.run()
+        except BaseException as exc:  # handed to the demo's thread, which reports it
+            self.error = exc
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def failure(self) -> str | None:
+        if self.error is not None:
+            return f"the relay stopped: {self.error}"
+        return None if self.thread.is_alive() else "the relay thread ended"
+
+    def stop(self) -> None:
+        if self.relay is None:
+            return
+        self.relay.stop()
+        if self.thread.ident is not None:  # started
+            self.thread.join(30)
+        # Its Kafka clients live until collected, and would log the broker's shutdown as errors.
+        self.relay = self.error = None
+        gc.collect()
+
+
+class RelayProcess:
+    """``relay run -c <config>`` in its own session, its output in ``relay.log``: it outlives the demo."""
+
+    def __init__(self, config_path: Path, workdir: Path) -> None:
+        self.config_path, self.log_path = config_path, workdir / "relay.log"
+        self.argv = [sys.executable, "-m", "relay.cli", "run", "-c", str(config_path)]
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pid = self.start_time = 0
+
+    def start(self) -> None:
+        from relay.embedded import proc_start_time
+
+        with open(self.log_path, "ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv,
+                cwd=self.config_path.parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # no terminal ^C, and it survives the demo's exit
+            )
+        self.pid = self.popen.pid
+        self.start_time = proc_start_time(self.pid) or 0
+
+    def failure(self) -> str | None:
+        from relay.embedded import log_tail
+
+        if self.popen is None or self.popen.poll() is None:
+            return None
+        return f"relay run exited with {self.popen.returncode}:\n{log_tail(self.log_path, 15)}"
+
+    def stop(self) -> None:
+        from relay.embedded import stop_pid
+
+        if self.popen is not None:
+            stop_pid(self.pid, self.start_time, timeout=20.0, popen=self.popen)
+
+
+# -- progress and catching up ------------------------------------------------------------------------------
+
+
+class Progress:
+    """At most one progress line a second: rows written, rows and records published, the saved position.
+
+    Reads what ``relay status`` reads (the status and position files), so it works the same for a relay
+    thread and a ``relay run`` process."""
+
+    def __init__(self, config_path: Path, runner: RelayRunner) -> None:
+        from relay.config import load_config
+        from relay.positions import FilePositionStore
+
+        config = load_config(config_path)
+        self.status_path = config.path(config.status.file)
+        self.positions = FilePositionStore(config.path(config.positions.path))
+        self.runner = runner
+        self.started = time.monotonic()
+        self.next_line = self.started + 1.0
+        self.written = 0
+
+    def published(self) -> tuple[int, int, str]:
+        """(rows, records, position) the relay has published and acknowledged: one status snapshot."""
+        from relay.status import read_status
+
+        status = read_status(self.status_path) or {}
+        rows, records = int(status.get("rows_published", 0)), int(status.get("records_published", 0))
+        return rows, records, str(status.get("last_position") or "-")
+
+    def tick(self, written: int | None = None, force: bool = False) -> None:
+        """Raise if the relay failed; print a line if a second has passed (or ``force``)."""
+        if written is not None:
+            self.written = written
+        problem = self.runner.failure()
+        if problem:
+            raise DemoError(problem)
+        now = time.monotonic()
+        if not force and now < self.next_line:
+            return
+        self.next_line = now + 1.0
+        rows, records, position = self.published()
+        say(
+            f"  {now - self.started:5.1f}s  written {self.written:>5} rows   published {rows:>5} rows "
+            f"in {records:>5} records   at {position}"
         )
 
+    def wait_caught_up(self, end: tuple[str, int]) -> ResumePoint:
+        """Until the saved resume point is the server's binlog end (a transaction boundary: no skip) and
+        the status file counts every row written."""
+        from relay.codec import file_number
 
-def _workload(conn: Any, orders: int) -> int:
-    """Write the sample mix; returns the number of row changes written."""
-    rng = random.Random(7)
-    changes = 0
-    with conn.cursor() as cur:
-        for c in range(20):
-            cur.execute(
-                "INSERT INTO shop_00.customers VALUES (%s, %s, %s)", (c, f"customer {c}", f"c{c}@example.com")
-            )
-            changes += 1
-        for oid in range(orders):
-            d, t = oid % SHARDS, (oid // SHARDS) % TABLES
-            cur.execute("BEGIN")
-            cur.execute(
-                f"INSERT INTO shop_{d:02d}.orders_{t:02d} VALUES (%s, %s, 'NEW', %s, NOW(3))",
-                (oid, rng.randrange(20), f"{rng.randrange(100, 99999) / 100:.2f}"),
-            )
-            changes += 1
-            if oid % 3 == 0:
-                cur.execute(f"UPDATE shop_{d:02d}.orders_{t:02d} SET status='PAID' WHERE id=%s", (oid,))
-                changes += 1
-            cur.execute("COMMIT")
-            if oid % 10 == 9:  # delete an earlier order, from the shard table that holds it
-                gone = oid - 5
-                gd, gt = gone % SHARDS, (gone // SHARDS) % TABLES
-                cur.execute(f"DELETE FROM shop_{gd:02d}.orders_{gt:02d} WHERE id=%s", (gone,))
-                changes += 1
-        cur.execute("ALTER TABLE shop_00.orders_00 ADD COLUMN note VARCHAR(32) NULL")
-        cur.execute("INSERT INTO shop_00.orders_00 VALUES (100000, 1, 'NEW', 1.00, NOW(3), 'after the DDL')")
-        changes += 1
-    return changes
+        deadline = time.monotonic() + DEADLINE
+        target = (file_number(end[0]), end[1])
+        while True:
+            point = self.positions.load()
+            if (
+                point is not None
+                and not point.skip
+                and (file_number(point.journal), point.offset) >= target
+                and self.published()[0] >= self.written
+            ):
+                self.tick(force=True)
+                return point
+            if time.monotonic() > deadline:
+                raise DemoError(f"the relay did not reach {end[0]}:{end[1]} within {DEADLINE:.0f}s")
+            self.tick()
+            time.sleep(0.05)
 
 
-def run_demo(keep: bool = False) -> int:
-    from relay.cli import format_entry
-    from relay.embedded import EmbeddedMySQL
+# -- --keep: what is left running, and how to reach it -----------------------------------------------------
 
+_READ_TOPIC = '''#!@PYTHON@
+"""Print a topic of the `relay demo --keep` broker from its start: read-topic [TOPIC] [IDLE_SECONDS]."""
+import sys
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+topic = sys.argv[1] if len(sys.argv) > 1 else "shop.orders"
+idle = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
+bootstrap = "@BOOTSTRAP@"
+meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-topic", "enable.auto.commit": False})
+consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+last = time.monotonic()
+while time.monotonic() - last < idle:  # until nothing new for IDLE_SECONDS
+    msg = consumer.poll(0.5)
+    if msg is None or msg.error():
+        continue
+    last = time.monotonic()
+    key = (msg.key() or b"").decode()
+    print(f"p{msg.partition()}@{msg.offset()} {key} {msg.value().decode()}", flush=True)
+consumer.close()
+'''
+
+_STOP = '''#!@PYTHON@
+"""Stop what `relay demo --keep` left running (the relay first, as SIGTERM does), then remove its dir."""
+import shutil
+import sys
+
+sys.path.insert(0, @ROOT@)
+from relay.embedded import stop_pid
+
+for name, pid, start_time in @PROCS@:
+    print(f"stopping {name} (pid {pid})", flush=True)
+    stop_pid(pid, start_time, timeout=30.0)
+shutil.rmtree(@WORKDIR@, ignore_errors=True)
+print("removed", @WORKDIR@)
+'''
+
+
+def _script(path: Path, template: str, **values: str) -> Path:
+    text = template.replace("@PYTHON@", sys.executable)
+    for name, value in values.items():
+        text = text.replace(f"@{name}@", value)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def relay_command() -> str:
+    """How to run ``relay`` here: on the PATH, beside this Python (a venv not activated), or as a module."""
+    if shutil.which("relay"):
+        return "relay"
+    beside = Path(sys.executable).parent / "relay"
+    return str(beside) if beside.exists() else f"{sys.executable} -m relay.cli"
+
+
+# -- the whole demo ----------------------------------------------------------------------------------------
+
+
+class Demo:
+    """One run of the demo in ``workdir``; ``cleanup`` stops whatever it started, in reverse order."""
+
+    def __init__(self, workdir: Path, keep: bool, orders: int) -> None:
+        from relay.embedded import EmbeddedKafka, EmbeddedMySQL
+
+        self.workdir, self.keep, self.orders = workdir, keep, orders
+        self.mysql = EmbeddedMySQL(workdir / "mysql", detached=keep)
+        self.kafka = EmbeddedKafka(workdir / "kafka", detached=keep)
+        self.runner: RelayRunner | None = None
+        self.started = time.monotonic()
+
+    def elapsed(self) -> str:
+        return f"{time.monotonic() - self.started:.1f}s"
+
+    def run(self) -> int:
+        mysql, bootstrap = self._services()
+        with contextlib.closing(mysql.connect()) as conn:
+            create_schema(conn)
+            start = binlog_end(conn)
+            say(f"Created shop_00..shop_{SHARDS - 1:02d} x orders_00..orders_{TABLES - 1:02d} and customers.")
+            config = write_configs(self.workdir, mysql, bootstrap, start)
+            say(f"Config:  {config}\nMapping: {config.parent / 'mapping.yaml'}")
+            progress = self._relay(config)
+            say(f"Relaying from {start[0]}:{start[1]} while the sample is written:")
+            written = Workload(conn, self.orders, progress.tick).run()
+            progress.tick(written.rows())
+            end = binlog_end(conn)
+            say(f"Wrote {written.rows()} row changes and 1 ALTER; binlog end {end[0]}:{end[1]}; catching up:")
+            point = progress.wait_caught_up(end)
+            say(f"Caught up, {self.elapsed()} after the start. What landed in each topic:")
+            topics = self._show(bootstrap, written)
+            where = progress.positions.path.relative_to(self.workdir)
+            say(f"  position     {point} = binlog end, GTID {point.gtid or '-'} ({where})")
+            ok = check_consistency(conn, topics)
+        if self.keep:
+            self._kept(mysql, bootstrap, config)
+        return 0 if ok else 1
+
+    def _services(self) -> tuple[Any, str]:
+        say(f"Working in {self.workdir}")
+        mysql = self.mysql.start()
+        assert self.mysql.running is not None
+        version, pid = mysql.version.split("-")[0], self.mysql.running.process.pid
+        say(f"Started {mysql.flavor} {version} at {mysql.host}:{mysql.port} (pid {pid})")
+        kafka = self.kafka.start()
+        assert self.kafka.running is not None
+        say(f"Started the Tansu broker at {kafka.bootstrap_servers} (pid {self.kafka.running.process.pid})")
+        return mysql, kafka.bootstrap_servers
+
+    def _relay(self, config: Path) -> Progress:
+        runner: RelayRunner = RelayProcess(config, self.workdir) if self.keep else RelayThread(config)
+        self.runner = runner
+        runner.start()
+        how = f"`relay run` process, pid {runner.pid}" if self.keep else "a thread of this process"
+        say(f"Started the relay ({how}).")
+        return Progress(config, runner)
+
+    def _show(self, bootstrap: str, written: Written) -> dict[str, list[Rec]]:
+        parts = partitions_of(bootstrap)
+        missing = [t for t in (ORDERS_TOPIC, DB_TOPIC, DDL_TOPIC) if t not in parts]
+        if missing:
+            raise DemoError(f"topics missing on the broker: {', '.join(missing)}")
+        parts = {t: parts[t] for t in (ORDERS_TOPIC, DB_TOPIC, DDL_TOPIC)}
+        topics: dict[str, list[Rec]] = read_topics(bootstrap, parts, holds_all(written))
+        for topic in (ORDERS_TOPIC, DB_TOPIC):
+            show_topic(topic, topics[topic], parts[topic], written.counts[topic])
+        show_audit(topics[DDL_TOPIC])
+        return topics
+
+    def _kept(self, mysql: Any, bootstrap: str, config: Path) -> None:
+        from relay.config import load_config
+        from relay.status import status_report
+
+        assert self.mysql.running and self.kafka.running and isinstance(self.runner, RelayProcess)
+        report = status_report(load_config(config))
+        if not report["running"]:
+            raise DemoError(f"relay status says the kept relay is not running: {report}")
+        procs = [
+            ("relay", self.runner.pid, self.runner.start_time),
+            ("broker", self.kafka.running.process.pid, self.kafka.running.process.start_time),
+            ("mariadbd", self.mysql.running.process.pid, self.mysql.running.process.start_time),
+        ]
+        root = repr(str(Path(__file__).resolve().parent.parent))
+        stop = _script(
+            self.workdir / "stop", _STOP, ROOT=root, PROCS=repr(procs), WORKDIR=repr(str(self.workdir))
+        )
+        read = _script(self.workdir / "read-topic", _READ_TOPIC, BOOTSTRAP=bootstrap)
+        relay, pids = relay_command(), " ".join(str(p[1]) for p in procs)
+        for line in (
+            f"\nLeft running (relay status: {report['state']}, position {report['position']}):",
+            f"  relay     pid {procs[0][1]}: {relay} run -c {config}",
+            f"            log {self.runner.log_path}",
+            f"  broker    pid {procs[1][1]}: bootstrap servers {bootstrap}",
+            f"  MariaDB   pid {procs[2][1]}: mysql://{mysql.user}:{mysql.password}@{mysql.host}:{mysql.port}",
+            f"Connect:      mariadb -h {mysql.host} -P {mysql.port} -u {mysql.user} -p{mysql.password}",
+            f"Status:       {relay} status -c {config}",
+            f"Read a topic: {read} shop.orders   (or shop, {DDL_TOPIC})",
+            f"Stop all:     {stop}",
+            f"  (or: kill {pids}; rm -rf {self.workdir})",
+        ):
+            say(line)
+
+    def cleanup(self) -> None:
+        """Stop the relay (as SIGTERM would), the broker and MariaDB, and remove the temp dir."""
+        problems: list[str] = []
+        for name, stop in (
+            ("the relay", self.runner.stop if self.runner else None),
+            ("the broker", self.kafka.stop),
+            ("MariaDB", self.mysql.stop),
+        ):
+            if stop is None:
+                continue
+            try:
+                stop()
+            except (RelayError, OSError) as exc:
+                problems.append(f"stopping {name}: {exc}")
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        for problem in problems:
+            say(f"warning: {problem}")
+        say(f"Stopped the relay, the broker and MariaDB; removed {self.workdir}.")
+
+
+def run_demo(keep: bool = False, orders: int = ORDERS) -> int:
+    """The demo; returns the exit status (1: the topic does not rebuild the table). Cleans up on any
+    exit unless ``keep`` and the demo got to the end."""
+    import pymysql
+
+    if orders < 1:
+        raise DemoError(f"--orders must be at least 1, got {orders}")
     workdir = Path(tempfile.mkdtemp(prefix="relay-demo-"))
-    _say(f"Starting a throwaway MariaDB with a ROW binlog in {workdir} ...")
-    mysql = EmbeddedMySQL(workdir / "mysql", detached=keep)
-    service = mysql.start()
+    demo = Demo(workdir, keep, orders)
+    kept = False
     try:
-        conn = service.connect()
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            row = cur.fetchone()
-        start = (str(row[0]), int(row[1]))
-        _say(
-            f"  {service.flavor} {service.version} at {service.host}:{service.port}; "
-            f"binlog at {start[0]}:{start[1]}"
-        )
-        _say(f"Creating {SHARDS} shard databases x {TABLES} order tables, and shop_00.customers ...")
-        _schema(conn)
-        written = _workload(conn, orders=200)
-        _say(f"Wrote {written} row changes and one DDL.")
-        positions = FilePositionStore(workdir / "position.json")
-        instance = CanalInstance(
-            InstanceConfig(
-                source=SourceConfig(
-                    host=service.host,
-                    port=service.port,
-                    user=service.replication_user,
-                    password=service.replication_password,
-                    start=StartConfig(journal=start[0], offset=start[1]),
-                ),
-                store=StoreConfig(ddl_isolation=True),
-                sink=SinkConfig(filter="shop_\\d+\\..*"),
-            ),
-            positions,
-        )
-        _show(instance, written, format_entry)
-        saved = positions.load()
-        _say(f"Saved position ({positions.describe()}): {saved}")
-        if keep:
-            _say(
-                f"\nLeft running. Connect: mysql -h {service.host} -P {service.port} -u {service.user} "
-                f"-p{service.password}\nRead entries:  relay entries --mysql {service.url} --start-position "
-                f"{start[0]}:{start[1]} --idle-exit 2\nStop it:       kill the mariadbd in {workdir}/mysql"
-            )
-        return 0
+        status = demo.run()
+        kept = keep
+    except KeyboardInterrupt:
+        say("\nInterrupted: stopping everything.")
+        raise
+    except pymysql.err.MySQLError as exc:
+        raise DemoError(f"writing the sample: {exc}") from exc
+    except KafkaException as exc:
+        raise DemoError(f"reading the topics: {exc}") from exc
     finally:
-        if not keep:
-            mysql.stop()
-            _say("Stopped MariaDB and removed its data.")
-
-
-def _show(instance: CanalInstance, expected_rows: int, format_entry: Any) -> None:
-    instance.start()
-    counts: Counter[str] = Counter()
-    rows = shown = 0
-    deadline = time.monotonic() + 120
-    try:
-        while rows < expected_rows and time.monotonic() < deadline:
-            message = instance.get_without_ack(256, timeout=0.5)
-            for entry in message.entries:
-                value = entry.store_value
-                if isinstance(value, RowChange):
-                    kind = "DDL" if value.is_ddl else value.event_type.name
-                    counts[kind] += 1 if value.is_ddl else len(value.rows)
-                    rows += 0 if value.is_ddl else len(value.rows)
-                else:
-                    counts[EntryType(entry.entry_type).name] += 1
-                if shown < SHOWN_ENTRIES or (isinstance(value, RowChange) and value.is_ddl):
-                    _say("\n".join(format_entry(entry)))
-                    shown += 1
-            if message.entries:
-                instance.ack(message.batch_id)
-                _say(
-                    f"  ... batch {message.batch_id}: {len(message.entries)} entries, "
-                    f"{rows}/{expected_rows} rows"
-                )
-    finally:
-        instance.stop()
-    _say("Entries by kind: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+        if not kept:
+            demo.cleanup()
+    say(f"Done in {demo.elapsed()}.")
+    return status
