@@ -1,0 +1,262 @@
+"""Record values → change rows (``changes``) → typed rows of one logical table (``typed``).
+
+Owns the reading of both codecs on Spark: canal-json with Spark's ``from_json`` (JVM, no Python
+round trip), canal-protobuf with a Python UDF over ``relay.proto.convert``. The codec of each record is
+told by its first byte (``{`` for JSON; a canal ``Packet`` starts with a protobuf field tag, never
+0x7B). Works on the DataFrame of Spark's ``kafka`` source or of ``relay-kafka`` (same schema). Runs in
+Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.spark.apply``.
+
+``changes(df)`` columns: ``topic partition offset timestamp`` (Kafka), ``key`` (the record key text),
+``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
+``es``/``ts`` (ms), ``gtid``, ``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after``
+(column → canal text; null where the change has no such image) and ``source`` (server, serverId,
+serverUuid, physical database/table, binlog file, offset, gtid, rowIndex). canal-json's ``old`` (the
+changed columns' previous values) is folded into ``before``.
+
+``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
+types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_es``, ``_key``,
+``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
+names, so a DDL does not break a running query: a new column appears, a dropped one is simply absent
+(null once merged into a table).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from relay.spark.offsets import SparkSourceError
+from relay.spark.types import spark_type_sql
+
+_S = StringType()
+SOURCE_TYPE = StructType(
+    [
+        StructField("server", _S),
+        StructField("serverId", LongType()),
+        StructField("serverUuid", _S),
+        StructField("database", _S),
+        StructField("table", _S),
+        StructField("file", _S),
+        StructField("offset", LongType()),
+        StructField("gtid", _S),
+        StructField("rowIndex", IntegerType()),
+    ]
+)
+_TEXT_MAP = MapType(_S, _S)
+CANAL_JSON_TYPE = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("database", _S),
+        StructField("table", _S),
+        StructField("pkNames", ArrayType(_S)),
+        StructField("isDdl", BooleanType()),
+        StructField("type", _S),
+        StructField("es", LongType()),
+        StructField("ts", LongType()),
+        StructField("sql", _S),
+        StructField("sqlType", MapType(_S, IntegerType())),
+        StructField("mysqlType", _TEXT_MAP),
+        StructField("data", ArrayType(_TEXT_MAP)),
+        StructField("old", ArrayType(_TEXT_MAP)),
+        StructField("gtid", _S),
+        StructField("source", SOURCE_TYPE),
+        StructField("sequence", LongType()),
+    ]
+)
+CHANGE_TYPE = StructType(
+    [
+        StructField("database", _S),
+        StructField("table", _S),
+        StructField("type", _S),
+        StructField("is_ddl", BooleanType()),
+        StructField("sql", _S),
+        StructField("sequence", LongType()),
+        StructField("es", LongType()),
+        StructField("ts", LongType()),
+        StructField("gtid", _S),
+        StructField("pk_names", ArrayType(_S)),
+        StructField("sql_type", MapType(_S, IntegerType())),
+        StructField("mysql_type", _TEXT_MAP),
+        StructField("before", _TEXT_MAP),
+        StructField("after", _TEXT_MAP),
+        StructField("source", SOURCE_TYPE),
+    ]
+)
+META = ("_op", "_sequence", "_es", "_key", "_old_key")
+
+
+def _json_change(m: Column) -> Column:
+    """The change struct of a parsed FlatMessage column (parsed once, in an earlier projection)."""
+    data, old, kind = m["data"][0], m["old"][0], m["type"]
+    before_update = F.when(
+        old.isNull(),
+        data,
+    ).otherwise(
+        F.map_from_entries(
+            F.transform(
+                F.map_keys(data),
+                lambda k: F.struct(
+                    k.alias("key"),
+                    F.when(F.map_contains_key(old, k), old[k]).otherwise(data[k]).alias("value"),
+                ),
+            )
+        )
+    )
+    return F.struct(
+        m["database"].alias("database"),
+        m["table"].alias("table"),
+        kind.alias("type"),
+        m["isDdl"].alias("is_ddl"),
+        m["sql"].alias("sql"),
+        F.coalesce(m["sequence"], m["id"]).alias("sequence"),
+        m["es"].alias("es"),
+        m["ts"].alias("ts"),
+        m["gtid"].alias("gtid"),
+        m["pkNames"].alias("pk_names"),
+        m["sqlType"].alias("sql_type"),
+        m["mysqlType"].alias("mysql_type"),
+        F.when(kind == "DELETE", data).when(kind == "UPDATE", before_update).alias("before"),
+        F.when(kind.isin("INSERT", "UPDATE"), data).alias("after"),
+        m["source"].alias("source"),
+    )
+
+
+def _protobuf_change(value: bytes | None) -> dict[str, Any] | None:
+    """One canal-protobuf value as a CHANGE_TYPE dict (None for JSON or empty values)."""
+    if not value or value[:1] == b"{":
+        return None
+    from relay.spark.protobuf import change_of_packet
+
+    return change_of_packet(value)
+
+
+_protobuf_udf: Any = None
+
+
+def _protobuf(value: Column) -> Column:
+    global _protobuf_udf
+    if _protobuf_udf is None:
+        # A lambda: pyspark would otherwise try (and warn about) inferring a pandas UDF from the hints.
+        _protobuf_udf = F.udf(lambda v: _protobuf_change(v), CHANGE_TYPE)  # noqa: PLW0108
+    return cast(Column, _protobuf_udf(value))
+
+
+def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
+    """One row per change record of ``df`` (Spark's kafka schema); tombstones (null values) dropped.
+
+    ``codec``: ``auto`` (per record), ``canal-json`` or ``canal-protobuf`` (skips the other decoder).
+    """
+    if codec not in ("auto", "canal-json", "canal-protobuf"):
+        raise SparkSourceError(f"codec: expected auto, canal-json or canal-protobuf, got {codec!r}")
+    kafka = ("topic", "partition", "offset", "timestamp", "key")
+    value = F.col("value")
+    is_json = F.lit(codec == "canal-json") if codec != "auto" else F.substring(value, 1, 1) == F.lit(b"{")
+    base = df.where(value.isNotNull()).select(
+        *kafka[:4], F.col("key").cast("string").alias("key"), value, is_json.alias("_json")
+    )
+    # Parse once per record in its own projection: Spark keeps a non-cheap expression referenced many
+    # times (from_json, the UDF) in its own Project instead of inlining it into every reference.
+    parsed = []
+    if codec != "canal-protobuf":
+        parsed.append(F.from_json(F.when(F.col("_json"), value.cast("string")), CANAL_JSON_TYPE).alias("_m"))
+    if codec != "canal-json":
+        parsed.append(_protobuf(F.when(~F.col("_json"), value)).alias("_p"))
+    step = base.select(*kafka, "_json", *parsed)
+    if codec == "canal-json":
+        change = _json_change(F.col("_m"))
+    elif codec == "canal-protobuf":
+        change = F.col("_p")
+    else:
+        change = F.when(F.col("_json"), _json_change(F.col("_m"))).otherwise(F.col("_p"))
+    return step.select(*kafka, change.alias("c")).where(F.col("c").isNotNull()).select(*kafka, "c.*")
+
+
+def _key_names(df: DataFrame) -> DataFrame:
+    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted."""
+    key_map = F.from_json(F.col("key"), _TEXT_MAP)
+    image = F.coalesce(F.col("after"), F.col("before"))
+    return df.withColumn(
+        "_names", F.array_sort(F.when(key_map.isNotNull(), F.map_keys(key_map)).otherwise(F.map_keys(image)))
+    )
+
+
+def _key_of(image: str) -> Column:
+    return F.when(
+        F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), lambda n: F.col(image)[n]))
+    )
+
+
+def column_types(rows: DataFrame) -> list[tuple[str, str]]:
+    """(column, mysqlType) of the latest change (by sequence) that names each column, in table order."""
+    exploded = rows.select("sequence", F.posexplode("mysql_type").alias("pos", "name", "mysql"))
+    latest = exploded.groupBy("name").agg(
+        F.max_by(F.struct("mysql", "pos"), "sequence").alias("m"), F.max("sequence").alias("seq")
+    )
+    top = latest.agg(F.max("seq")).collect()[0][0]
+    rows_out = latest.where(F.col("seq") == top).orderBy("m.pos").collect() if top is not None else []
+    return [(r["name"], r["m"]["mysql"]) for r in rows_out]
+
+
+def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | None = None) -> DataFrame:
+    """The row changes of logical ``table`` ("db.table") with typed columns; see the module docstring.
+
+    ``columns`` ([(name, mysqlType)]) fixes the columns; required for a streaming DataFrame, found from
+    the data (the columns of the latest change) otherwise.
+    """
+    db, _, name = table.partition(".")
+    if not name:
+        raise SparkSourceError(f"table: expected 'database.table', got {table!r}")
+    rows = changes_df.where(
+        (F.col("database") == db)
+        & (F.col("table") == name)
+        & ~F.col("is_ddl")
+        & F.col("type").isin("INSERT", "UPDATE", "DELETE")
+    )
+    if columns is None:
+        if changes_df.isStreaming:
+            raise SparkSourceError(
+                "typed() on a streaming DataFrame needs columns=[(name, mysqlType)]; or call it inside "
+                "foreachBatch, where each micro-batch is a batch DataFrame and new columns appear as they "
+                "come"
+            )
+        columns = column_types(rows)
+    rows = _key_names(rows)
+    image = F.coalesce(F.col("after"), F.col("before"))
+    typed_cols = [_typed_value(image[c], mysql).alias(c) for c, mysql in columns]
+    return rows.select(
+        *typed_cols,
+        F.col("type").alias("_op"),
+        F.col("sequence").alias("_sequence"),
+        F.col("es").alias("_es"),
+        _key_of("after").alias("_key"),
+        _key_of("before").alias("_old_key"),
+    )
+
+
+def _typed_value(text: Column, mysql_type: str) -> Column:
+    target = spark_type_sql(mysql_type)
+    kind = mysql_type.split("(", 1)[0].strip().lower()
+    if target == "binary":
+        return F.encode(text, "ISO-8859-1")
+    if target == "string":
+        return text
+    if kind == "timestamp":
+        # canal renders TIMESTAMP in the source server's zone; the relay's source sets UTC unless
+        # told otherwise, so the text is read as UTC wall time.
+        return F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
+    if kind == "year":
+        return F.when(text == "0000", F.lit(0)).otherwise(text.try_cast("int"))
+    # try_cast: a value Spark cannot hold (zero date 0000-00-00, out-of-range) becomes null, not a failed job
+    return text.try_cast(target)

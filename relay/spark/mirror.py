@@ -1,0 +1,101 @@
+"""The mirror job: relay topics → latest-state parquet tables, as a Spark structured streaming query.
+
+Owns the wiring of source → ``changes`` → ``apply_changes`` in ``foreachBatch``, the session set-up for
+``relay spark mirror`` and the query's lifecycle. Runs on the driver: the caller's thread starts the
+query; Spark's stream-execution thread calls ``_apply_batch`` once per micro-batch. Exactly once: the
+source offsets of every micro-batch are in the checkpoint, and re-running a batch after a crash
+re-applies records ``apply_changes`` already holds, which changes nothing (sequence de-duplication).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.spark.offsets import OptionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """What to mirror, from where, to where."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    out: Path
+    checkpoint: Path
+    source: str = "relay-kafka"  # or "kafka" where Spark's connector jar is installed
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    available_now: bool = False
+    trigger_seconds: float = 5.0
+    codec: str = "auto"
+    tables: tuple[str, ...] | None = None
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+
+def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
+    """A SparkSession for the mirror (or tests): workers run this interpreter, few shuffle partitions."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def source_stream(spark: Any, config: MirrorConfig) -> Any:
+    """The streaming DataFrame of the topics (Spark's kafka schema)."""
+    from relay.spark.source import NAME, register
+
+    if config.source not in (NAME, "kafka"):
+        raise OptionError(f"source: expected {NAME} or kafka, got {config.source!r}")
+    if config.source == NAME:
+        register(spark)
+    reader = (
+        spark.readStream.format(config.source)
+        .option("kafka.bootstrap.servers", config.bootstrap_servers)
+        .option("subscribe", ",".join(config.topics))
+        .option("startingOffsets", config.starting_offsets)
+    )
+    if config.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+    for key, value in config.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
+def start(spark: Any, config: MirrorConfig) -> Any:
+    """Start the mirror query; returns the ``StreamingQuery``."""
+    from relay.spark.apply import apply_changes
+    from relay.spark.decode import changes
+
+    out, codec, tables = str(config.out), config.codec, list(config.tables) if config.tables else None
+
+    def apply_batch(batch: Any, batch_id: int) -> None:
+        applied = apply_changes(changes(batch, codec), out, tables)
+        log.info("micro-batch %d applied to %s", batch_id, applied or "no table")
+
+    writer = (
+        source_stream(spark, config)
+        .writeStream.foreachBatch(apply_batch)
+        .option("checkpointLocation", str(config.checkpoint))
+        .queryName("relay-mirror")
+    )
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+    return writer.start()
