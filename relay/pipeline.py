@@ -9,7 +9,9 @@ resume point — only once Kafka has accepted every record of it and of every ba
 - no loss: nothing is acked past an undelivered record; a retriable failure aborts the batches in
   flight, rolls the store back and resends after a backoff (``publish.retry``);
 - a record Kafka will never take stops the relay with a clear error (``RecordRejectedError``), unless
-  a dead-letter topic is configured — never a retry spin;
+  a dead-letter topic is configured — never a retry spin. Before it stops, the records sent before
+  the refused one are given ``publish.drain_seconds`` to land and the batches completed before it
+  are acked, so the saved position ends right before the refused record's batch;
 - fail closed: a mapping error (a key column missing from a table) stops the relay without acking.
 
 ``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: batches in flight
@@ -19,6 +21,7 @@ at the last acknowledged batch, and ``run`` returns normally.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +31,7 @@ from dataclasses import replace
 from mapping import Mapping
 from relay.codec import RecordEncoder
 from relay.config import RelayConfig
-from relay.errors import PublishError, RelayError
+from relay.errors import PublishError, RecordRejectedError, RelayError
 from relay.instance import CanalInstance, InstanceConfig
 from relay.positions import FilePositionStore, PositionStore, ResumePoint
 from relay.protocol import Entry, RowChange
@@ -112,8 +115,16 @@ class Relay:
         backoff = self.config.publish.retry.start(sleep=self._stopping.wait)
         try:
             while not self._stopping.is_set():
-                if self._step():
-                    backoff.reset()
+                try:
+                    if self._step():
+                        backoff.reset()
+                except PublishError as exc:
+                    # A delivery failure is handled just below; anything else raised while sending is a
+                    # topic that could not be checked or created (the broker is away): roll back, retry.
+                    if self.publisher.failed() is None:
+                        if not exc.retriable:
+                            raise
+                        self._retry(exc, backoff)
                 failed = self.publisher.failed()
                 if failed is not None:
                     self._recover(failed, backoff)
@@ -150,6 +161,7 @@ class Relay:
         return self._ack_delivered() > 0
 
     def _send(self, batch_id: int, entries: Sequence[Entry]) -> None:
+        """Encode and send one batch; every log line about it names its binlog positions (``where``)."""
         assert self._encoder is not None
         records: list[Record] = []
         rows = 0
@@ -163,8 +175,9 @@ class Relay:
         if new_topics:
             self.publisher.ensure_topics(new_topics)
         self._batch_rows[batch_id] = (len(records), rows, last_ms)
-        self.publisher.send(batch_id, records)
-        log.debug("batch %d: sent %d records (%d rows)", batch_id, len(records), rows)
+        where = _span(entries[0], entries[-1])
+        self.publisher.send(batch_id, records, where)
+        log.debug("batch %d (%s): sent %d records (%d rows)", batch_id, where, len(records), rows)
 
     def _ack_delivered(self) -> int:
         done: list[BatchHandle] = self.publisher.completed_prefix()
@@ -172,9 +185,7 @@ class Relay:
             point = self.instance.ack(handle.batch_id)
             records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
             self.stats.acked(records, rows, str(point), last_ms)
-            log.debug(
-                "batch %d: %d records delivered; acked, position %s saved", handle.batch_id, records, point
-            )
+            log.debug("%s: %d records delivered; acked, position %s saved", handle.label, records, point)
         return len(done)
 
     # -- failures --------------------------------------------------------------------------------
@@ -182,10 +193,14 @@ class Relay:
         error = failed.error
         assert error is not None
         if not error.retriable:
-            log.error(
-                "batch %d: %s — stopping, the position stays at %s", failed.batch_id, error, self._saved()
-            )
+            if isinstance(error, RecordRejectedError):
+                self._settle()
+            log.error("stopping: %s; the position stays at %s", error, self._saved())
             raise error
+        self._retry(error, backoff)
+
+    def _retry(self, error: PublishError, backoff: Backoff) -> None:
+        """Abort every batch in flight, roll the store back to the saved position, back off, go on."""
         aborted = self.publisher.abort_inflight()
         self.instance.rollback()
         for bid in aborted:
@@ -193,15 +208,25 @@ class Relay:
         self.stats.batches_rolled_back += len(aborted)
         self.stats.state = "retrying"
         log.warning(
-            "batch %d: %s; rolled back batches %s, position stays at %s; retrying after a backoff",
-            failed.batch_id,
+            "%s; rolled back batches %s, the position stays at %s; retrying after a backoff",
             error,
             aborted,
             self._saved(),
         )
         if not backoff.wait():  # sleeps on the stop event: a stop cuts the wait short
-            raise PublishError(f"gave up after retrying batch {failed.batch_id}: {error}") from error
+            raise PublishError(f"gave up retrying: {error}") from error
         self.stats.state = "running"
+
+    def _settle(self) -> None:
+        """Stopping on a refused record: let what was sent before it land, ack the batches before it.
+
+        The failed batch stays unacked (the position ends right before it); its records sent before
+        the refused one are delivered too, and published again, identically, after a restart.
+        """
+        left = self.publisher.flush(self.config.publish.drain_seconds)
+        self._ack_delivered()
+        if left:
+            log.warning("%d records sent before the refused one were not delivered in time", left)
 
     def _saved(self) -> str:
         return str(self.instance.last_saved or self.instance.start_point)
@@ -220,7 +245,11 @@ class Relay:
             aborted = self.publisher.abort_inflight()
             if aborted:
                 self.instance.rollback()
-                log.info("batches %s not acknowledged; they will be published again after a restart", aborted)
+                log.info(
+                    "batches %s not acknowledged; the position stays at %s: they will be published again",
+                    aborted,
+                    self._saved(),
+                )
         except RelayError as exc:
             log.warning("while abandoning the batches in flight: %s", exc)
 
@@ -231,14 +260,17 @@ class Relay:
             return
         self._next_status = now + self.config.status.interval_seconds
         fill = self.instance.store.fill()
+        store = self.instance.store.config
         saved = self.instance.last_saved
         data = self.stats.snapshot(
             instance=self.config.instance,
             source=self.config.source.address,
-            position=None if saved is None else replace(saved, source=None).to_json(),
+            position=None if saved is None else json.loads(replace(saved, source=None).to_json()),
             store_entries=fill.entries,
             store_bytes=fill.bytes,
-            store_budget=self.instance.store.config.memory_budget,
+            store_slots=store.buffer_size,
+            store_budget=store.memory_budget,
+            store_mode=store.batch_mode.value,
             inflight_batches=self.publisher.inflight(),
             mapping_version=self.mapping.version,
         )
@@ -246,3 +278,12 @@ class Relay:
             write_status(self.config.path(self.config.status.file), data)
         except OSError as exc:
             log.warning("cannot write the status file: %s", exc)
+
+
+def _span(first: Entry, last: Entry) -> str:
+    """``mysql-bin.000003:4567..9876``: the binlog positions of a batch's first and last entry."""
+    a, b = first.header, last.header
+    end = f"{b.logfile_offset}"
+    if b.logfile_name != a.logfile_name:
+        end = f"{b.logfile_name}:{end}"
+    return f"{a.logfile_name}:{a.logfile_offset}..{end}"

@@ -217,6 +217,12 @@ class BatchHandle:
     error: PublishError | None = None
     dead_lettered: int = 0
     aborted: bool = field(default=False, repr=False)
+    where: str = ""  # the batch's binlog positions, for log lines and error messages
+
+    @property
+    def label(self) -> str:
+        """``batch 12 (mysql-bin.000003:4567..9876)``: how every log line and error names the batch."""
+        return f"batch {self.batch_id} ({self.where})" if self.where else f"batch {self.batch_id}"
 
     @property
     def delivered(self) -> bool:
@@ -321,14 +327,15 @@ class KafkaPublisher:
 
     # -- sending --------------------------------------------------------------------------------------
 
-    def send(self, batch_id: int, records: Sequence[Record]) -> BatchHandle:
+    def send(self, batch_id: int, records: Sequence[Record], where: str = "") -> BatchHandle:
         """Produce every record of one batch; its handle completes when all are delivered.
 
+        ``where`` (the batch's binlog positions) goes into every log line and error about the batch.
         Raises the failure already known (fatal, or an earlier batch's) instead of sending more: after
         a failure the caller must ``abort_inflight()`` first.
         """
         self._check_usable()
-        handle = BatchHandle(batch_id, len(records), len(records))
+        handle = BatchHandle(batch_id, len(records), len(records), where=where)
         self._inflight.append(handle)
         for record in records:
             if handle.error is not None:
@@ -354,7 +361,7 @@ class KafkaPublisher:
                 return
             except PublishError as exc:
                 handle.fail(exc)
-                log.warning("batch %d: %s", handle.batch_id, exc)
+                log.warning("%s: %s", handle.label, exc)
                 return
         partition = record.partition
         if partition is None and record.key is not None:
@@ -384,8 +391,8 @@ class KafkaPublisher:
             except BufferError:
                 if time.monotonic() >= deadline:
                     waited = self._config.delivery_timeout_s
-                    log.error("batch %d: local producer queue stayed full", handle.batch_id)
-                    handle.fail(PublishError(f"batch {handle.batch_id}: local queue full for {waited:.0f}s"))
+                    log.error("%s: local producer queue stayed full", handle.label)
+                    handle.fail(PublishError(f"{handle.label}: local queue full for {waited:.0f}s"))
                     return
                 self.poll(0.1)  # serves delivery reports, which frees queue space
                 if handle.error is not None:
@@ -414,19 +421,20 @@ class KafkaPublisher:
             partition = reported
         verdict = classify(err, create_topics=self._config.create_topics)
         if verdict == "fatal":
-            self._set_fatal(err, handle.batch_id)
+            self._set_fatal(err, handle.label)
         elif verdict == "retriable":
-            log.warning(
-                "batch %d: delivery to %s [%s] failed, will retry the batch: %s",
-                handle.batch_id,
+            # Logged once per batch: an outage fails every record of it alike (a timeout fails hundreds).
+            log_failure = log.warning if handle.error is None else log.debug
+            log_failure(
+                "%s: delivery to %s [%s] failed, will retry the batch: %s",
+                handle.label,
                 record.topic,
                 partition,
                 _describe(err),
             )
             handle.fail(
                 PublishError(
-                    f"batch {handle.batch_id}: delivery to {record.topic} [{partition}] "
-                    f"failed: {_describe(err)}"
+                    f"{handle.label}: delivery to {record.topic} [{partition}] failed: {_describe(err)}"
                 )
             )
         elif self._config.dead_letter_topic and record.topic != self._config.dead_letter_topic:
@@ -439,7 +447,7 @@ class KafkaPublisher:
     ) -> None:
         key = record.key[:64] if record.key is not None else None
         message = (
-            f"batch {handle.batch_id}: record to topic {record.topic!r} partition {partition} "
+            f"{handle.label}: record to topic {record.topic!r} partition {partition} "
             f"key {key!r} size {record.size} bytes rejected: {_describe(err)}{context}"
         )
         log.error("%s", message)
@@ -476,8 +484,8 @@ class KafkaPublisher:
             (DEAD_LETTER_SIZE, str(record.size).encode()),
         )
         log.warning(
-            "batch %d: record to %s [%s] (%d bytes) rejected (%s); sent to dead-letter topic %s",
-            handle.batch_id,
+            "%s: record to %s [%s] (%d bytes) rejected (%s); sent to dead-letter topic %s",
+            handle.label,
             record.topic,
             partition,
             record.size,
@@ -510,12 +518,10 @@ class KafkaPublisher:
             return
         verdict = classify(err, create_topics=self._config.create_topics)
         if verdict == "fatal":
-            self._set_fatal(err, handle.batch_id)
+            self._set_fatal(err, handle.label)
         elif verdict == "retriable":
-            handle.fail(
-                PublishError(f"batch {handle.batch_id}: dead-letter delivery failed: {_describe(err)}")
-            )
-            log.warning("batch %d: dead-letter delivery failed: %s", handle.batch_id, _describe(err))
+            handle.fail(PublishError(f"{handle.label}: dead-letter delivery failed: {_describe(err)}"))
+            log.warning("%s: dead-letter delivery failed: %s", handle.label, _describe(err))
         else:
             self._reject(
                 handle,
@@ -525,9 +531,9 @@ class KafkaPublisher:
                 f" (and by the dead-letter topic {self._config.dead_letter_topic!r})",
             )
 
-    def _set_fatal(self, err: KafkaError, batch_id: int | None = None) -> None:
+    def _set_fatal(self, err: KafkaError, batch: str | None = None) -> None:
         if self._fatal is None:
-            where = f"batch {batch_id}: " if batch_id is not None else ""
+            where = f"{batch}: " if batch is not None else ""
             self._fatal = ProducerFatalError(f"{where}kafka producer failed fatally: {_describe(err)}")
             log.error("%s", self._fatal)
         for handle in self._inflight:
@@ -536,7 +542,7 @@ class KafkaPublisher:
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka's error callback (served inside poll): only fatal errors change anything here."""
         if err.fatal():
-            self._set_fatal(err, self._inflight[0].batch_id if self._inflight else None)
+            self._set_fatal(err, self._inflight[0].label if self._inflight else None)
         else:
             log.debug("kafka client: %s", _describe(err))
 
@@ -556,8 +562,8 @@ class KafkaPublisher:
         while self._inflight and self._inflight[0].delivered:
             handle = self._inflight.popleft()
             log.debug(
-                "batch %d: all %d records delivered (%d dead-lettered)",
-                handle.batch_id,
+                "%s: all %d records delivered (%d dead-lettered)",
+                handle.label,
                 handle.records,
                 handle.dead_lettered,
             )
@@ -585,6 +591,9 @@ class KafkaPublisher:
         their source sequence. A fatal error stays fatal.
         """
         ids = [h.batch_id for h in self._inflight]
+        labels = [h.label for h in self._inflight]
+        if not ids and not len(self._producer):
+            return []  # nothing to disown: keep the session (e.g. a clean stop after the drain)
         for handle in self._inflight:
             handle.aborted = True
         self._inflight.clear()
@@ -595,7 +604,7 @@ class KafkaPublisher:
         except KafkaException as exc:
             log.debug("purging the old producer: %s", _describe(exc.args[0]))
         if ids:
-            log.warning("aborted batches %s; they will be sent again", ids)
+            log.warning("aborted %s; they will be sent again", ", ".join(labels))
         return ids
 
     def flush(self, timeout: float) -> int:
@@ -613,8 +622,8 @@ class KafkaPublisher:
         self._closed = True
         left = self.flush(timeout)
         if left:
-            ids = [h.batch_id for h in self._inflight]
-            log.warning("closing the kafka publisher: %d records of batches %s undelivered", left, ids)
+            labels = ", ".join(h.label for h in self._inflight) or "no batch in flight"
+            log.warning("closing the kafka publisher: %d records undelivered (%s)", left, labels)
             self._producer.purge(in_queue=True, in_flight=True, blocking=True)
             self._producer.poll(0)
 

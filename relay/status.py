@@ -4,6 +4,11 @@
 status file every ``status.interval_seconds`` (written atomically), which ``relay status`` reads
 from another process. Lag in bytes needs the server: ``binlog_bytes_behind`` computes it from
 ``SHOW BINARY LOGS`` and the saved position.
+
+The publish rate is measured over the last ``RATE_WINDOW`` seconds, so it falls to 0 while nothing is
+acknowledged (a broker outage, an idle source) instead of repeating the last busy figure. Lag in
+seconds is the age of the last acknowledged change's binlog time while there is something left to
+publish; a relay whose saved position is the server's binlog end has no lag, however old that change.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from relay.binlog_source import inspect_server
 from relay.errors import RelayError
 from relay.positions import FilePositionStore
 
+RATE_WINDOW = 10.0  # seconds the publish rate is averaged over
+
 if TYPE_CHECKING:
     from relay.config import RelayConfig
 
@@ -37,7 +44,8 @@ class RelayStats:
     last_ack_time: float = 0.0
     state: str = "starting"
     error: str = ""
-    _window: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    # (time, records published by then): the samples of the last RATE_WINDOW seconds and one before
+    _window: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
 
     def acked(self, records: int, rows: int, position: str, event_ms: int) -> None:
         now = time.time()
@@ -48,13 +56,24 @@ class RelayStats:
         self.last_event_ms = max(self.last_event_ms, event_ms)
         self.last_ack_time = now
         self._window.append((now, self.records_published))
+        self._trim(now)
 
-    def publish_rate(self) -> float:
-        """Records per second over the recent acknowledgements."""
-        if len(self._window) < 2:
-            return 0.0
-        (t0, n0), (t1, n1) = self._window[0], self._window[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+    def _trim(self, now: float) -> None:
+        # Keep one sample at or before the window's start: it is the baseline the rate counts from.
+        while len(self._window) > 1 and self._window[1][0] <= now - RATE_WINDOW:
+            self._window.popleft()
+
+    def publish_rate(self, now: float | None = None) -> float:
+        """Records per second acknowledged over the last ``RATE_WINDOW`` seconds (0 when none were)."""
+        now = time.time() if now is None else now
+        self._trim(now)
+        start = now - RATE_WINDOW
+        base_time, base_count = self.started, 0
+        if self._window and self._window[0][0] <= start:
+            base_time, base_count = self._window[0]
+        elapsed = now - max(base_time, start)
+        published = self.records_published - base_count
+        return published / elapsed if elapsed > 0 and published > 0 else 0.0
 
     def lag_seconds(self) -> float | None:
         if not self.last_event_ms:
@@ -122,12 +141,16 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     point = FilePositionStore(config.path(config.positions.path)).load()
     pid = data.get("pid")
     alive = isinstance(pid, int) and pid_running(pid)
-    running = alive and data.get("state") not in ("stopped", "failed")
+    ended = data.get("state") in ("stopped", "failed")
+    running = alive and not ended
+    state = data.get("state", "never ran") if data else "never ran"
+    if data and not alive and not ended:
+        state = f"dead (killed while {state})"  # SIGKILL, OOM: the status file could not say so
     report: dict[str, Any] = {
         "instance": config.instance,
         "running": running,
         "pid": pid if running else None,
-        "state": data.get("state", "never ran") if running or data else "never ran",
+        "state": state,
         "error": data.get("error") or None,
         "position": str(point) if point else None,
         "position_time": _iso(point.timestamp / 1000) if point and point.timestamp else None,
@@ -135,9 +158,11 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "lag_bytes": None,
         "server_end": None,
         "store_entries": data.get("store_entries"),
+        "store_slots": data.get("store_slots"),
         "store_bytes": data.get("store_bytes"),
         "store_budget": data.get("store_budget"),
-        "publish_rate": data.get("publish_rate"),
+        "store_fill_percent": _fill_percent(data),
+        "publish_rate": data.get("publish_rate") if running else (0.0 if data else None),
         "batches_acked": data.get("batches_acked"),
         "batches_rolled_back": data.get("batches_rolled_back"),
         "status_updated": _iso(data["updated"]) if "updated" in data else None,
@@ -150,7 +175,21 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     report["server_end"] = f"{info.end[0]}:{info.end[1]}"
     if point is not None:
         report["lag_bytes"] = binlog_bytes_behind(info.binlogs, point.journal, point.offset)
+    if running and report["lag_bytes"] == 0:
+        report["lag_seconds"] = 0.0  # at the server's end: nothing to publish is waiting, however old
     return report
+
+
+def _fill_percent(data: dict[str, Any]) -> float | None:
+    """How full the store is: entries of its slots, and in MEMSIZE mode bytes of its budget too."""
+    entries, slots = data.get("store_entries"), data.get("store_slots")
+    if not isinstance(entries, int) or not isinstance(slots, int) or slots <= 0:
+        return None
+    fill = entries / slots
+    size, budget = data.get("store_bytes"), data.get("store_budget")
+    if data.get("store_mode") == "MEMSIZE" and isinstance(size, int) and isinstance(budget, int) and budget:
+        fill = max(fill, size / budget)
+    return round(100.0 * fill, 1)
 
 
 def _iso(seconds: float) -> str:

@@ -157,7 +157,10 @@ class _PacketReader:
         self._view = memoryview(self._buf)
         self._r = 0
         self._w = 0
-        self._last_data = time.monotonic()
+        # Seconds spent WAITING for data since the last bytes came. Time the caller spends away (the
+        # parser blocked on a full store while Kafka is down) is no silence of the server: its
+        # heartbeats wait in the socket buffer, or TCP flow control holds them back.
+        self._silent = 0.0
 
     def next(self, timeout: float | None) -> bytes | None:
         r, w, buf = self._r, self._w, self._buf
@@ -194,12 +197,11 @@ class _PacketReader:
             self._compact(need)
         while self._w - self._r < need:
             now = time.monotonic()
-            silent_until = self._last_data + self._read_timeout
-            if now >= silent_until:
+            if self._silent >= self._read_timeout:
                 raise SourceConnectionError(
                     f"no data from the server for {self._read_timeout:g} s (heartbeats stopped)"
                 )
-            wait = silent_until - now
+            wait = self._read_timeout - self._silent
             if deadline is not None:
                 if now >= deadline:
                     return False
@@ -208,13 +210,14 @@ class _PacketReader:
                 self._sock.settimeout(wait)
                 got = self._sock.recv_into(self._view[self._w :])
             except TimeoutError:
+                self._silent += time.monotonic() - now
                 continue  # the loop decides: caller's deadline or server silence
             except OSError as exc:
                 raise SourceConnectionError(f"connection lost: {exc}") from exc
             if got == 0:
                 raise SourceConnectionError("connection closed by the server")
             self._w += got
-            self._last_data = time.monotonic()
+            self._silent = 0.0
         return True
 
     def _compact(self, need: int) -> None:

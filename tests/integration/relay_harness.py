@@ -8,6 +8,11 @@ reading stops on a condition with a deadline, not at the end offset).
 from __future__ import annotations
 
 import json
+import random
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -197,3 +202,218 @@ def apply_records(records: list[Rec]) -> dict[str, dict[str, str | None]]:
 
 def expected_partition(key: bytes, partitions: int) -> int:
     return partition_for_key(key, partitions)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fault tests: the relay as a child process, a background writer, conditions with deadlines
+# ---------------------------------------------------------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(probe: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``probe`` until it holds; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(interval)
+
+
+class RelayProcess:
+    """``relay run -c CFG`` as a child process; its stderr (the log) appended to ``log_path``."""
+
+    def __init__(self, cfg: Path, log_path: Path) -> None:
+        from relay.config import load_config
+
+        self.cfg = cfg
+        self.log_path = log_path
+        config = load_config(cfg)
+        self.status_path = config.path(config.status.file)
+        self.position_path = config.path(config.positions.path)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def start(self) -> RelayProcess:
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "relay.cli", "run", "-c", str(self.cfg)],
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.started = time.monotonic()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.popen is not None
+        return self.popen.wait(timeout)
+
+    def stop(self) -> None:
+        """Make sure the child is gone (test clean-up): SIGKILL if it still runs."""
+        if self.alive():
+            self.signal(signal.SIGKILL)
+            self.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def status(self) -> dict[str, Any]:
+        """This process's status file ({} while the file is absent or written by an earlier process)."""
+        try:
+            data = json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) and data.get("pid") == self.pid else {}
+
+    def position(self) -> str:
+        """The saved position file's text ("" before the first save)."""
+        try:
+            return self.position_path.read_text()
+        except FileNotFoundError:
+            return ""
+
+
+class Writer(threading.Thread):
+    """Writes row changes to the sharded ``orders`` tables until stopped, counting committed row changes.
+
+    A mix of single and multi-row inserts, updates (single and multi-row) and deletes, some in
+    multi-statement transactions, paced at about ``rate`` statements a second. ``changes`` counts
+    affected rows (``cursor.execute``'s return value) of committed statements only.
+    """
+
+    def __init__(
+        self, service: Any, prefix: str, shards: int, tables: int, *, rate: float = 400.0, seed: int = 1
+    ) -> None:
+        super().__init__(name=f"writer-{prefix}", daemon=True)
+        self.service, self.prefix, self.shards, self.tables = service, prefix, shards, tables
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.changes = 0
+        self.statements = 0
+        self.error: BaseException | None = None
+        self.halt = threading.Event()
+        self._next_id = 1
+        self._live: dict[int, str] = {}  # id -> its physical table
+
+    def stop(self) -> int:
+        """Stop writing; returns the committed row changes."""
+        self.halt.set()
+        self.join(30)
+        assert not self.is_alive(), "the writer did not stop"
+        if self.error is not None:
+            raise self.error
+        return self.changes
+
+    def run(self) -> None:
+        try:
+            conn = self.service.connect()
+            try:
+                with conn.cursor() as cur:
+                    while not self.halt.wait(1.0 / self.rate):
+                        self._write_one(cur)
+            finally:
+                conn.close()
+        except BaseException as exc:
+            self.error = exc
+
+    def _pick_table(self) -> str:
+        d, t = self.rng.randrange(self.shards), self.rng.randrange(self.tables)
+        return f"{self.prefix}_{d:02d}.orders_{t:02d}"
+
+    def _write_one(self, cur: Any) -> None:
+        op = self.rng.random()
+        if op < 0.2:
+            cur.execute("BEGIN")
+            n = self._insert_rows(cur, 1) + self._update_rows(cur, 3)
+            n += self._insert_rows(cur, 2) + self._delete_row(cur)
+            cur.execute("COMMIT")
+        elif op < 0.5:
+            n = self._insert_rows(cur, self.rng.randint(1, 4))
+        elif op < 0.8:
+            n = self._update_rows(cur, 1)
+        else:
+            n = self._delete_row(cur)
+        self.changes += n
+        self.statements += 1
+
+    def _insert_rows(self, cur: Any, rows: int) -> int:
+        table = self._pick_table()
+        ids = list(range(self._next_id, self._next_id + rows))
+        self._next_id += rows
+        values = [(i, "NEW", f"{i % 1000}.25", self.rng.choice([None, "", "note ü", "x" * 40])) for i in ids]
+        marks = ", ".join(["(%s, %s, %s, %s)"] * rows)
+        n = int(cur.execute(f"INSERT INTO {table} VALUES {marks}", [v for row in values for v in row]))
+        self._live.update(dict.fromkeys(ids, table))
+        return n
+
+    def _update_rows(self, cur: Any, rows: int) -> int:
+        if not self._live:
+            return 0
+        table = self.rng.choice(list(self._live.values()))
+        ids = [i for i, t in self._live.items() if t == table][-rows:]
+        marks = ", ".join(["%s"] * len(ids))
+        status = self.rng.choice(["PAID", "SHIPPED", "DONE"])
+        sql = f"UPDATE {table} SET amount = amount + 1, status = %s WHERE id IN ({marks})"
+        return int(cur.execute(sql, [status, *ids]))
+
+    def _delete_row(self, cur: Any) -> int:
+        if len(self._live) < 20:
+            return 0
+        ident = self.rng.choice(list(self._live))
+        table = self._live.pop(ident)
+        return int(cur.execute(f"DELETE FROM {table} WHERE id = %s", (ident,)))
+
+
+def row_sequences(records: list[Rec]) -> set[int]:
+    return {int(r.json["sequence"]) for r in records if not r.json["isDdl"]}
+
+
+def check_exact_repeats(records: list[Rec]) -> int:
+    """Every repeated sequence is a byte-identical re-publication; returns how many repeats there are."""
+    first: dict[tuple[int, int | None], Rec] = {}
+    repeats = 0
+    for rec in records:
+        msg = rec.json
+        ident = (int(msg["sequence"]), rec.partition if msg["isDdl"] else None)
+        seen = first.setdefault(ident, rec)
+        if seen is rec:
+            continue
+        repeats += 1
+        assert (rec.key, rec.value, rec.headers, rec.partition) == (
+            seen.key,
+            seen.value,
+            seen.headers,
+            seen.partition,
+        ), f"sequence {ident[0]} re-published with different content"
+    return repeats
+
+
+def distinct_rows_at_least(count: int) -> Callable[[list[Rec]], bool]:
+    """A ``read_topic`` condition: ``count`` distinct row sequences, looking at each record once."""
+    seen: set[int] = set()
+    looked = 0
+
+    def until(records: list[Rec]) -> bool:
+        nonlocal looked
+        for rec in records[looked:]:
+            msg = rec.json
+            if not msg["isDdl"]:
+                seen.add(int(msg["sequence"]))
+        looked = len(records)
+        return len(seen) >= count
+
+    return until

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -476,3 +477,17 @@ def test_stream_config_validation() -> None:
         StreamConfig(host="h", heartbeat_seconds=30, read_timeout=10)
     with pytest.raises(ConfigError, match="server_id"):
         StreamConfig(host="h", server_id=0)
+
+
+def test_reader_does_not_count_time_the_caller_was_away_as_server_silence(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    # The parser blocks on a full store (Kafka down) for longer than read_timeout: the data that came
+    # meanwhile, or a heartbeat just after, must be read, not taken for a dead connection.
+    ours, server = pair
+    reader = _PacketReader(ours, read_timeout=0.2)
+    assert reader.next(0.05) is None
+    time.sleep(0.3)  # the caller is busy elsewhere, longer than read_timeout
+    assert reader.next(0.05) is None  # only 0.1 s of actual waiting so far
+    server.sendall(packets(b"\x00late heartbeat"))
+    assert reader.next(0.05) == b"\x00late heartbeat"
