@@ -1,0 +1,314 @@
+"""Mapping stores: where the current mapping and every earlier version live, behind one interface.
+
+Owns ``MappingStore`` (the interface the CLI editor, the relay's reload watcher and ``replay`` use),
+the version rules, the history record format and ``FileMappingStore`` (the default: the YAML file plus
+a sidecar history directory ``<file>.history/NNNNNNNN.yaml``). ``mapping.store_zk`` holds the ZooKeeper
+node store; ``open_store`` picks one from settings. Methods run on the caller's thread (CLI, relay
+startup, the relay's publisher thread when it polls for a change); they hand back ``Mapping`` values.
+
+Version rules, the same for every store:
+
+- ``write(mapping, expected=N)`` stores ``mapping`` as version N + 1, but only if the stored version is
+  still N (compare-and-set): otherwise ``MappingConflictError`` and nothing is stored. An edit is
+  therefore based on the version it read, and of two concurrent edits one wins and one is refused.
+- Every stored version is kept in the history (the version a store started from included, so a
+  rollback can reach it). ``rollback`` is an edit: it stores an old version's content as a new version.
+- A mapping is valid by construction: an invalid one cannot reach ``write`` (``parse_mapping`` raised).
+
+A history record is the mapping's canonical YAML under one first comment line
+``# relay-mapping {"version": N, "saved": "<UTC ISO time>", "by": "<user@host>", "note": "..."}``,
+so every version is also a plain mapping file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import getpass
+import json
+import os
+import re
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from mapping.load import dump_mapping, load_mapping, parse_mapping
+from mapping.model import Mapping
+from relay.errors import MappingError
+
+__all__ = [
+    "FileMappingStore",
+    "MappingConflictError",
+    "MappingStore",
+    "MappingStoreError",
+    "VersionInfo",
+    "atomic_write",
+    "history_text",
+    "open_store",
+    "parse_history_header",
+]
+
+_HEADER = re.compile(r"#\s*relay-mapping\s+(\{.*\})\s*$")
+
+
+class MappingConflictError(MappingError):
+    """A compare-and-set lost: the stored mapping changed since the edit read it. Nothing was stored;
+    read the new version and edit again."""
+
+
+class MappingStoreError(MappingError):
+    """The store cannot be read or written (I/O, ZooKeeper connection, permissions)."""
+
+    def __init__(self, key: str, problem: str, *, retriable: bool = False) -> None:
+        super().__init__(key, problem)
+        self.retriable = retriable
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a store's history (``saved``/``by``/``note`` empty when not recorded)."""
+
+    version: int
+    saved: str = ""
+    by: str = ""
+    note: str = ""
+
+
+class MappingStore(Protocol):
+    """Where mappings are kept. Implementations: ``FileMappingStore``, ``ZooKeeperMappingStore``."""
+
+    @property
+    def name(self) -> str:
+        """What it is, for messages: ``file conf/mapping.yaml``, ``zookeeper host:2181/relay/mapping``."""
+        ...
+
+    def exists(self) -> bool:
+        """Whether a mapping is stored at all (``create`` the first version if not)."""
+        ...
+
+    def read(self) -> Mapping:
+        """The current mapping; ``InvalidMappingError`` if the stored text is invalid."""
+        ...
+
+    def create(self, mapping: Mapping, *, note: str = "") -> Mapping:
+        """Store the first version (``mapping.version`` as it is); refused when a mapping exists."""
+        ...
+
+    def write(self, mapping: Mapping, *, expected: int, note: str = "") -> Mapping:
+        """Store ``mapping`` as version ``expected + 1`` if the current version is ``expected``."""
+        ...
+
+    def history(self) -> list[VersionInfo]:
+        """Every stored version, oldest first."""
+        ...
+
+    def version(self, number: int) -> Mapping:
+        """The mapping stored as version ``number``; ``MappingError`` naming ``version`` if unknown."""
+        ...
+
+    def fingerprint(self) -> object:
+        """A cheap token that changes when the stored mapping may have changed (no parsing)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def history_text(mapping: Mapping, note: str = "", saved: datetime | None = None) -> str:
+    """The text a store keeps for one version: the header comment line + canonical YAML."""
+    meta = {
+        "version": mapping.version,
+        "saved": (saved or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "by": _who(),
+        "note": note,
+    }
+    return f"# relay-mapping {json.dumps(meta, ensure_ascii=False)}\n{dump_mapping(mapping)}"
+
+
+def parse_history_header(text: str, version: int) -> VersionInfo:
+    """The ``VersionInfo`` of a stored text (only ``version`` when it has no header line)."""
+    first = text.split("\n", 1)[0]
+    match = _HEADER.match(first)
+    if match is None:
+        return VersionInfo(version)
+    try:
+        meta = json.loads(match.group(1))
+    except ValueError:
+        return VersionInfo(version)
+    return VersionInfo(
+        version, str(meta.get("saved", "")), str(meta.get("by", "")), str(meta.get("note", ""))
+    )
+
+
+def conflict(where: str, expected: int, found: int) -> MappingConflictError:
+    return MappingConflictError(
+        where,
+        f"the mapping changed while you edited it: your edit is based on version {expected}, "
+        f"the stored version is now {found}; nothing was stored (read it again and redo the edit)",
+    )
+
+
+def unknown_version(number: int, known: list[int]) -> MappingError:
+    shown = ", ".join(str(v) for v in known) or "none"
+    return MappingError("version", f"no stored version {number} (stored versions: {shown})")
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+# --- the YAML file ---------------------------------------------------------------------------
+
+
+class FileMappingStore:
+    """The mapping file itself, edited under an exclusive lock, with a sidecar history directory.
+
+    Writes are atomic (temp file + fsync + rename, then the directory fsync): a reader — the relay's
+    watcher — sees the old file or the new one. The history record is written before the file, so the
+    current version is always in the history once the store has been written through.
+    A lock file ``.<name>.lock`` next to the mapping serialises writers (``flock``): the version check
+    and the write happen under it, which makes ``write`` a compare-and-set between processes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.history_dir = self.path.with_name(self.path.name + ".history")
+        self._lock_path = self.path.with_name(f".{self.path.name}.lock")
+
+    @property
+    def name(self) -> str:
+        return f"file {self.path}"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def read(self) -> Mapping:
+        return load_mapping(self.path)
+
+    def create(self, mapping: Mapping, *, note: str = "") -> Mapping:
+        with self._locked():
+            if self.path.exists():
+                raise MappingStoreError(str(self.path), "a mapping is already stored here; edit it instead")
+            text = history_text(mapping, note)
+            atomic_write(self._history_file(mapping.version), text)
+            atomic_write(self.path, text)
+        return mapping
+
+    def write(self, mapping: Mapping, *, expected: int, note: str = "") -> Mapping:
+        with self._locked():
+            current = self.read()
+            if current.version != expected:
+                raise conflict(str(self.path), expected, current.version)
+            self._keep_original(current)
+            new = mapping.with_version(expected + 1)
+            text = history_text(new, note)
+            atomic_write(self._history_file(new.version), text)
+            atomic_write(self.path, text)
+        return new
+
+    def history(self) -> list[VersionInfo]:
+        out: dict[int, VersionInfo] = {}
+        for number, path in self._history_files():
+            out[number] = parse_history_header(_read(path), number)
+        with contextlib.suppress(MappingError):
+            current = self.read().version
+            out.setdefault(current, VersionInfo(current))  # never written through the store yet
+        return [out[v] for v in sorted(out)]
+
+    def version(self, number: int) -> Mapping:
+        path = self._history_file(number)
+        if path.exists():
+            return parse_mapping(_read(path), source=str(path))
+        current = self.read()
+        if current.version == number:
+            return current
+        raise unknown_version(number, [v.version for v in self.history()])
+
+    def fingerprint(self) -> object:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def close(self) -> None:
+        pass
+
+    # -- internals ------------------------------------------------------------------------------
+    def _history_file(self, number: int) -> Path:
+        return self.history_dir / f"{number:08d}.yaml"
+
+    def _history_files(self) -> Iterator[tuple[int, Path]]:
+        if not self.history_dir.is_dir():
+            return
+        for path in self.history_dir.glob("*.yaml"):
+            if path.stem.isdigit():
+                yield int(path.stem), path
+
+    def _keep_original(self, current: Mapping) -> None:
+        """Before the first write through the store, keep the file as it is (comments included)."""
+        target = self._history_file(current.version)
+        if not target.exists():
+            atomic_write(target, _read(self.path))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise MappingStoreError(str(self._lock_path), f"cannot open the lock file: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MappingStoreError(str(path), f"cannot read: {exc}") from exc
+
+
+def atomic_write(target: Path, text: str) -> None:
+    """Replace ``target`` with ``text``: temp file + fsync + rename + directory fsync."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise MappingStoreError(str(target), f"cannot write: {exc}") from exc
+
+
+def open_store(kind: str, file: str | os.PathLike[str], zookeeper: object = None) -> MappingStore:
+    """The store named by settings: ``file`` (the YAML file) or ``zookeeper`` (a ``ZooKeeperStoreConfig``)."""
+    if kind == "file":
+        return FileMappingStore(file)
+    if kind == "zookeeper":
+        from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
+
+        if not isinstance(zookeeper, ZooKeeperStoreConfig):
+            raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
+        return ZooKeeperMappingStore(zookeeper)
+    raise MappingStoreError("mapping.store", f"unknown store {kind!r}; known: file, zookeeper")

@@ -1,0 +1,172 @@
+"""Hot reload: notice a new mapping version in a store, validate it, and say when it may be switched to.
+
+Owns ``MappingWatcher`` (polled by the relay's publisher thread at each batch boundary: a cheap
+fingerprint compare — a ``stat`` of the file, or the node version kazoo's data watch recorded — and a
+read + validation only when it changed) and ``SwitchGate`` (the rule for WHEN a relay may switch).
+Hands the relay a validated ``Mapping``; an invalid or unreadable new version is logged once, naming
+the offending keys, and the relay keeps the mapping it has (fail closed: it never guesses).
+
+The switch rule, "no record is published under both mappings": a batch is encoded entirely under one
+mapping, and the relay switches only when the pipeline is quiet —
+
+1. no batch is in flight (every record sent under the old mapping has been delivered and acked), and
+2. everything taken from the store before the last rollback has been acknowledged again.
+
+Rule 2 matters because a batch that failed may have been partly delivered before it was rolled back:
+re-encoding it under the new mapping would put some of its changes in the old topic AND the new one.
+So after a rollback the relay re-delivers the rolled-back range under the old mapping first (a
+re-publication to the same topic with the same sequence, which consumers de-duplicate), and switches
+after. While a switch is pending and the range is settled, the relay takes no new batch, so the
+batches in flight drain and the switch happens within about one delivery round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from mapping.checks import InvalidMappingError
+from mapping.diff import logical_changes
+from mapping.model import Mapping
+from mapping.store import MappingStore
+from relay.errors import MappingError
+
+__all__ = ["MappingWatcher", "SwitchGate", "check_against_tables"]
+
+log = logging.getLogger(__name__)
+_UNREAD = object()
+
+
+class MappingWatcher:
+    """Watches one store on behalf of one relay. Not thread-safe: one caller thread (the relay's)."""
+
+    def __init__(
+        self,
+        store: MappingStore,
+        current: Mapping,
+        *,
+        interval_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self._current = current
+        self._interval = interval_seconds
+        self._clock = clock
+        self._next_check = 0.0
+        # Unread: the first check reads the store, so a version stored between the relay's own read
+        # and this watcher's start is not missed (an equal mapping is no switch).
+        self._fingerprint: object = _UNREAD
+        store.fingerprint()  # start watching now (a ZooKeeper data watch)
+        self._refused: object = None  # the fingerprint of a version already reported as invalid
+        self.rejected: MappingError | None = None  # the last refusal, for status and tests
+
+    def current(self) -> Mapping:
+        return self._current
+
+    def poll(self) -> Mapping | None:
+        """A new, valid mapping different from the current one, or None. Cheap when nothing changed."""
+        now = self._clock()
+        if now < self._next_check:
+            return None
+        self._next_check = now + self._interval
+        fingerprint = self.store.fingerprint()
+        if fingerprint == self._fingerprint:
+            return None
+        if fingerprint is None:  # nothing stored (file or node absent): keep what runs, say so once
+            self._fingerprint = None
+            log.warning("no mapping in %s; keeping version %d", self.store.name, self._current.version)
+            return None
+        try:
+            new = self.store.read()
+        except MappingError as exc:
+            self._refuse(fingerprint, exc)
+            return None
+        self._fingerprint = fingerprint
+        self.rejected = None
+        if new == self._current:
+            return None
+        return new
+
+    def refuse(self, new: Mapping, error: MappingError) -> None:
+        """The relay found ``new`` unusable for its live tables: keep the current one, say why once."""
+        self.rejected = error
+        log.error(
+            "refused mapping version %d from %s; keeping version %d: %s",
+            new.version,
+            self.store.name,
+            self._current.version,
+            error,
+        )
+
+    def accept(self, new: Mapping) -> None:
+        """The relay switched to ``new``: log old → new version and what changed."""
+        old = self._current
+        self._current = new
+        log.info(
+            "mapping switched from version %d to version %d (%s)", old.version, new.version, self.store.name
+        )
+        for line in logical_changes(old, new):
+            log.info("mapping change: %s", line)
+
+    def _refuse(self, fingerprint: object, exc: MappingError) -> None:
+        self.rejected = exc
+        if exc.retriable:  # the store is unreachable: try again at the next check, say so once
+            if self._refused != ("unreachable",):
+                log.warning(
+                    "cannot read the mapping from %s, keeping version %d: %s",
+                    self.store.name,
+                    self._current.version,
+                    exc,
+                )
+                self._refused = ("unreachable",)
+            return
+        self._fingerprint = fingerprint  # do not re-read the same bad version at every check
+        if self._refused != fingerprint:
+            log.error(
+                "refused the new mapping in %s; keeping version %d: %s",
+                self.store.name,
+                self._current.version,
+                exc,
+            )
+            self._refused = fingerprint
+
+
+class SwitchGate:
+    """When a relay may switch mappings (see the module docstring). Store sequences, not batch ids."""
+
+    def __init__(self) -> None:
+        self._settle_to = -1  # the highest store get sequence taken before the last rollback
+
+    def rolled_back(self, get_sequence: int) -> None:
+        """Call right before rolling the store back, with the store's get sequence at that moment."""
+        self._settle_to = max(self._settle_to, get_sequence)
+
+    def settled(self, ack_sequence: int) -> bool:
+        """Everything taken before the last rollback has been acknowledged again."""
+        return ack_sequence >= self._settle_to
+
+    def may_switch(self, inflight: int, ack_sequence: int) -> bool:
+        return inflight == 0 and self.settled(ack_sequence)
+
+    def hold_new_batches(self, pending: bool, ack_sequence: int) -> bool:
+        """With a switch pending: stop taking batches once the rolled-back range is settled, so that
+        the batches in flight drain. Before that, batches must still be taken to re-deliver it."""
+        return pending and self.settled(ack_sequence)
+
+
+def check_against_tables(
+    new: Mapping, tables: Iterable[tuple[str, str, Sequence[str] | None]]
+) -> InvalidMappingError | None:
+    """What static checks cannot see: the tables the relay already publishes, resolved under ``new`` —
+    a table two logical tables now claim, a topic template that expands to a bad name, a key column
+    the table lacks. ``tables`` are (db, table, column names or None when unknown). None: all fine."""
+    errors: list[MappingError] = []
+    for db, table, columns in tables:
+        try:
+            route = new.resolve(db, table)
+            if route is not None and columns is not None:
+                route.check_columns(columns)
+        except MappingError as exc:
+            errors.extend(getattr(exc, "errors", (exc,)))
+    return InvalidMappingError(f"mapping version {new.version}", errors) if errors else None
