@@ -1,5 +1,6 @@
-"""Resume points, and the contract every position store must keep (file and memory backends here;
-the ZooKeeper and Kafka stores join the ``store`` fixture's parameters when they exist)."""
+"""Resume points, and the contract every position store must keep (``tests/position_contract.py``), run
+here against the file and memory backends; ``tests/integration/test_positions_zk.py`` runs the same
+contract against the ZooKeeper store on a real server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from relay.positions import (
     MemoryPositionStore,
     PositionStore,
     ResumePoint,
-    SourceIdentity,
     resume_after,
 )
 from relay.protocol import (
@@ -29,6 +29,12 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
+from tests.position_contract import (  # noqa: F401  (the shared contract, run against this module's stores)
+    POINT,
+    test_contract_empty_store_loads_none,
+    test_contract_last_save_wins,
+    test_contract_save_then_load_round_trips,
+)
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -37,34 +43,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PositionSt
         yield FilePositionStore(tmp_path / "sub" / "instance.json")
     else:
         yield MemoryPositionStore()
-
-
-POINT = ResumePoint(
-    journal="mysql-bin.000003",
-    offset=1234,
-    skip=2,
-    gtid_set="0-1-17",
-    gtid="0-1-18",
-    timestamp=1763700000000,
-    server_id=1,
-    source=SourceIdentity("127.0.0.1", 3306, 1, ""),
-)
-
-
-def test_contract_empty_store_loads_none(store: PositionStore) -> None:
-    assert store.load() is None
-
-
-def test_contract_save_then_load_round_trips(store: PositionStore) -> None:
-    store.save(POINT)
-    assert store.load() == POINT
-
-
-def test_contract_last_save_wins(store: PositionStore) -> None:
-    store.save(POINT)
-    later = ResumePoint(journal="mysql-bin.000004", offset=4)
-    store.save(later)
-    assert store.load() == later
 
 
 def test_file_store_is_readable_json_naming_the_source(tmp_path: Path) -> None:

@@ -1,0 +1,323 @@
+"""High availability on real ZooKeeper, real MariaDB and the real broker, relays as child processes.
+
+- Leadership fencing on a ZooKeeper of its own: frozen (SIGSTOP), the leader's session goes SUSPENDED
+  and the leader is fenced within the session timeout — before any standby could be elected.
+- SIGKILL of the active relay under load, twice, three relays: a standby takes over within the session
+  timeout plus a few seconds, the epoch grows, nothing is lost, every repeat is an exact copy;
+  ``relay status`` names the active relay, the standbys and the epoch.
+- A relay frozen (SIGSTOP) until its session expired and a standby took over, then resumed: it sends
+  nothing, acks nothing, moves no position, and exits with status 3.
+
+Every wait is a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from relay import embedded
+from relay.embedded import KafkaService, ZooKeeperService
+from relay.errors import LeadershipError, ServiceError
+from relay.ha import HAConfig, Layout, Leadership
+from relay.positions_zk import read_position_node
+from tests.integration.relay_harness import (
+    REPO_ROOT,
+    Rec,
+    RelayProcess,
+    Writer,
+    apply_records,
+    check_exact_repeats,
+    create_shards,
+    drop_shards,
+    read_topic,
+    row_sequences,
+    select_orders,
+    wait_for,
+    write_configs,
+)
+
+SHARDS, TABLES = 2, 2
+SESSION = 4.0  # ZooKeeper's minimum with tickTime=2000: two ticks
+
+
+def master_position(conn: Any) -> tuple[str, int]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    return str(row[0]), int(row[1])
+
+
+@dataclass
+class Cluster:
+    """Relays of one instance, each with its own directory (config, status file), sharing ZooKeeper."""
+
+    prefix: str
+    tmp: Path
+    mysql: Any
+    bootstrap: str
+    zk: ZooKeeperService
+    root: str
+    conn: Any
+    start: tuple[str, int]
+    procs: list[RelayProcess] = field(default_factory=list)
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}.orders"
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root, self.prefix)
+
+    def config(self, i: int) -> Path:
+        return write_configs(
+            self.tmp / f"r{i}",
+            mysql=self.mysql,
+            bootstrap=self.bootstrap,
+            mapping=_mapping(self.prefix),
+            start=self.start,
+            instance=self.prefix,
+            include=f"{self.prefix}_\\d+\\..*",
+            extra={
+                "ha": {
+                    "enabled": True,
+                    "zookeeper": self.zk.hosts,
+                    "root": self.root,
+                    "session_timeout_seconds": SESSION,
+                    "member_id": f"relay-{i}",
+                },
+                "positions": {"backend": "zookeeper"},
+                # One record per producer batch: Tansu's high watermark is then exact (the records of a
+                # partition's last multi-record batch are otherwise not served to consumers).
+                "kafka": {"settings": {"batch.num.messages": "1"}},
+                "store": {"buffer_size": 256, "batch_mode": "ITEMSIZE"},
+                "publish": {
+                    "batch_size": 32,
+                    "drain_seconds": 5.0,
+                    "retry": {"initial": 0.2, "maximum": 2.0},
+                },
+                "logging": {"level": "DEBUG"},
+            },
+        )
+
+    def relay(self, i: int) -> RelayProcess:
+        proc = RelayProcess(self.config(i), self.tmp / f"relay{i}.log").start()
+        self.procs.append(proc)
+        return proc
+
+    def active(self) -> RelayProcess | None:
+        running = [p for p in self.procs if p.alive() and p.status().get("state") == "running"]
+        assert len(running) <= 1, f"two relays report running: {[p.pid for p in running]}"
+        return running[0] if running else None
+
+    def read(self, changes: int) -> list[Rec]:
+        return read_topic(self.bootstrap, self.topic, until=distinct_changes(changes), timeout=90)
+
+    def assert_complete(self, records: list[Rec], changes: int) -> int:
+        assert len(row_sequences(records)) == changes
+        assert apply_records(records) == select_orders(self.conn, self.prefix, SHARDS, TABLES)
+        return check_exact_repeats(records)
+
+
+def distinct_changes(wanted: int) -> Callable[[list[Rec]], bool]:
+    """``read_topic``'s condition: ``wanted`` distinct row sequences, parsing each record once (it is
+    asked after every record: re-parsing them all each time would make the read quadratic)."""
+    seen: set[int] = set()
+    done = 0
+
+    def until(records: list[Rec]) -> bool:
+        nonlocal done
+        seen.update(row_sequences(records[done:]))
+        done = len(records)
+        return len(seen) >= wanted
+
+    return until
+
+
+def _mapping(prefix: str) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "topics": {"partitions": 3, "create": True},
+        "unmapped": {"action": "drop"},
+        "logical_dbs": {
+            prefix: {
+                "physical": [f"{prefix}_\\d+"],
+                "tables": {"orders": {"physical": ["orders_\\d+"], "topic": f"{prefix}.orders"}},
+            }
+        },
+    }
+
+
+@pytest.fixture
+def cluster(
+    mysql_service: Any, kafka_service: KafkaService, zk_service: ZooKeeperService, tmp_path: Path
+) -> Iterator[Cluster]:
+    prefix = f"ha{time.monotonic_ns() % 10**8}"
+    conn = mysql_service.connect()
+    create_shards(conn, prefix, SHARDS, TABLES)
+    made = Cluster(
+        prefix,
+        tmp_path,
+        mysql_service,
+        kafka_service.bootstrap_servers,
+        zk_service,
+        f"/relay-test/{uuid.uuid4().hex}",
+        conn,
+        master_position(conn),
+    )
+    yield made
+    for proc in made.procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.stop()
+    drop_shards(conn, prefix, SHARDS)
+    conn.close()
+
+
+def acked_beyond(proc: RelayProcess, batches: int) -> Callable[[], bool]:
+    return lambda: int(proc.status().get("batches_acked", 0)) > batches
+
+
+def relay_status(cfg: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "status", "--json", "-c", str(cfg)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return dict(json.loads(out.stdout))
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_suspended_session_fences_the_leader_before_anyone_else_can_lead(tmp_path: Path) -> None:
+    try:
+        running = embedded.start_zookeeper(embedded.StartOptions(tmp_path / "zk"))
+    except ServiceError as exc:
+        pytest.skip(f"no embedded ZooKeeper to freeze: {exc}")
+    try:
+        config = HAConfig(enabled=True, zookeeper=running.service.hosts, session_timeout_seconds=SESSION)
+        leader = Leadership(config, "frozen")
+        leader.start()
+        assert leader.acquire(threading.Event())
+        leader.check()
+        assert leader.fenced() is None
+        os.kill(running.process.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            wait_for(
+                lambda: leader.fenced() is not None, SESSION, "the leader fenced while ZooKeeper is frozen"
+            )
+            took = time.monotonic() - frozen
+            with pytest.raises(LeadershipError, match="no longer the active relay"):
+                leader.guard()
+        finally:
+            os.kill(running.process.pid, signal.SIGCONT)
+        # A standby can only be elected once the session has expired: after the session timeout.
+        assert took < SESSION, f"fenced only after {took:.1f}s"
+        leader.close()
+    finally:
+        running.stop(remove_dir=True)
+
+
+def test_sigkill_of_the_active_relay_under_load_a_standby_takes_over_and_nothing_is_lost(
+    cluster: Cluster,
+) -> None:
+    writer = Writer(cluster.mysql, cluster.prefix, SHARDS, TABLES, rate=250.0, seed=3)
+    writer.start()
+    for i in range(3):
+        cluster.relay(i)
+    wait_for(lambda: cluster.active() is not None, 60, "one relay elected and running")
+    wait_for(
+        lambda: sum(p.status().get("state") == "standby" for p in cluster.procs) == 2, 30, "two standing by"
+    )
+    status = relay_status(cluster.procs[0].cfg)
+    first = cluster.active()
+    assert first is not None
+    assert status["ha_active"] == f"relay-{cluster.procs.index(first)}"
+    assert sorted(status["ha_standby"]) == sorted(
+        f"relay-{i}" for i, p in enumerate(cluster.procs) if p is not first
+    )
+    epoch = status["ha_epoch"]
+    assert epoch >= 1
+
+    for _ in range(2):
+        active = cluster.active()
+        assert active is not None
+        acked = active.status().get("batches_acked", 0)
+        wait_for(acked_beyond(active, acked + 3), 60, "the active relay publishing")
+        active.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        assert active.wait(10) == -signal.SIGKILL
+        wait_for(lambda: cluster.active() is not None, SESSION + 8, "a standby took over")
+        took = time.monotonic() - killed
+        successor = cluster.active()
+        assert successor is not None and successor is not active
+        wait_for(acked_beyond(successor, 0), 30, "the successor publishes")
+        status = relay_status(successor.cfg)
+        assert status["ha_active"] == f"relay-{cluster.procs.index(successor)}"
+        assert status["ha_epoch"] > epoch
+        epoch = status["ha_epoch"]
+        print(f"SIGKILL: relay-{cluster.procs.index(successor)} took over in {took:.1f}s, epoch {epoch}")
+
+    wait_for(lambda: writer.changes >= 1500, 60, "the writer wrote 1500 row changes")
+    changes = writer.stop()
+    records = cluster.read(changes)
+    repeats = cluster.assert_complete(records, changes)
+    print(f"HA SIGKILL x2: {changes} row changes, {len(records)} records, {repeats} exact repeats")
+
+
+def test_a_relay_frozen_past_its_session_publishes_nothing_after_losing_leadership(cluster: Cluster) -> None:
+    a = cluster.relay(0)
+    wait_for(lambda: a.status().get("state") == "running", 60, "relay-0 active")
+    b = cluster.relay(1)
+    wait_for(lambda: b.status().get("state") == "standby", 30, "relay-1 standing by")
+    writer = Writer(cluster.mysql, cluster.prefix, SHARDS, TABLES, rate=250.0, seed=5)
+    writer.start()
+    wait_for(lambda: a.status().get("batches_acked", 0) >= 5, 60, "relay-0 publishing")
+
+    a.signal(signal.SIGSTOP)  # under load: it freezes with batches in flight
+    wait_for(lambda: b.status().get("state") == "running", SESSION + 10, "relay-1 took over")
+    wait_for(lambda: b.status().get("batches_acked", 0) >= 3, 30, "relay-1 publishing")
+    zk = KazooClient(hosts=cluster.zk.hosts)
+    zk.start(timeout=30)
+    try:
+        _, epoch_b = read_position_node(zk, cluster.layout.position)
+        resumed_at = len(a.log_path.read_bytes())
+        a.signal(signal.SIGCONT)
+        assert a.wait(30) == 3, a.log()[-3000:]  # fenced: LeadershipError, exit status 3
+        grown = writer.changes + 300
+        wait_for(lambda: writer.changes >= grown, 60, "more writes after relay-0 resumed")
+        changes = writer.stop()
+        records = cluster.read(changes)
+
+        after = a.log_path.read_bytes()[resumed_at:].decode(errors="replace")
+        assert "no longer the active relay" in after, after[-3000:]
+        sent = [line for line in after.splitlines() if ": sent " in line or "acked, position" in line]
+        assert not sent, f"relay-0 sent or acked after it was resumed: {sent[:5]}"
+        point, epoch = read_position_node(zk, cluster.layout.position)
+        assert epoch == epoch_b, "the position was written by another epoch than relay-1's"
+        assert point is not None
+    finally:
+        zk.stop()
+        zk.close()
+    repeats = cluster.assert_complete(records, changes)
+    print(f"SIGSTOP: {changes} row changes, {len(records)} records, {repeats} exact repeats")
