@@ -1,0 +1,211 @@
+"""deploy/: the compose file, the relay config it mounts, the Dockerfile and the systemd unit agree.
+
+No Docker engine: the YAML is parsed and cross-checked — services, ports, environment, config keys.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mapping import load_mapping
+from relay.config import RelayConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return dict(compose["services"])
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _ports(service: dict[str, Any]) -> dict[int, int]:
+    """container port -> host port."""
+    out = {}
+    for spec in service.get("ports", []):
+        host, _, container = str(spec).rpartition(":")
+        out[int(container)] = int(host)
+    return out
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """container path -> host path (bind mounts relative to deploy/)."""
+    out = {}
+    for spec in service.get("volumes", []):
+        source, target, *_ = str(spec).split(":")
+        if source.startswith("."):
+            out[target] = (DEPLOY / source).resolve()
+    return out
+
+
+def _host_path(service: dict[str, Any], container_path: str) -> Path:
+    for target, source in sorted(_mounts(service).items(), key=lambda kv: -len(kv[0])):
+        if container_path == target or container_path.startswith(target.rstrip("/") + "/"):
+            return source / container_path[len(target) :].lstrip("/")
+    raise AssertionError(f"{container_path} is not on any bind mount of the service")
+
+
+def _relay_config(service: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[RelayConfig, Path]:
+    command = service["command"]
+    assert command[:2] == ["run", "-c"], command
+    path = _host_path(service, command[2])
+    assert path.is_file(), f"{command[2]} (host {path}) is missing"
+    for name in ENV_REF.findall(yaml.safe_dump(yaml.safe_load(path.read_text()))):  # values, not comments
+        assert name in _env(service), f"{path.name} uses ${{{name}}} but the service does not set it"
+        monkeypatch.setenv(name, "test-value")
+    return load_config(path), path
+
+
+def test_the_services_are_all_there(services: dict[str, Any]) -> None:
+    assert {"mysql", "kafka", "zookeeper", "relay-a", "relay-b", "spark-mirror"} <= set(services)
+    assert str(services["mysql"]["image"]).startswith("mysql:8.4")
+    assert str(services["kafka"]["image"]).startswith("apache/kafka:")
+    for name, svc in services.items():
+        image = str(svc.get("image", ""))
+        assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image version"
+
+
+def test_mysql_writes_the_binlog_the_relay_needs(services: dict[str, Any]) -> None:
+    flags = dict(f.removeprefix("--").split("=", 1) for f in services["mysql"]["command"])
+    flags = {k.replace("_", "-"): v for k, v in flags.items()}
+    assert flags["gtid-mode"] == "ON" and flags["enforce-gtid-consistency"] == "ON"
+    assert flags["binlog-format"] == "ROW"
+    assert flags["binlog-row-image"] == "FULL" and flags["binlog-row-metadata"] == "FULL"
+    assert "log-bin" in flags and int(flags["server-id"]) > 0
+    assert int(flags["binlog-expire-logs-seconds"]) >= 86_400, "keep a day of binlog at least (runway)"
+
+
+def test_kafka_runs_kraft_and_advertises_what_relays_and_spark_use(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = _env(services["kafka"])
+    assert "controller" in env["KAFKA_PROCESS_ROLES"] and "broker" in env["KAFKA_PROCESS_ROLES"]
+    assert "KAFKA_ZOOKEEPER_CONNECT" not in env, "KRaft mode: no ZooKeeper for Kafka"
+    advertised = {a.split("://", 1)[1] for a in env["KAFKA_ADVERTISED_LISTENERS"].split(",")}
+    config, _ = _relay_config(services["relay-a"], monkeypatch)
+    assert set(config.kafka.bootstrap_servers.split(",")) <= advertised
+    mirror = services["spark-mirror"]["command"]
+    assert f"--bootstrap-servers={config.kafka.bootstrap_servers}" in mirror
+    port = int(next(iter(advertised)).rsplit(":", 1)[1])
+    assert port in _ports(services["kafka"])
+
+
+def test_both_relays_mount_the_same_valid_config_with_ha_metrics_and_mysql(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, path = _relay_config(services["relay-a"], monkeypatch)
+    other, other_path = _relay_config(services["relay-b"], monkeypatch)
+    assert path == other_path == DEPLOY / "conf" / "relay.yaml" and config == other
+    # HA: both replicas elect through the zookeeper service; the position lives there too.
+    assert config.ha.enabled and config.positions.backend == "zookeeper"
+    zk_host, zk_port = config.ha.zookeeper.split(",")[0].rsplit(":", 1)
+    assert zk_host == "zookeeper" and int(zk_port) in _ports(services["zookeeper"])
+    # The source is the mysql service, as the account the init script creates.
+    assert config.source.host == "mysql" and config.source.port in _ports(services["mysql"])
+    assert _env(services["mysql"])["RELAY_MYSQL_USER"] == config.source.user
+    # Metrics: reachable from outside the container, published, and what the health check asks.
+    assert config.metrics.port and config.metrics.host == "0.0.0.0"
+    published = [_ports(services[n]) for n in ("relay-a", "relay-b")]
+    assert all(config.metrics.port in p for p in published)
+    assert len({p[config.metrics.port] for p in published}) == 2, "two replicas, two host ports"
+    check = " ".join(services["relay-a"]["healthcheck"]["test"])
+    assert f"127.0.0.1:{config.metrics.port}/health" in check
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"EXPOSE {config.metrics.port}" in dockerfile and f":{config.metrics.port}/health" in dockerfile
+    # Files the config names live on the mounts or in the relay's writable state directory.
+    mapping_path = _host_path(services["relay-a"], config.mapping.file)
+    assert mapping_path.is_file()
+    assert config.path(config.status.file).is_relative_to("/var/lib/relay")
+    # A graceful stop needs the drain time.
+    grace = int(str(services["relay-a"]["stop_grace_period"]).rstrip("s"))
+    assert grace > config.publish.drain_seconds
+
+
+def test_the_spark_job_mirrors_a_mapped_logical_table(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _ = _relay_config(services["relay-a"], monkeypatch)
+    mapping = load_mapping(_host_path(services["relay-a"], config.mapping.file))
+    args = dict(a.removeprefix("--").split("=", 1) for a in services["spark-mirror"]["command"][2:])
+    assert services["spark-mirror"]["command"][:2] == ["spark", "mirror"]
+    assert set(args["topics"].split(",")) <= set(mapping.topic_names())
+    db, table = args["tables"].split(".")
+    assert mapping.resolve(f"{db}_00", f"{table}_00") is not None
+    assert services["spark-mirror"]["build"]["args"]["WITH_SPARK"] == "true"
+
+
+def test_every_compose_variable_is_in_the_env_example(compose: dict[str, Any]) -> None:
+    text = (DEPLOY / "docker-compose.yml").read_text()
+    example = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    for name in set(ENV_REF.findall(text)):
+        assert name in example, f"{name} is used by docker-compose.yml but missing from .env.example"
+
+
+def test_the_mysql_user_script_grants_only_what_the_relay_needs(services: dict[str, Any]) -> None:
+    sql = (DEPLOY / "mysql" / "relay-user.sql").read_text()
+    statements = [s.strip() for s in re.sub(r"--[^\n]*", "", sql).split(";") if s.strip()]
+    grants = [s for s in statements if s.upper().startswith("GRANT")]
+    assert grants[0].startswith("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*")
+    assert all(" ON *.* " not in g or "REPLICATION" in g for g in grants), "SELECT only on captured schemas"
+    assert any(g.startswith("GRANT SELECT ON `${RELAY_CAPTURED_SCHEMAS}`.*") for g in grants)
+    assert not re.search(r"\bALL\b|SUPER|WITH GRANT OPTION", sql.split("-- With TLS")[0], re.IGNORECASE)
+    mounts = _mounts(services["mysql"])
+    assert mounts["/relay/relay-user.sql"] == (DEPLOY / "mysql" / "relay-user.sql").resolve()
+    init = mounts["/docker-entrypoint-initdb.d"] / "10-relay-user.sh"
+    assert "/relay/relay-user.sql" in init.read_text()
+    env = _env(services["mysql"])
+    assert {"RELAY_MYSQL_PASSWORD", "RELAY_MYSQL_USER", "RELAY_CAPTURED_SCHEMAS"} <= set(env)
+
+
+def test_the_image_runs_unprivileged_with_pinned_dependencies() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    base = re.search(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
+    assert base and re.search(r":\d+\.\d+\.\d+", base.group(1)), "pin the base image version"
+    users = re.findall(r"^USER\s+(\S+)", dockerfile, re.MULTILINE)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    lock = [ln for ln in (DEPLOY / "requirements.lock").read_text().splitlines() if ln and ln[0] != "#"]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.]+", ln) for ln in lock), lock
+    pinned = {ln.split("==")[0].lower().replace("_", "-") for ln in lock}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dep in project["dependencies"]:
+        name = re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0].lower().replace("_", "-")
+        assert name in pinned, f"{name} (pyproject) is not pinned in deploy/requirements.lock"
+
+
+def test_the_systemd_unit_runs_the_relay_unprivileged_and_stops_it_gracefully() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(DEPLOY / "systemd" / "canal-relay@.service")
+    service = unit["Service"]
+    assert service["User"] not in ("root", "0")
+    assert re.search(r"/relay run -c \S+\.yaml$", service["ExecStart"])
+    assert service["KillSignal"] == "SIGTERM"
+    assert int(service["TimeoutStopSec"]) > RelayConfig().publish.drain_seconds
+    assert service["Restart"] == "on-failure"
+    assert "EnvironmentFile" in service, "secrets come from an environment file, not the unit"
