@@ -39,9 +39,10 @@ from relay.binlog.events import (
     XidEvent,
 )
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.errors import SourceConnectionError, SourceError
+from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions import ResumePoint, SourceIdentity
 from relay.retry import Backoff, RetryPolicy
+from relay.tls import TlsConfig, connect_arguments, ensure_encrypted
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,25 @@ class StartConfig:
 
 
 @dataclass(frozen=True)
+class StandbyConfig:
+    """The server to fail over to (``relay.failover``); host "": none; empty user/password: the master's."""
+
+    host: str = ""
+    port: int = 3306
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class FailoverConfig:
+    """When and how to switch to the standby (``relay.failover``)."""
+
+    attempts: int = 3  # failed reconnects to the master before switching
+    mode: str = "auto"  # auto (GTID where the servers have it, else timestamp), gtid, timestamp
+    fallback_interval_seconds: float = 60.0  # timestamp mode: re-read from this long before the last change
+
+
+@dataclass(frozen=True)
 class SourceConfig:
     host: str = "127.0.0.1"
     port: int = 3306
@@ -87,6 +107,9 @@ class SourceConfig:
     # How TIMESTAMP values are rendered: "server" (the server's time_zone, followed across DST),
     # "UTC", an IANA name ("Asia/Shanghai") or a fixed offset ("+08:00").
     timezone: str = "server"
+    standby: StandbyConfig = StandbyConfig()
+    failover: FailoverConfig = FailoverConfig()
+    tls: TlsConfig = field(default_factory=TlsConfig)  # MySQL TLS for every connection (relay.tls)
 
     @property
     def address(self) -> str:
@@ -123,7 +146,7 @@ class StartPoint:
 
 def _connect(cfg: SourceConfig) -> pymysql.connections.Connection:
     try:
-        return pymysql.connect(
+        conn = pymysql.connect(
             host=cfg.host,
             port=cfg.port,
             user=cfg.user,
@@ -132,9 +155,12 @@ def _connect(cfg: SourceConfig) -> pymysql.connections.Connection:
             read_timeout=cfg.read_timeout,
             autocommit=True,
             charset="utf8mb4",
+            **connect_arguments(cfg.tls),
         )
     except pymysql.err.OperationalError as exc:
         raise SourceConnectionError(f"cannot connect to MySQL at {cfg.address}: {exc}") from exc
+    ensure_encrypted(conn, cfg.tls, cfg.address)
+    return conn
 
 
 def _query(conn: Any, sql: str) -> list[tuple[Any, ...]]:
@@ -379,6 +405,7 @@ def _stream_config(cfg: SourceConfig, info: ServerInfo) -> StreamConfig:
         connect_timeout=cfg.connect_timeout,
         read_timeout=cfg.read_timeout,
         mariadb=info.mariadb,
+        tls=cfg.tls,
     )
 
 
@@ -586,7 +613,7 @@ class BinlogSource:
                 "binlog source %s: %s; reconnecting (try %d)", self.config.address, cause, backoff.tries + 1
             )
             if not backoff.wait():
-                raise SourceError(
+                raise SourceUnavailableError(
                     f"{self.config.address}: gave up reconnecting after {backoff.tries} tries "
                     f"({time.monotonic() - backoff.started:.1f} s): {cause}. Check that the server is up "
                     "and reachable; the relay resumes from its saved position when restarted"

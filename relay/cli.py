@@ -18,13 +18,16 @@ from types import FrameType
 
 from relay import __version__
 from relay.binlog_source import SourceConfig, StartConfig
-from relay.errors import RelayError
+from relay.errors import LeadershipError, RelayError
 from relay.instance import CanalInstance, InstanceConfig
 from relay.positions import FilePositionStore, MemoryPositionStore, PositionStore
 from relay.protocol import Entry, EntryType, RowChange
+from relay.redact import RedactingFormatter, redact, redact_value
 from relay.sink import SinkConfig
 
 log = logging.getLogger("relay")
+
+EXIT_LEADERSHIP_LOST = 3  # `relay run` lost its HA leadership: restart it to stand by
 
 
 def format_entry(entry: Entry) -> list[str]:
@@ -142,22 +145,28 @@ class _JsonFormatter(logging.Formatter):
 def _setup_logging(level: str, fmt: str, verbose: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
+        handler.setFormatter(RedactingFormatter(_JsonFormatter()))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(
+            RedactingFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose >= 2 else getattr(logging, level.upper()))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mapping import load_mapping
     from relay.config import load_config
     from relay.pipeline import Relay
 
     config = load_config(args.config)
-    mapping = load_mapping(config.path(config.mapping.file))
+    store = config.mapping_store()  # mapping.store: the file or the ZooKeeper node
+    try:
+        mapping = store.read()
+    finally:
+        store.close()
     _setup_logging(config.logging.level, config.logging.format, args.verbose)
+    log.debug("effective configuration (secrets redacted): %s", config)
     relay = Relay(config, mapping)
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -166,7 +175,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    point = relay.run()
+    try:
+        point = relay.run()
+    except LeadershipError as exc:
+        # HA: the term is over (session suspended or lost, lease expired). Nothing was acked after the
+        # fence; a supervisor restarts the process, which then stands by (``relay.ha``).
+        log.error("%s; exiting with status %d", exc, EXIT_LEADERSHIP_LOST)
+        return EXIT_LEADERSHIP_LOST
     log.info("relay %s exited; saved position %s", config.instance, point)
     return 0
 
@@ -176,7 +191,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from relay.status import status_report
 
     config = load_config(args.config)
-    report = status_report(config)
+    report = redact_value(status_report(config))
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
@@ -270,8 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     from relay.cli_dev import add_dev_parser
+    from relay.cli_mapping import add_mapping_parser, add_replay_parser
 
     add_dev_parser(sub)
+    add_mapping_parser(sub)
+    add_replay_parser(sub)
+    from relay.cli_bench import add_bench_parser
+
+    add_bench_parser(sub)
+    from relay.cli_spark import add_spark_parser
+
+    add_spark_parser(sub)
+    from relay.cli_positions import add_positions_parser
+
+    add_positions_parser(sub)
     return parser
 
 
@@ -283,11 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # secrets never reach a log line (relay.redact)
+        handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter()))
     signal.signal(signal.SIGTERM, _on_signal)  # `relay run` installs its own graceful handlers
     try:
         return int(args.func(args))
     except RelayError as exc:
-        print(f"relay: error: {exc}", file=sys.stderr)
+        print(f"relay: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

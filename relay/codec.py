@@ -74,6 +74,7 @@ MAX_FILE_NUMBER = (1 << 31) - 1
 PLAN_CACHE_SIZE = 65536
 
 _ROW_TYPES = frozenset({EventType.INSERT, EventType.UPDATE, EventType.DELETE})
+_TYPE_NAMES = {t: t.name for t in EventType}
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 _MISS = object()
 
@@ -128,6 +129,8 @@ class _Plan:
     headers: Headers  # db, table, physical db, physical table
     tag: Headers  # () or the tag header
     json: codec_json.JsonTable | None
+    # (object format, column indexes) of the key columns, for distinct key names; None otherwise
+    key_text: tuple[str, tuple[int, ...]] | None = None
 
 
 def _key_columns(route: Route, columns: tuple[ColumnMeta, ...]) -> tuple[tuple[str, int], ...] | None:
@@ -152,10 +155,18 @@ def _route_headers(route: Route) -> tuple[Headers, Headers]:
 def _plan(route: Route, columns: tuple[ColumnMeta, ...]) -> _Plan:
     headers, tag = _route_headers(route)
     json_table = codec_json.json_table(route, columns) if route.codec == "canal-json" else None
+    key_columns = _key_columns(route, columns)
+    key_text = None
+    if key_columns is not None and len({name for name, _ in key_columns}) == len(key_columns):
+        key_text = (
+            codec_json.object_format([f"{codec_json.dumps(name)}:" for name, _ in key_columns]),
+            tuple(i for _, i in key_columns),
+        )
     return _Plan(
         route=route,
         columns=columns,
-        key_columns=_key_columns(route, columns),
+        key_text=key_text,
+        key_columns=key_columns,
         fallback_key=_text(f"{route.physical_db}.{route.physical_table}"),
         headers=headers,
         tag=tag,
@@ -182,6 +193,14 @@ class RecordEncoder:
         self._plans_of: Mapping | None = None
         self._topics: set[str] = set()
         self._servers: dict[int, str] = {}
+
+    def known_tables(self) -> list[tuple[str, str, tuple[str, ...] | None]]:
+        """(db, table, column names) of the tables encoded since the mapping last changed (None: the
+        table is dropped, its columns unknown): what a new mapping is checked against before a switch."""
+        return [
+            (db, table, None if plan is None else tuple(c.name for c in plan.columns))
+            for (db, table), plan in self._plans.items()
+        ]
 
     def topics(self) -> set[str]:
         """Every topic this encoder has produced records for."""
@@ -227,10 +246,10 @@ class RecordEncoder:
         first = sequence(h.logfile_name, h.logfile_offset, len(rc.rows) - 1) - len(rc.rows) + 1
         route = plan.route
         self._topics.add(route.topic)
-        type_name = rc.event_type.name
+        type_name = _TYPE_NAMES[rc.event_type]  # Enum.name is a descriptor call: a dict is cheaper per row
         headers = (*plan.headers, (H_TYPE, type_name.encode()), *plan.tag)
         if plan.json is not None:
-            return self._json_rows(entry, rc, plan, plan.json, first, headers)
+            return self._json_rows(entry, rc, plan, plan.json, first, headers, type_name)
         server = self.source.address
         out = []
         for i, row in enumerate(rc.rows):
@@ -248,12 +267,18 @@ class RecordEncoder:
         table: codec_json.JsonTable,
         first: int,
         headers: Headers,
+        type_name: str,
     ) -> list[Record]:
-        je = codec_json.json_entry(table, self._server(entry.header.server_id), entry, rc.event_type.name)
-        names = table.names
+        je = codec_json.json_entry(table, self._server(entry.header.server_id), entry, type_name)
+        keys, data_format = table.keys, table.data_format
         topic = plan.route.topic
         update = rc.event_type == EventType.UPDATE
-        row_value, changed, key_of = codec_json.row_value, codec_json.changed, self._key
+        row_text, object_text, old_text, key_of = (
+            codec_json.row_text,
+            codec_json.object_text,
+            codec_json.old_text,
+            self._key,
+        )
         out = []
         for i, row in enumerate(rc.rows):
             seq = first + i
@@ -261,9 +286,11 @@ class RecordEncoder:
             image = after if after is not None else before
             assert image is not None  # a row image has at least one side
             old = (
-                changed(names, before, after) if update and before is not None and after is not None else None
+                old_text(keys, before, after)
+                if update and before is not None and after is not None
+                else "null"
             )
-            value = row_value(je, seq, i, dict(zip(names, image, strict=True)), old)
+            value = row_text(je, seq, i, object_text(data_format, image), old)
             out.append(
                 Record(topic, None, key_of(plan, image), value, (*headers, (H_SEQUENCE, str(seq).encode())))
             )
@@ -273,7 +300,10 @@ class RecordEncoder:
     def _key(plan: _Plan, image: tuple[str | None, ...] | None) -> bytes:
         if plan.key_columns is None or image is None:
             return plan.fallback_key
-        return codec_json.dumps({name: image[i] for name, i in plan.key_columns}).encode()
+        if plan.key_text is None:  # repeated names in the key: the dict decides which value stays
+            return codec_json.dumps({name: image[i] for name, i in plan.key_columns}).encode()
+        form, indexes = plan.key_text
+        return codec_json.object_text(form, [image[i] for i in indexes]).encode()
 
     def _server(self, header_server_id: int) -> str:
         """The source block's server fields. ``serverId`` is the configured source's id, or the event's

@@ -11,17 +11,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from relay import failover
 from relay.binlog_source import SourceConfig
 from relay.errors import ConfigError, StoreError
+from relay.ha import HAConfig
+from relay.metrics import MetricsConfig
 from relay.publisher import validate_kafka_settings
+from relay.redact import register_config_secrets
 from relay.retry import RetryPolicy
 from relay.ring_store import BatchMode, StoreConfig
 from relay.settings import build, interpolate
 from relay.sink import SinkConfig
+
+if TYPE_CHECKING:
+    from mapping.store import MappingStore
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,23 @@ class PositionSettings:
 
 
 @dataclass(frozen=True)
+class MappingZooKeeperSettings:
+    hosts: str = "127.0.0.1:2181"
+    path: str = "/canal-relay/mapping"
+    auth: str | None = None  # user:password (a digest identity): needed to edit a node with an ACL
+    timeout_seconds: float = 10.0
+
+    def __repr__(self) -> str:  # never show the password
+        return f"MappingZooKeeperSettings(hosts={self.hosts!r}, path={self.path!r})"
+
+
+@dataclass(frozen=True)
 class MappingSettings:
+    store: str = "file"
     file: str = "conf/mapping.yaml"
+    reload: bool = True
+    reload_check_seconds: float = 1.0
+    zookeeper: MappingZooKeeperSettings = field(default_factory=MappingZooKeeperSettings)
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,8 @@ class RelayConfig:
     publish: PublishSettings = field(default_factory=PublishSettings)
     status: StatusSettings = field(default_factory=StatusSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
+    ha: HAConfig = field(default_factory=HAConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     base_dir: str = "."  # relative paths are relative to the config file's directory's parent
 
     # -- derived values, each validated once ------------------------------------------------------
@@ -114,6 +138,15 @@ class RelayConfig:
         except StoreError as exc:  # its message starts with the field name: "buffer_size: must be …"
             name, _, problem = str(exc).partition(": ")
             raise ConfigError(f"store.{name}", problem) from exc
+
+    def mapping_store(self) -> MappingStore:
+        """The mapping store ``mapping.store`` names (a ZooKeeper store connects here)."""
+        from mapping.store import open_store
+        from mapping.store_zk import ZooKeeperStoreConfig
+
+        z = self.mapping.zookeeper
+        zk = ZooKeeperStoreConfig(z.hosts, z.path, z.auth, z.timeout_seconds)
+        return open_store(self.mapping.store, self.path(self.mapping.file), zk)
 
     def sink_config(self) -> SinkConfig:
         f = self.filter
@@ -134,8 +167,17 @@ class RelayConfig:
         """Everything that can be checked without a network, so a bad config changes nothing."""
         if not self.instance or not all(c.isalnum() or c in "._-" for c in self.instance):
             raise ConfigError("instance", f"must be letters, digits, '.', '_' or '-', got {self.instance!r}")
-        if self.positions.backend != "file":
-            raise ConfigError("positions.backend", f"unknown backend {self.positions.backend!r}; known: file")
+        if self.positions.backend not in ("file", "zookeeper"):
+            raise ConfigError(
+                "positions.backend", f"unknown backend {self.positions.backend!r}; known: file, zookeeper"
+            )
+        self._validate_ha()
+        self.metrics.validate()
+        self.source.tls.validate()
+        if self.mapping.store not in ("file", "zookeeper"):
+            raise ConfigError("mapping.store", f"must be file or zookeeper, got {self.mapping.store!r}")
+        if self.mapping.reload_check_seconds <= 0:
+            raise ConfigError("mapping.reload_check_seconds", "must be positive")
         if not 0 < self.source.port < 65536:
             raise ConfigError("source.port", f"must be a TCP port, got {self.source.port}")
         if self.source.server_id <= 0:
@@ -158,11 +200,25 @@ class RelayConfig:
         ) as exc:  # the publisher names "kafka.<setting>"; in this file it is kafka.settings.*
             raise ConfigError("kafka.settings." + exc.key.removeprefix("kafka."), exc.problem) from exc
 
+    def _validate_ha(self) -> None:
+        failover.validate(self.source)
+        ha = self.ha
+        if ha.enabled and self.positions.backend != "zookeeper":
+            # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch.
+            raise ConfigError("positions.backend", "must be zookeeper when ha.enabled is true")
+        if not ha.root.startswith("/") or (ha.root.endswith("/") and ha.root != "/"):
+            raise ConfigError("ha.root", f"must be an absolute ZooKeeper path, got {ha.root!r}")
+        if ha.session_timeout_seconds <= 0 or ha.connect_timeout_seconds <= 0:
+            raise ConfigError("ha.session_timeout_seconds", "timeouts must be positive")
+        if ha.member_id and "/" in ha.member_id:
+            raise ConfigError("ha.member_id", f"must not contain '/', got {ha.member_id!r}")
+
 
 def parse_config(data: Any, base_dir: str = ".") -> RelayConfig:
     config = build(RelayConfig, interpolate(data))
     config = replace(config, base_dir=base_dir)
     config.validate()
+    register_config_secrets(config)  # from now on every log line, error and report hides them
     return config
 
 

@@ -518,18 +518,22 @@ def start_mysql(opts: StartOptions) -> Running[MySQLService]:
 def _install_mysql_datadir(install_db: str, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     data = _fresh_dir(directory / "data")
-    _fresh_dir(directory / "tmp")
+    tmp = _fresh_dir(directory / "tmp")
     argv = [
         install_db,
         "--no-defaults",
         f"--datadir={data}",
+        # Passed through to the bootstrap server: its temporary tables must not share /tmp with other
+        # installs running at the same time ("Could not remove temporary table /tmp/#sql-temptable…").
+        f"--tmpdir={tmp}",
         f"--user={getpass.getuser()}",
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
         "--skip-name-resolve",
     ]
     with open(directory / "install.log", "wb") as out:
-        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=180)
+        env = {**os.environ, "TMPDIR": str(tmp)}
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=180, env=env)
     if result.returncode != 0:
         tail = log_tail(directory / "install.log")
         raise ServiceError(f"mariadb-install-db failed ({result.returncode})\n{tail}")

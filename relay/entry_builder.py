@@ -181,17 +181,18 @@ class EntryBuilder:
         self, event: BinlogEvent, gtid: str, event_type: EventType = _NONE, schema: str = "", table: str = ""
     ) -> Header:
         h = event.header
+        # Positional: three headers per single-row transaction, and keywords cost more per call.
         return Header(
-            logfile_name=h.log_file,
-            logfile_offset=h.start,
-            server_id=h.server_id,
-            execute_time=h.timestamp * 1000,
-            event_length=h.event_size,
-            event_type=event_type,
-            schema_name=schema,
-            table_name=table,
-            gtid=gtid,
-            props=[("curtGtid", gtid)] if gtid else [],
+            h.log_file,  # logfile_name
+            h.start,  # logfile_offset
+            h.server_id,  # server_id
+            h.timestamp * 1000,  # execute_time
+            h.event_size,  # event_length
+            event_type,
+            schema,  # schema_name
+            table,  # table_name
+            gtid,
+            [("curtGtid", gtid)] if gtid else [],  # props
         )
 
     def _begin(

@@ -36,6 +36,10 @@ class SourceConnectionError(SourceError):
     retriable = True
 
 
+class SourceUnavailableError(SourceError):
+    """Reconnecting to the server ran out of its retry budget; with a standby configured, fail over to it."""
+
+
 class DecodeError(SourceError):
     """A binlog event could not be decoded. Not retriable: reading it again gives the same bytes."""
 

@@ -8,6 +8,10 @@ misconfigured server is refused before anything runs), then one parser thread re
 builds entries, filters them and puts them into the store (blocking while the store is full — that is
 the back-pressure that pauses parsing). Consumers call ``get_without_ack`` / ``ack`` / ``rollback``
 from their own thread; ``ack`` saves the resume point of the acknowledged prefix.
+
+With a standby configured (``source.standby``), a master that stays unreachable for
+``source.failover.attempts`` reconnects is replaced, on the parser thread, by the standby, continuing
+right after the last entry put (``relay.failover``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from relay.binlog_source import BinlogSource, ServerInfo, SourceConfig, StartPoint, resolve_start
 from relay.entry_builder import BuilderConfig, EntryBuilder
-from relay.errors import RelayError, ServerError
+from relay.errors import RelayError, ServerError, SourceUnavailableError
+from relay.failover import EntryFilter, Failover, master_config
 from relay.positions import PositionStore, ResumePoint, resume_after
 from relay.protocol import Entry
 from relay.ring_store import RingStore, StoreConfig
@@ -45,7 +50,8 @@ class CanalInstance:
     def __init__(self, config: InstanceConfig, positions: PositionStore) -> None:
         self.config = config
         self.positions = positions
-        self.source = BinlogSource(config.source)
+        self.failover = Failover(config.source)
+        self.source = BinlogSource(master_config(config.source))
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
@@ -57,13 +63,27 @@ class CanalInstance:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
+        # Failover (``relay.failover``): what the standby must drop, the last entry put, the saved point.
+        self._drop: EntryFilter | None = None  # set once reading the standby
+        self._last_put: Entry | None = None
+        self._saved: ResumePoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        saved = self.positions.load()
-        self.info = self.source.check()
-        self.start_point = resolve_start(self.config.source, self.info, saved)
-        self.source.open(self.start_point)
+        saved = self._saved = self.positions.load()
+        if self.failover.on_standby(saved):
+            self._switch(saved, "the saved position was read from the standby", saved_there=True)
+        else:
+            try:
+                self.info = self.failover.check_master(self.source)
+            except SourceUnavailableError as exc:
+                if not self.failover.enabled:
+                    raise
+                self._switch(saved, str(exc))
+            else:
+                self.start_point = resolve_start(self.config.source, self.info, saved)
+                self.source.open(self.start_point)
+                self.failover.track(self.info, self.start_point)
         self._thread = threading.Thread(
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
@@ -93,12 +113,22 @@ class CanalInstance:
         skip_at = (start.journal, start.offset) if start.skip else None
         try:
             while not self._stopping.is_set():
-                event = self.source.read(self.config.poll_seconds)
+                try:
+                    event = self.source.read(self.config.poll_seconds)
+                except SourceUnavailableError as exc:
+                    if not self.failover.enabled or self._drop is not None:
+                        raise
+                    self._fail_over(exc)
+                    start, skip_at = self.start_point, None
+                    builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
+                    continue
                 if event is None:
                     continue
                 entries = builder.build(event)
                 if skip_at is not None and entries:
                     entries, skip_at = _drop_published(entries, skip_at, start.skip)
+                if self._drop is not None and entries:
+                    entries = self._drop.filter(entries)
                 entries = self.sink.process(entries)
                 if entries:
                     self._put(entries)
@@ -115,7 +145,39 @@ class CanalInstance:
     def _put(self, entries: list[Entry]) -> None:
         while not self._stopping.is_set():
             if self.store.put(entries, timeout=self.config.poll_seconds):
+                self._last_put = entries[-1]
+                if self.failover.recording:
+                    self.failover.record(entries)
                 return
+
+    # -- failover (parser thread) ----------------------------------------------------------------
+    def _fail_over(self, cause: SourceUnavailableError) -> None:
+        """The master is gone: continue on the standby right after the last entry put (``relay.failover``)."""
+        last = self._last_put
+        after = replace(resume_after(last), source=None) if last is not None else self._saved
+        self._switch(after, str(cause), wait_acked=True)
+
+    def _switch(
+        self, after: ResumePoint | None, reason: str, *, wait_acked: bool = False, saved_there: bool = False
+    ) -> None:
+        switch = self.failover.open_standby(after, reason, saved_there=saved_there)
+        if wait_acked:
+            # Every entry of the master is acknowledged (its position saved under the master's
+            # identity) before the source changes: a position never mixes two servers.
+            self._await_acked()
+        old, self.source = self.source, switch.source
+        old.close()
+        self.failover.stop_recording()
+        self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
+
+    def _await_acked(self) -> None:
+        while not self._stopping.is_set():
+            put, get, _ = self.store.sequences
+            with self._lock:
+                outstanding = bool(self._resume)
+            if put == get and not outstanding:
+                return
+            self._stopping.wait(self.config.poll_seconds)
 
     # -- streaming API ---------------------------------------------------------------------------
     def _raise_failure(self) -> None:

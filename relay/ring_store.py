@@ -157,7 +157,7 @@ class RingStore:
         self._put = self._get = self._ack = INIT_SEQUENCE
         self._put_bytes = self._get_bytes = self._ack_bytes = 0
         self._ddls: deque[int] = deque()  # sequences of unacked DDL entries (DDL isolation only)
-        self._last_put: EntryPosition | None = None
+        self._last_put: Entry | None = None  # its position is made when asked: not per put
         self._put_waiting = 0  # entries in the put currently waiting for room; 0 when none
         self._closed = False
         self._lock = threading.Lock()
@@ -234,7 +234,7 @@ class RingStore:
             if track_ddl and entry.is_ddl:
                 self._ddls.append(seq)
         self._put, self._put_bytes = seq, total
-        self._last_put = entries[-1].position
+        self._last_put = entries[-1]
         self._not_empty.notify_all()
 
     # ---- get side ----
@@ -359,7 +359,8 @@ class RingStore:
     def latest_position(self) -> EntryPosition | None:
         """Position of the last entry put, even when already acked; None before the first put."""
         with self._lock:
-            return self._last_put
+            last = self._last_put
+        return None if last is None else last.position
 
     def fill(self) -> Fill:
         with self._lock:

@@ -3,7 +3,8 @@
 ``RelayStats`` is updated by the publisher thread (the only writer) and snapshotted into a JSON
 status file every ``status.interval_seconds`` (written atomically), which ``relay status`` reads
 from another process. Lag in bytes needs the server: ``binlog_bytes_behind`` computes it from
-``SHOW BINARY LOGS`` and the saved position.
+``SHOW BINARY LOGS`` and the saved position. With HA (``relay.ha``) the report adds who is active,
+who stands by and the epoch, read from ZooKeeper, where the position is then kept too.
 
 The publish rate is measured over the last ``RATE_WINDOW`` seconds, so it falls to 0 while nothing is
 acknowledged (a broker outage, an idle source) instead of repeating the last busy figure. Lag in
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from relay.binlog_source import inspect_server
 from relay.errors import RelayError
+from relay.ha import zookeeper_status
 from relay.positions import FilePositionStore
 
 RATE_WINDOW = 10.0  # seconds the publish rate is averaged over
@@ -138,7 +140,14 @@ def binlog_bytes_behind(binlogs: tuple[tuple[str, int], ...], journal: str, offs
 def status_report(config: RelayConfig) -> dict[str, Any]:
     """What ``relay status`` shows: process, position, lag (seconds and bytes), store fill, publish rate."""
     data = read_status(config.path(config.status.file)) or {}
-    point = FilePositionStore(config.path(config.positions.path)).load()
+    ha: dict[str, Any] = {}
+    if config.ha.enabled or config.positions.backend == "zookeeper":
+        # Who is active, who stands by, the epoch, and the position: all in ZooKeeper (relay.ha).
+        point, ha = zookeeper_status(config)
+        if config.ha.enabled:
+            ha["ha_member"] = data.get("ha_member")  # this config's process, active or standing by
+    else:
+        point = FilePositionStore(config.path(config.positions.path)).load()
     pid = data.get("pid")
     alive = isinstance(pid, int) and pid_running(pid)
     ended = data.get("state") in ("stopped", "failed")
@@ -166,6 +175,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "batches_acked": data.get("batches_acked"),
         "batches_rolled_back": data.get("batches_rolled_back"),
         "status_updated": _iso(data["updated"]) if "updated" in data else None,
+        **ha,
     }
     try:
         info = inspect_server(config.source)

@@ -30,6 +30,7 @@ from relay.binlog.events import BinlogEvent
 from relay.binlog.parse import BinlogParser
 from relay.errors import ConfigError, SourceConnectionError, SourceError
 from relay.gtid import GtidSet
+from relay.tls import TlsConfig, connect_arguments, ensure_encrypted
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class StreamConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 30.0  # silence longer than this (no event, no heartbeat) = connection lost
     mariadb: bool | None = None
+    tls: TlsConfig | None = None  # source.tls (relay.tls); None: plain
 
     def __post_init__(self) -> None:
         if not 0 < self.server_id < 2**32:
@@ -93,9 +95,11 @@ class _PyMySQLLink:
                 write_timeout=config.read_timeout,
                 autocommit=True,
                 charset="utf8mb4",
+                **connect_arguments(config.tls),
             )
         except pymysql.err.MySQLError as exc:
             raise _translate(exc, f"connecting to {where}") from exc
+        ensure_encrypted(self._conn, config.tls, where)
 
     @property
     def thread_id(self) -> int:

@@ -1,0 +1,243 @@
+"""The four standard workloads on a mixed-type table, as SQL written through PyMySQL.
+
+Owned here: the table (eleven columns: integers, decimal, double, varchar, enum, datetime(3), date,
+text, blob), the backlog writers (as fast as the server takes them: the binlog the drains read), the
+paced writers (a fixed offered rate, recording each row's commit time for the latency figure), and the
+stall backlog (server-side ``INSERT … SELECT`` from MariaDB's sequence engine: a large binlog, fast).
+Runs on the bench's main thread; it hands back row counts and ``(id, type) → commit time`` maps.
+
+- W1: single-row autocommit INSERT / UPDATE / DELETE (2 inserts, 1 update, 1 delete per cycle);
+- W2: 100-row INSERT transactions (one multi-row statement each);
+- W3: UPDATE statements touching 1,000 rows each (over rows inserted with ``sql_log_bin=0``);
+- W4: rows of about 4 KB (2 KB of text, 2 KB of blob), 10-row INSERT transactions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+DB = "relay_bench"
+COLUMNS = "id, k, qty, price, ratio, name, status, created, day, note, payload"
+_MARKS = "(" + ", ".join(["%s"] * 11) + ")"
+_DDL = (
+    "CREATE TABLE {db}.{table} ("
+    " id BIGINT NOT NULL PRIMARY KEY, k INT NOT NULL, qty SMALLINT UNSIGNED, price DECIMAL(12,2),"
+    " ratio DOUBLE, name VARCHAR(64), status ENUM('NEW','PAID','SHIPPED','DONE'), created DATETIME(3),"
+    " day DATE, note TEXT, payload BLOB) ENGINE=InnoDB"
+)
+_STATUSES = ("NEW", "PAID", "SHIPPED", "DONE")
+W3_ROWS_PER_UPDATE = 1000
+W2_ROWS_PER_TXN = 100
+W4_ROWS_PER_TXN = 10
+W4_TEXT = 2048
+
+Commits = dict[tuple[int, str], float]  # (row id, INSERT/UPDATE/DELETE) → CLOCK_MONOTONIC of its commit
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    table: str
+    description: str
+
+
+WORKLOADS = {
+    "W1": Workload("W1", "w1", "single-row autocommit INSERT/UPDATE/DELETE"),
+    "W2": Workload("W2", "w2", "100-row INSERT transactions"),
+    "W3": Workload("W3", "w3", "UPDATE statements of 1,000 rows"),
+    "W4": Workload("W4", "w4", "~4 KB rows (text + blob), 10-row INSERT transactions"),
+}
+
+
+def row(i: int, big: bool = False) -> tuple[Any, ...]:
+    """The values of row ``i``; ``big`` gives the ~4 KB row of W4."""
+    note = (f"note {i} " * 300)[:W4_TEXT] if big else f"note {i}"
+    payload = bytes((i + j) & 0xFF for j in range(W4_TEXT)) if big else (i & 0xFFFFFFFF).to_bytes(4, "big")
+    return (
+        i,
+        (i * 7919) % 1_000_003,
+        i % 60_000,
+        f"{i % 100_000}.{i % 100:02d}",
+        i / 8,
+        f"name-{i}",
+        _STATUSES[i % 4],
+        f"2026-11-21 06:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}",
+        f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}",
+        note,
+        payload,
+    )
+
+
+def create_schema(conn: Any, workloads: list[str]) -> None:
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+        for name in workloads:
+            table = WORKLOADS[name].table
+            cur.execute(f"DROP TABLE IF EXISTS {DB}.{table}")
+            cur.execute(_DDL.format(db=DB, table=table))
+
+
+def master_position(conn: Any) -> tuple[str, int]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return str(file), int(pos)
+
+
+def binlog_bytes(conn: Any, start: tuple[str, int], end: tuple[str, int]) -> int:
+    """Bytes of binlog between two positions (across files)."""
+    if start[0] == end[0]:
+        return end[1] - start[1]
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    total = 0
+    for name in sorted(n for n in sizes if start[0] <= n <= end[0]):
+        lo = start[1] if name == start[0] else 4
+        hi = end[1] if name == end[0] else sizes[name]
+        total += hi - lo
+    return total
+
+
+def _insert(cur: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+    marks = ", ".join([_MARKS] * len(rows))
+    cur.execute(f"INSERT INTO {DB}.{table} ({COLUMNS}) VALUES {marks}", [v for r in rows for v in r])
+
+
+# ---- statements, one per step: each returns [(id, type)] of the row changes it committed --------------
+
+Step = Callable[[Any, int], list[tuple[int, str]]]
+
+
+def _w1_step(base: int) -> Step:
+    """Step ``n`` of W1's 4-statement cycle over ids from ``base``."""
+
+    def step(cur: Any, n: int) -> list[tuple[int, str]]:
+        cycle, op = divmod(n, 4)
+        a, b = base + 2 * cycle, base + 2 * cycle + 1
+        if op < 2:
+            i = a if op == 0 else b
+            _insert(cur, "w1", [row(i)])
+            return [(i, "INSERT")]
+        if op == 2:
+            cur.execute(
+                f"UPDATE {DB}.w1 SET k = k + 1, status = 'PAID', note = %s WHERE id = %s", (f"u{a}", a)
+            )
+            return [(a, "UPDATE")]
+        cur.execute(f"DELETE FROM {DB}.w1 WHERE id = %s", (b,))
+        return [(b, "DELETE")]
+
+    return step
+
+
+def _insert_step(table: str, per_txn: int, base: int, big: bool) -> Step:
+    def step(cur: Any, n: int) -> list[tuple[int, str]]:
+        ids = range(base + n * per_txn, base + (n + 1) * per_txn)
+        _insert(cur, table, [row(i, big) for i in ids])
+        return [(i, "INSERT") for i in ids]
+
+    return step
+
+
+def w3_update(cur: Any, lo: int, n: int) -> list[tuple[int, str]]:
+    """One W3 statement: ids ``lo`` … ``lo + 999``."""
+    cur.execute(
+        f"UPDATE {DB}.w3 SET k = k + 1, qty = MOD(qty + 1, 60000), status = %s WHERE id >= %s AND id < %s",
+        (_STATUSES[n % 4], lo, lo + W3_ROWS_PER_UPDATE),
+    )
+    return [(i, "UPDATE") for i in range(lo, lo + W3_ROWS_PER_UPDATE)]
+
+
+def _w3_step(population: int) -> Step:
+    def step(cur: Any, n: int) -> list[tuple[int, str]]:
+        return w3_update(cur, (n * W3_ROWS_PER_UPDATE) % population, n)
+
+    return step
+
+
+def rows_per_step(name: str) -> int:
+    return {"W1": 1, "W2": W2_ROWS_PER_TXN, "W3": W3_ROWS_PER_UPDATE, "W4": W4_ROWS_PER_TXN}[name]
+
+
+def steps_for(name: str, base: int, population: int) -> Step:
+    """The step function of a workload; ids start at ``base`` (W3 updates ids below ``population``)."""
+    if name == "W1":
+        return _w1_step(base)
+    if name == "W2":
+        return _insert_step("w2", W2_ROWS_PER_TXN, base, big=False)
+    if name == "W3":
+        return _w3_step(population)
+    return _insert_step("w4", W4_ROWS_PER_TXN, base, big=True)
+
+
+def populate_w3(conn: Any, population: int) -> None:
+    """The rows W3 updates, inserted without binlogging them (they are not part of any backlog)."""
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        try:
+            for lo in range(0, population, 1000):
+                _insert(cur, "w3", [row(i) for i in range(lo, min(lo + 1000, population))])
+        finally:
+            cur.execute("SET SESSION sql_log_bin = 1")
+
+
+def write_backlog(conn: Any, step: Step, steps: int, progress: Callable[[int], None]) -> int:
+    """Run ``steps`` statements as fast as the server takes them; returns the row changes."""
+    changes = 0
+    with conn.cursor() as cur:
+        for n in range(steps):
+            changes += len(step(cur, n))
+            if n % 500 == 499:
+                progress(changes)
+    return changes
+
+
+def write_paced(
+    conn: Any, step: Step, rows_per_s: float, seconds: float, rows_per_step_: int
+) -> tuple[Commits, float]:
+    """Offer ``rows_per_s`` for ``seconds``; returns commit times and the achieved rate."""
+    interval = rows_per_step_ / rows_per_s
+    commits: Commits = {}
+    start = time.monotonic()
+    n = 0
+    with conn.cursor() as cur:
+        while True:
+            due = start + n * interval
+            now = time.monotonic()
+            if due - start >= seconds:
+                break
+            if due > now:
+                time.sleep(due - now)
+            changed = step(cur, n)
+            done = time.monotonic()
+            for key in changed:
+                commits[key] = done
+            n += 1
+    elapsed = max(time.monotonic() - start, seconds)  # the last step is due before ``seconds`` ends
+    return commits, len(commits) / elapsed
+
+
+@contextlib.contextmanager
+def stall_table(conn: Any) -> Iterator[str]:
+    table = "stall"
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.{table}")
+        cur.execute(_DDL.format(db=DB, table=table))
+    try:
+        yield table
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {DB}.{table}")
+
+
+def write_stall_chunk(cur: Any, table: str, first: int, rows: int) -> None:
+    """``rows`` rows of ~4 KB from the sequence engine, one statement (one transaction)."""
+    cur.execute(
+        f"INSERT INTO {DB}.{table} ({COLUMNS}) SELECT seq, seq % 1000003, seq % 60000, seq % 1000, seq / 8,"
+        f" CONCAT('name-', seq), 'NEW', '2026-11-21 06:00:00.123', '2026-11-21', REPEAT('n', {W4_TEXT}),"
+        f" REPEAT(CHAR(seq % 256), {W4_TEXT}) FROM {DB}.seq_{first}_to_{first + rows - 1}"
+    )
