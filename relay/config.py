@@ -89,7 +89,7 @@ class KafkaSettings:
 @dataclass(frozen=True)
 class PublishSettings:
     batch_size: int = 256
-    batch_wait_seconds: float = 0.05
+    batch_wait_seconds: float = 0.01
     max_inflight_batches: int = 4
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
     drain_seconds: float = 30.0
