@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import yaml
 
 from mapping.checks import InvalidMappingError, name_path
 from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
+from relay.atomic import atomic_write_text
 from relay.errors import MappingError
 
 TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")
@@ -81,21 +81,7 @@ def save_mapping(mapping: Mapping, path: str | os.PathLike[str]) -> None:
     target = Path(path)
     text = dump_mapping(mapping)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write_text(target, text)
     except OSError as exc:
         raise MappingError(os.fspath(path), f"cannot write the mapping file: {exc}") from exc
 

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from typing import Protocol
 
 from mapping.load import dump_mapping, load_mapping, parse_mapping
 from mapping.model import Mapping
+from relay.atomic import atomic_write_text as _atomic_write_text
 from relay.errors import MappingError
 
 __all__ = [
@@ -279,24 +279,9 @@ def _read(path: Path) -> str:
 
 
 def atomic_write(target: Path, text: str) -> None:
-    """Replace ``target`` with ``text``: temp file + fsync + rename + directory fsync."""
+    """Replace ``target`` with ``text`` atomically (``relay.atomic``), as a store error on failure."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _atomic_write_text(target, text)
     except OSError as exc:
         raise MappingStoreError(str(target), f"cannot write: {exc}") from exc
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from relay.atomic import atomic_write_text
 from relay.errors import PositionError
 from relay.gtid import GtidSet
 from relay.protocol import Entry
@@ -143,24 +143,8 @@ class FilePositionStore:
         return ResumePoint.from_json(text, where=str(self.path))
 
     def save(self, point: ResumePoint) -> None:
-        directory = self.path.parent
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(point.to_json())
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            atomic_write_text(self.path, point.to_json())
         except OSError as exc:
             raise PositionError(f"cannot write position file {self.path}: {exc}") from exc
 

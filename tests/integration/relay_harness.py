@@ -417,3 +417,61 @@ def distinct_rows_at_least(count: int) -> Callable[[list[Rec]], bool]:
         return len(seen) >= count
 
     return until
+
+
+def master_position(conn: Any) -> tuple[str, int]:
+    """The server's current binlog end: where a relay started now would begin."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    return str(row[0]), int(row[1])
+
+
+def single_table_mapping(prefix: str, partitions: int = 3) -> dict[str, Any]:
+    """Logical db ``{prefix}`` ← ``{prefix}_NN``; ``orders`` ← ``orders_NN`` in topic ``{prefix}.orders``."""
+    return {
+        "version": 1,
+        "topics": {"partitions": partitions, "create": True},
+        "unmapped": {"action": "drop"},
+        "logical_dbs": {
+            prefix: {
+                "physical": [f"{prefix}_\\d+"],
+                "tables": {"orders": {"physical": ["orders_\\d+"], "topic": f"{prefix}.orders"}},
+            }
+        },
+    }
+
+
+class RelayThread:
+    """A relay in a thread of the test process, its mapping read from the configured store, stopped the way
+    SIGTERM stops it; leaving the ``with`` block asserts it stopped and raised nothing."""
+
+    def __init__(self, config_path: Path) -> None:
+        from relay.config import load_config
+        from relay.pipeline import Relay
+
+        config = load_config(config_path)
+        store = config.mapping_store()
+        try:
+            mapping = store.read()
+        finally:
+            store.close()
+        self.relay = Relay(config, mapping)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.relay.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def __enter__(self) -> RelayThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.relay.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the relay did not stop"
+        assert self.error is None, self.error

@@ -19,16 +19,10 @@ from relay.positions import FilePositionStore, ResumePoint
 from relay.protocol import Entry, EntryType, RowChange
 from relay.ring_store import StoreConfig
 from relay.sink import SinkConfig
+from tests.integration.relay_harness import master_position
 
 CHILD = Path(__file__).with_name("canal_child.py")
 BIG_TXN_ROWS = 60
-
-
-def master_position(conn: Any) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
 
 
 def run_sql(conn: Any, *statements: str) -> None:

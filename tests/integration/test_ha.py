@@ -44,22 +44,17 @@ from tests.integration.relay_harness import (
     check_exact_repeats,
     create_shards,
     drop_shards,
+    master_position,
     read_topic,
     row_sequences,
     select_orders,
+    single_table_mapping,
     wait_for,
     write_configs,
 )
 
 SHARDS, TABLES = 2, 2
 SESSION = 4.0  # ZooKeeper's minimum with tickTime=2000: two ticks
-
-
-def master_position(conn: Any) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
 
 
 @dataclass
@@ -89,7 +84,7 @@ class Cluster:
             self.tmp / f"r{i}",
             mysql=self.mysql,
             bootstrap=self.bootstrap,
-            mapping=_mapping(self.prefix),
+            mapping=single_table_mapping(self.prefix),
             start=self.start,
             instance=self.prefix,
             include=f"{self.prefix}_\\d+\\..*",
@@ -147,20 +142,6 @@ def distinct_changes(wanted: int) -> Callable[[list[Rec]], bool]:
         return len(seen) >= wanted
 
     return until
-
-
-def _mapping(prefix: str) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "topics": {"partitions": 3, "create": True},
-        "unmapped": {"action": "drop"},
-        "logical_dbs": {
-            prefix: {
-                "physical": [f"{prefix}_\\d+"],
-                "tables": {"orders": {"physical": ["orders_\\d+"], "topic": f"{prefix}.orders"}},
-            }
-        },
-    }
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,20 +19,19 @@ from confluent_kafka import Consumer, TopicPartition
 
 from mapping import editor, parse_mapping
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
-from relay.config import load_config
-from relay.pipeline import Relay
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,
+    RelayThread,
     Writer,
     create_shards,
     drop_shards,
+    master_position,
     partitions_of,
     read_topic,
     wait_for,
     write_configs,
 )
-from tests.integration.test_relay import master_position
 
 SHARDS, TABLES = 2, 2
 
@@ -63,37 +61,6 @@ def mapping_v1(prefix: str) -> dict[str, Any]:
             }
         },
     }
-
-
-class RelayRunner:
-    """A relay in a thread of the test process, reading its mapping from the configured store."""
-
-    def __init__(self, cfg: Path) -> None:
-        config = load_config(cfg)
-        store = config.mapping_store()
-        try:
-            mapping = store.read()
-        finally:
-            store.close()
-        self.relay = Relay(config, mapping)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.relay.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def __enter__(self) -> RelayRunner:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.relay.stop()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the relay did not stop"
-        assert self.error is None, self.error
 
 
 def read_topics(bootstrap: str, topics: list[str], changes: int, timeout: float = 60.0) -> list[Rec]:
@@ -166,7 +133,7 @@ def test_a_relay_under_load_switches_topics_at_a_batch_boundary(
     writer = Writer(mysql_service, prefix, SHARDS, TABLES, rate=300.0, seed=4)
     caplog.set_level(logging.INFO, logger="mapping.watch")
     try:
-        with RelayRunner(cfg) as running:
+        with RelayThread(cfg) as running:
             writer.start()
             read_topic(bootstrap, f"{prefix}.v1", until=lambda rs: len(rs) >= 60)
             new = editor.set_topic(store.read(), f"{prefix}.orders", f"{prefix}.v2")
@@ -211,7 +178,7 @@ def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
             for i in range(first, first + n):
                 cur.execute(f"INSERT INTO {prefix}_00.orders_00 VALUES (%s, 'NEW', 1, NULL)", (i,))
 
-    with RelayRunner(cfg) as running:
+    with RelayThread(cfg) as running:
         insert(0, 5)
         read_topic(bootstrap, f"{prefix}.v1", until=lambda rs: len(rs) >= 5)
         refused = subprocess.run(  # noqa: PLW1510 - the return code is asserted
@@ -290,7 +257,7 @@ def test_a_switch_waits_until_a_rolled_back_range_is_redelivered_under_the_old_m
     mfile = cfg.parent / "mapping.yaml"
     writer = Writer(mysql_service, prefix, SHARDS, TABLES, rate=300.0, seed=9)
     try:
-        with RelayRunner(cfg) as running:
+        with RelayThread(cfg) as running:
             writer.start()
             read_topic(bootstrap, f"{prefix}.v1", until=lambda rs: len(rs) >= 40)
             os.kill(own_broker.process.pid, signal.SIGSTOP)

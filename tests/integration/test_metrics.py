@@ -37,6 +37,7 @@ from tests.integration.relay_harness import (
     Writer,
     create_shards,
     drop_shards,
+    master_position,
     wait_for,
     write_configs,
 )
@@ -68,13 +69,6 @@ def metric(port: int, name: str) -> float:
         return scrape(port).get(name, math.nan)
     except OSError:
         return math.nan
-
-
-def master_position(conn: Any) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
 
 
 @pytest.fixture

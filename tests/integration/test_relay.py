@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from mapping import load_mapping
-from relay.config import load_config
-from relay.pipeline import Relay
 from tests.integration.relay_harness import (
     Rec,
+    RelayThread,
     apply_records,
     create_shards,
     drop_shards,
     expected_partition,
+    master_position,
     read_topic,
     select_orders,
     sharded_mapping,
@@ -34,13 +32,6 @@ from tests.integration.relay_harness import (
 SHARDS, TABLES = 3, 2
 
 
-def master_position(conn: Any) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
-
-
 @pytest.fixture()
 def shards(mysql_service: Any) -> Iterator[str]:
     prefix = f"rl{time.monotonic_ns() % 10**8}"
@@ -49,31 +40,6 @@ def shards(mysql_service: Any) -> Iterator[str]:
     yield prefix
     drop_shards(conn, prefix, SHARDS)
     conn.close()
-
-
-class RelayThread:
-    """A relay running in a thread of the test process, stopped the way SIGTERM stops it."""
-
-    def __init__(self, config_path: Path) -> None:
-        config = load_config(config_path)
-        self.relay = Relay(config, load_mapping(config.path(config.mapping.file)))
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.relay.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def __enter__(self) -> RelayThread:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.relay.stop()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the relay did not stop"
 
 
 def workload(conn: Any, prefix: str) -> int:

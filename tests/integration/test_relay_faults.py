@@ -47,10 +47,12 @@ from tests.integration.relay_harness import (
     create_shards,
     distinct_rows_at_least,
     drop_shards,
+    master_position,
     partitions_of,
     read_topic,
     row_sequences,
     select_orders,
+    single_table_mapping,
     wait_for,
     write_configs,
 )
@@ -69,13 +71,6 @@ LOAD: dict[str, Any] = {
     "logging": {"level": "INFO"},
 }
 POSITION = re.compile(r"[\w.-]+\.\d+:\d+|journal='[^']+', offset=\d+")
-
-
-def master_position(conn: Any) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
 
 
 @dataclass
@@ -99,7 +94,7 @@ class Case:
             self.tmp,
             mysql=self.mysql,
             bootstrap=self.bootstrap,
-            mapping=_mapping(self.prefix),
+            mapping=single_table_mapping(self.prefix),
             start=self.start,
             instance=self.prefix,
             include=f"{self.prefix}_\\d+\\..*",
@@ -138,20 +133,6 @@ class Case:
         assert len(row_sequences(records)) == changes
         assert apply_records(records) == select_orders(self.conn, self.prefix, SHARDS, TABLES)
         return check_exact_repeats(records)
-
-
-def _mapping(prefix: str) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "topics": {"partitions": 3, "create": True},
-        "unmapped": {"action": "drop"},
-        "logical_dbs": {
-            prefix: {
-                "physical": [f"{prefix}_\\d+"],
-                "tables": {"orders": {"physical": ["orders_\\d+"], "topic": f"{prefix}.orders"}},
-            }
-        },
-    }
 
 
 @pytest.fixture

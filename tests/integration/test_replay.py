@@ -18,13 +18,14 @@ import pytest
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,
+    RelayThread,
     check_exact_repeats,
     create_shards,
     drop_shards,
+    master_position,
     read_topic,
     write_configs,
 )
-from tests.integration.test_relay import RelayThread, master_position
 
 SHARDS, TABLES, PARTITIONS = 2, 2, 2
 

@@ -25,15 +25,17 @@ from relay.spark.apply import apply_changes, table_path
 from relay.spark.decode import changes
 from relay.spark.mirror import MirrorConfig, start
 from tests.integration.relay_harness import (
+    RelayThread,
     create_shards,
     drop_shards,
+    master_position,
     read_topic,
     select_orders,
     sharded_mapping,
     wait_for,
     write_configs,
 )
-from tests.integration.test_relay import RelayThread, master_position, workload
+from tests.integration.test_relay import workload
 
 SHARDS, TABLES = 3, 2
 MAX_PER_TRIGGER = 25
