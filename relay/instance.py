@@ -32,6 +32,8 @@ from relay.sink import Sink, SinkConfig
 
 log = logging.getLogger(__name__)
 
+PUT_BURST = 256  # most entries put into the store in one call
+
 
 @dataclass(frozen=True)
 class InstanceConfig:
@@ -111,18 +113,25 @@ class CanalInstance:
         start = self.start_point
         builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
         skip_at = (start.journal, start.offset) if start.skip else None
+        # Entries of the events that are already buffered are put into the store together: one lock
+        # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
+        # have to wait, so an idle stream adds no latency.
+        burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
+        pending: list[Entry] = []
         try:
             while not self._stopping.is_set():
                 try:
-                    event = self.source.read(self.config.poll_seconds)
+                    event = self.source.read(0.0 if pending else self.config.poll_seconds)
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
+                    pending = self._put(pending)
                     self._fail_over(exc)
                     start, skip_at = self.start_point, None
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
+                    pending = self._put(pending)
                     continue
                 entries = builder.build(event)
                 if skip_at is not None and entries:
@@ -131,7 +140,9 @@ class CanalInstance:
                     entries = self._drop.filter(entries)
                 entries = self.sink.process(entries)
                 if entries:
-                    self._put(entries)
+                    pending.extend(entries)
+                    if len(pending) >= burst:
+                        pending = self._put(pending)
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
@@ -142,13 +153,15 @@ class CanalInstance:
         finally:
             self.source.close()
 
-    def _put(self, entries: list[Entry]) -> None:
-        while not self._stopping.is_set():
+    def _put(self, entries: list[Entry]) -> list[Entry]:
+        """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
+        while entries and not self._stopping.is_set():
             if self.store.put(entries, timeout=self.config.poll_seconds):
                 self._last_put = entries[-1]
                 if self.failover.recording:
                     self.failover.record(entries)
-                return
+                break
+        return []
 
     # -- failover (parser thread) ----------------------------------------------------------------
     def _fail_over(self, cause: SourceUnavailableError) -> None:
