@@ -7,6 +7,7 @@ reading stops on a condition with a deadline, not at the end offset).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -475,3 +476,16 @@ class RelayThread:
         self.thread.join(60)
         assert not self.thread.is_alive(), "the relay did not stop"
         assert self.error is None, self.error
+
+
+@contextlib.contextmanager
+def sharded_schema(mysql: Any, tag: str, shards: int, tables: int) -> Iterator[str]:
+    """Fresh ``{prefix}_NN.orders_NN`` shards and ``{prefix}_00.customers`` for one test, dropped after."""
+    prefix = f"{tag}{time.monotonic_ns() % 10**8}"
+    conn = mysql.connect()
+    create_shards(conn, prefix, shards, tables)
+    try:
+        yield prefix
+    finally:
+        drop_shards(conn, prefix, shards)
+        conn.close()

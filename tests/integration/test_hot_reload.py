@@ -24,11 +24,10 @@ from tests.integration.relay_harness import (
     Rec,
     RelayThread,
     Writer,
-    create_shards,
-    drop_shards,
     master_position,
     partitions_of,
     read_topic,
+    sharded_schema,
     wait_for,
     write_configs,
 )
@@ -38,12 +37,8 @@ SHARDS, TABLES = 2, 2
 
 @pytest.fixture()
 def shards(mysql_service: Any) -> Iterator[str]:
-    prefix = f"hr{time.monotonic_ns() % 10**8}"
-    conn = mysql_service.connect()
-    create_shards(conn, prefix, SHARDS, TABLES)
-    yield prefix
-    drop_shards(conn, prefix, SHARDS)
-    conn.close()
+    with sharded_schema(mysql_service, "hr", SHARDS, TABLES) as prefix:
+        yield prefix
 
 
 def mapping_v1(prefix: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,12 @@ from tests.integration.relay_harness import (
     Rec,
     RelayThread,
     apply_records,
-    create_shards,
-    drop_shards,
     expected_partition,
     master_position,
     read_topic,
     select_orders,
     sharded_mapping,
+    sharded_schema,
     topic_exists,
     write_configs,
 )
@@ -34,12 +32,8 @@ SHARDS, TABLES = 3, 2
 
 @pytest.fixture()
 def shards(mysql_service: Any) -> Iterator[str]:
-    prefix = f"rl{time.monotonic_ns() % 10**8}"
-    conn = mysql_service.connect()
-    create_shards(conn, prefix, SHARDS, TABLES)
-    yield prefix
-    drop_shards(conn, prefix, SHARDS)
-    conn.close()
+    with sharded_schema(mysql_service, "rl", SHARDS, TABLES) as prefix:
+        yield prefix
 
 
 def workload(conn: Any, prefix: str) -> int:

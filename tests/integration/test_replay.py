@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,9 @@ from tests.integration.relay_harness import (
     Rec,
     RelayThread,
     check_exact_repeats,
-    create_shards,
-    drop_shards,
     master_position,
     read_topic,
+    sharded_schema,
     write_configs,
 )
 
@@ -32,12 +30,8 @@ SHARDS, TABLES, PARTITIONS = 2, 2, 2
 
 @pytest.fixture()
 def shards(mysql_service: Any) -> Iterator[str]:
-    prefix = f"rp{time.monotonic_ns() % 10**8}"
-    conn = mysql_service.connect()
-    create_shards(conn, prefix, SHARDS, TABLES)
-    yield prefix
-    drop_shards(conn, prefix, SHARDS)
-    conn.close()
+    with sharded_schema(mysql_service, "rp", SHARDS, TABLES) as prefix:
+        yield prefix
 
 
 def mapping_v1(prefix: str) -> dict[str, Any]:
