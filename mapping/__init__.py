@@ -2,7 +2,7 @@
 
 The shared contract between the relay daemon (its router calls ``Mapping.resolve`` per row event),
 the Spark readers (topic names, logical names) and the people who edit mappings. It imports nothing
-of the daemon's runtime (no ``relay.instance``, ``relay.binlog*``, confluent_kafka or pyspark): only
+of the daemon's runtime (no ``relay.source.instance``, ``relay.binlog*``, confluent_kafka or pyspark): only
 ``relay.errors`` for ``MappingError``. ``model`` holds the immutable values, ``checks`` the static
 validation and topic templates, ``load`` the YAML format (``conf/mapping.yaml`` documents every key).
 """

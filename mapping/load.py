@@ -24,7 +24,7 @@ import yaml
 
 from mapping.checks import InvalidMappingError, name_path
 from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
-from relay.atomic import atomic_write_text
+from relay.common.atomic import atomic_write_text
 from relay.errors import MappingError
 
 TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from mapping.load import dump_mapping, load_mapping, parse_mapping
 from mapping.model import Mapping
-from relay.atomic import atomic_write_text as _atomic_write_text
+from relay.common.atomic import atomic_write_text as _atomic_write_text
 from relay.errors import MappingError
 
 __all__ = [
@@ -279,7 +279,7 @@ def _read(path: Path) -> str:
 
 
 def atomic_write(target: Path, text: str) -> None:
-    """Replace ``target`` with ``text`` atomically (``relay.atomic``), as a store error on failure."""
+    """Replace ``target`` with ``text`` atomically (``relay.common.atomic``), as a store error on failure."""
     try:
         _atomic_write_text(target, text)
     except OSError as exc:

@@ -7,7 +7,7 @@ from, in this order:
    ``RELAY_TEST_ZK=host:port`` (e.g. the addresses ``relay dev up`` prints);
 2. testcontainers (MySQL 8.4, Apache Kafka in KRaft mode, ZooKeeper) when a Docker daemon answers —
    ``RELAY_TEST_DOCKER=0`` skips this step;
-3. the embedded servers of ``relay.embedded`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
+3. the embedded servers of ``relay.dev.services`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
    this process so that they die with it.
 
 Tests under ``tests/integration/`` get the ``integration`` marker automatically.
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import embedded
-from relay.embedded import KafkaService, MySQLService, ZooKeeperService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ServiceError
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"

@@ -7,7 +7,7 @@ backend: ``tests/unit/test_positions.py`` (file, memory) and ``tests/integration
 
 from __future__ import annotations
 
-from relay.positions import PositionStore, ResumePoint, SourceIdentity
+from relay.positions.store import PositionStore, ResumePoint, SourceIdentity
 
 POINT = ResumePoint(
     journal="mysql-bin.000003",

@@ -27,10 +27,10 @@ from typing import Any
 import pymysql
 
 from relay.binlog.events import BinlogEvent
+from relay.binlog.gtid import GtidSet
 from relay.binlog.parse import BinlogParser
+from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
 from relay.errors import ConfigError, SourceConnectionError, SourceError
-from relay.gtid import GtidSet
-from relay.tls import TlsConfig, connect_arguments, ensure_encrypted
 
 log = logging.getLogger(__name__)
 

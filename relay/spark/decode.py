@@ -1,7 +1,7 @@
 """Record values → change rows (``changes``) → typed rows of one logical table (``typed``).
 
 Owns the reading of both codecs on Spark: canal-json with Spark's ``from_json`` (JVM, no Python
-round trip), canal-protobuf with a Python UDF over ``relay.proto.convert``. The codec of each record is
+round trip), canal-protobuf with a Python UDF over ``relay.canal.proto.convert``. The codec of each record is
 told by its first byte (``{`` for JSON; a canal ``Packet`` starts with a protobuf field tag, never
 0x7B). Works on the DataFrame of Spark's ``kafka`` source or of ``relay-kafka`` (same schema). Runs in
 Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.spark.apply``.

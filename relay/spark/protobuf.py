@@ -1,7 +1,8 @@
 """canal-protobuf record values → change dicts (the ``CHANGE_TYPE`` of ``relay.spark.decode``).
 
 Runs inside the Python UDF of ``relay.spark.decode.changes`` on executor workers, one value at a time.
-Decodes with ``relay.proto.convert`` (canal's ``Packet(MESSAGES)`` holding one Entry narrowed to one row)
+Decodes with ``relay.canal.proto.convert`` (canal's ``Packet(MESSAGES)`` holding one Entry narrowed to one
+row)
 and reads our extensions from the header props: ``relay.physical.db``/``.table``, ``relay.sequence``,
 ``relay.server``. Pure function; a value that is not a canal packet raises ``ProtoDecodeError``.
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.proto.convert import ProtoDecodeError, decode_messages_packet
-from relay.protocol import Column, RowChange
+from relay.canal.entry import Column, RowChange
+from relay.canal.proto.convert import ProtoDecodeError, decode_messages_packet
 
 
 def _image(columns: list[Column]) -> dict[str, str | None] | None:

@@ -19,12 +19,12 @@ import signal
 import sys
 from pathlib import Path
 
-from relay.binlog_source import SourceConfig, StartConfig
-from relay.instance import CanalInstance, InstanceConfig
-from relay.positions import FilePositionStore
-from relay.protocol import Entry, EntryType, RowChange
-from relay.ring_store import StoreConfig
-from relay.sink import SinkConfig
+from relay.canal.entry import Entry, EntryType, RowChange
+from relay.canal.ring_store import StoreConfig
+from relay.canal.sink import SinkConfig
+from relay.positions.store import FilePositionStore
+from relay.source.binlog_source import SourceConfig, StartConfig
+from relay.source.instance import CanalInstance, InstanceConfig
 
 
 def describe(entry: Entry) -> dict[str, object]:

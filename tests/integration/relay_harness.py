@@ -24,7 +24,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from relay.partitioner import partition_for_key
+from relay.kafka.partitioner import partition_for_key
 
 
 @dataclass
@@ -225,7 +225,7 @@ class RelayProcess:
     """``relay run -c CFG`` as a child process; its stderr (the log) appended to ``log_path``."""
 
     def __init__(self, cfg: Path, log_path: Path) -> None:
-        from relay.config import load_config
+        from relay.config.load import load_config
 
         self.cfg = cfg
         self.log_path = log_path
@@ -448,8 +448,8 @@ class RelayThread:
     SIGTERM stops it; leaving the ``with`` block asserts it stopped and raised nothing."""
 
     def __init__(self, config_path: Path) -> None:
-        from relay.config import load_config
-        from relay.pipeline import Relay
+        from relay.config.load import load_config
+        from relay.daemon.pipeline import Relay
 
         config = load_config(config_path)
         store = config.mapping_store()

@@ -23,11 +23,15 @@ from typing import Any
 import pymysql
 import pytest
 
-from relay import embedded
+import relay.dev.services as embedded
 from relay.binlog import events as ev
 from relay.binlog import rows as rows_module
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.binlog_source import (
+from relay.common.retry import RetryPolicy
+from relay.dev.services import MySQLService
+from relay.errors import ServiceError, SourceError
+from relay.positions.store import ResumePoint
+from relay.source.binlog_source import (
     BinlogSource,
     SourceConfig,
     StartConfig,
@@ -36,10 +40,6 @@ from relay.binlog_source import (
     inspect_server,
     resolve_start,
 )
-from relay.embedded import MySQLService
-from relay.errors import ServiceError, SourceError
-from relay.positions import ResumePoint
-from relay.retry import RetryPolicy
 
 _server_ids = itertools.count(52000)
 FAST_RETRY = RetryPolicy(initial=0.05, maximum=0.5, jitter=0.0, deadline=30.0)
@@ -552,7 +552,7 @@ def test_reconnects_resume_exactly_where_the_stream_stopped(
     big_file, big_start, big_end = workload.big
     phase1 = uninterrupted(workload.end)
     big_rows = [i for i, e in enumerate(phase1) if isinstance(e, ev.RowsEvent) and e.header.start > big_start]
-    caplog.set_level(logging.INFO, logger="relay.binlog_source")
+    caplog.set_level(logging.INFO, logger="relay.source.binlog_source")
     source = BinlogSource(cfg)
     got: list[ev.BinlogEvent] = []
     try:
@@ -599,7 +599,7 @@ def test_a_server_that_stays_away_ends_in_a_non_retriable_error(
             beat = source.read(1.0)  # until a heartbeat: the dump is established
         assert isinstance(beat, ev.HeartbeatEvent)
         running.stop()
-        caplog.set_level(logging.WARNING, logger="relay.binlog_source")
+        caplog.set_level(logging.WARNING, logger="relay.source.binlog_source")
         began = time.monotonic()
         with pytest.raises(SourceError) as info:
             while time.monotonic() < deadline + 20:

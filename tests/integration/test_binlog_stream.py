@@ -20,7 +20,7 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.embedded import MySQLService
+from relay.dev.services import MySQLService
 from relay.errors import SourceConnectionError, SourceError
 
 _server_ids = itertools.count(41000)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from relay.binlog_source import SourceConfig, StartConfig
-from relay.instance import CanalInstance, InstanceConfig
-from relay.positions import FilePositionStore, ResumePoint
-from relay.protocol import Entry, EntryType, RowChange
-from relay.ring_store import StoreConfig
-from relay.sink import SinkConfig
+from relay.canal.entry import Entry, EntryType, RowChange
+from relay.canal.ring_store import StoreConfig
+from relay.canal.sink import SinkConfig
+from relay.positions.store import FilePositionStore, ResumePoint
+from relay.source.binlog_source import SourceConfig, StartConfig
+from relay.source.instance import CanalInstance, InstanceConfig
 from tests.integration.relay_harness import master_position
 
 CHILD = Path(__file__).with_name("canal_child.py")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import embedded
-from relay.embedded import MySQLService
+import relay.dev.services as embedded
+from relay.dev.services import MySQLService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import read_topic
 

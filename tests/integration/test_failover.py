@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from relay import embedded
-from relay.embedded import KafkaService, MySQLService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService, MySQLService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import (
     Rec,

@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from relay import embedded
-from relay.embedded import KafkaService, ZooKeeperService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService, ZooKeeperService
 from relay.errors import LeadershipError, ServiceError
-from relay.ha import HAConfig, Layout, Leadership
-from relay.positions_zk import read_position_node
+from relay.ha.leadership import HAConfig, Layout, Leadership
+from relay.positions.zookeeper import read_position_node
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,

@@ -216,7 +216,7 @@ def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
 @pytest.fixture()
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A broker of this test alone: freezing it must not stall the session's shared broker."""
-    from relay import embedded
+    import relay.dev.services as embedded
     from relay.errors import ServiceError
 
     try:

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay import embedded
-from relay.embedded import KafkaService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import (
     REPO_ROOT,

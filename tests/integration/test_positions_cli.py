@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from relay.config import load_config
-from relay.embedded import KafkaService, ZooKeeperService
-from relay.ha import Layout, Leadership, connect
-from relay.instance_lock import InstanceLock
-from relay.positions import FilePositionStore, ResumePoint
-from relay.positions_zk import read_position_node
+from relay.config.load import load_config
+from relay.dev.services import KafkaService, ZooKeeperService
+from relay.ha.leadership import Layout, Leadership, connect
+from relay.positions.lock import InstanceLock
+from relay.positions.store import FilePositionStore, ResumePoint
+from relay.positions.zookeeper import read_position_node
 from tests.integration.relay_harness import REPO_ROOT, RelayProcess, wait_for, write_configs
 
 pytestmark = pytest.mark.integration

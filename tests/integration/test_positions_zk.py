@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from relay.embedded import ZooKeeperService
+from relay.dev.services import ZooKeeperService
 from relay.errors import LeadershipError, PositionConflictError
-from relay.ha import HAConfig, Leadership
-from relay.positions import PositionStore, ResumePoint
-from relay.positions_zk import FenceToken, ZooKeeperPositionStore, read_position_node
+from relay.ha.leadership import HAConfig, Leadership
+from relay.positions.store import PositionStore, ResumePoint
+from relay.positions.zookeeper import FenceToken, ZooKeeperPositionStore, read_position_node
 from tests.position_contract import (  # noqa: F401  (the shared contract, run against the ZooKeeper store)
     POINT,
     test_contract_empty_store_loads_none,

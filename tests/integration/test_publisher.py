@@ -20,11 +20,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from relay import embedded
-from relay.embedded import KafkaService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService
 from relay.errors import ConfigError, PublishError, RecordRejectedError, ServiceError
-from relay.partitioner import partition_for_key
-from relay.publisher import (
+from relay.kafka.partitioner import partition_for_key
+from relay.kafka.publisher import (
     DEAD_LETTER_ERROR,
     DEAD_LETTER_PARTITION,
     DEAD_LETTER_SIZE,
@@ -194,7 +194,7 @@ def test_librdkafka_murmur2_random_places_keys_where_we_do(kafka_service: KafkaS
 def test_an_oversized_record_is_rejected_at_once_and_only_once(
     kafka_service: KafkaService, publishers: Callable[..., KafkaPublisher], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="relay.publisher")
+    caplog.set_level(logging.WARNING, logger="relay.kafka.publisher")
     topic = unique("big")
     pub = publishers(kafka_service, kafka={"message.max.bytes": 10_000})
     pub.ensure_topics([topic])

@@ -30,13 +30,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from relay import embedded
-from relay.codec import sequence
-from relay.config import load_config
-from relay.embedded import KafkaService
+import relay.dev.services as embedded
+from relay.config.load import load_config
+from relay.dev.services import KafkaService
 from relay.errors import ServiceError
-from relay.positions import ResumePoint
-from relay.status import status_report
+from relay.kafka.codec import sequence
+from relay.ops.status import status_report
+from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,

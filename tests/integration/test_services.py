@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from kazoo.client import KazooClient
 
-from relay import embedded
-from relay.embedded import KafkaService, MySQLService, ZooKeeperService
+import relay.dev.services as embedded
+from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ConfigError, ServiceError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_zookeeper_creates_and_reads_a_node(zk_service: ZooKeeperService) -> Non
 
 def _dev(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RELAY_DEV_DIR": str(state_dir)}
-    argv = [sys.executable, "-m", "relay.cli_dev", "dev", *args]
+    argv = [sys.executable, "-m", "relay.cli.dev", "dev", *args]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 

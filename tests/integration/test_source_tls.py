@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from relay.binlog.events import RowsEvent
-from relay.binlog_source import BinlogSource, SourceConfig, StartPoint, inspect_server
+from relay.common.tls import TlsConfig
 from relay.errors import ConfigError, SourceError
-from relay.retention import RetentionProbe
-from relay.tls import TlsConfig
+from relay.ops.retention import RetentionProbe
+from relay.source.binlog_source import BinlogSource, SourceConfig, StartPoint, inspect_server
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ import pytest
 from relay.binlog import rows as rows_module
 from relay.binlog.events import DELETE, INSERT, UPDATE, RowsEvent, TableMapEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.embedded import MySQLService
+from relay.dev.services import MySQLService
 
 ZONE = "+05:30"  # a non-UTC session zone: TIMESTAMP text must follow the zone we set
 TABLE = "types_t"

@@ -10,9 +10,14 @@ import struct
 
 import pytest
 
-from relay import codec_json
-from relay.bench import workloads as wl
-from relay.bench.stats import (
+import relay.kafka.canal_json as codec_json
+from relay.binlog import rows as rows_mod
+from relay.binlog import types as t
+from relay.binlog.events import ColumnMeta
+from relay.cli.bench import options_from_args, parse_settings
+from relay.cli.main import build_parser
+from relay.dev.bench import workloads as wl
+from relay.dev.bench.stats import (
     Latency,
     Repeated,
     StallResult,
@@ -23,11 +28,6 @@ from relay.bench.stats import (
     render_stall,
     render_table,
 )
-from relay.binlog import rows as rows_mod
-from relay.binlog import types as t
-from relay.binlog.events import ColumnMeta
-from relay.cli import build_parser
-from relay.cli_bench import options_from_args, parse_settings
 
 
 def test_percentile_interpolates_between_ranks_like_numpy() -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog import tablemap
+from relay.binlog.gtid import GtidSet
 from relay.binlog.parse import BinlogParser
 from relay.binlog.stream import StreamConfig, _PacketReader, encode_mysql_gtid_set
 from relay.errors import ConfigError, DecodeError, SourceConnectionError, SourceError
-from relay.gtid import GtidSet
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 FILE = "mysql-bin.000007"

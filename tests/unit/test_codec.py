@@ -11,11 +11,7 @@ import pytest
 from mapping.load import parse_mapping
 from mapping.model import InvalidMappingError, Mapping
 from relay.binlog.events import ColumnMeta, RowImage
-from relay.codec import MAX_OFFSET, CodecError, RecordEncoder, SequenceError, sequence
-from relay.errors import MappingError, RelayError
-from relay.positions import SourceIdentity
-from relay.proto.convert import decode_messages_packet
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -26,7 +22,11 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
-from relay.publisher import Record
+from relay.canal.proto.convert import decode_messages_packet
+from relay.errors import MappingError, RelayError
+from relay.kafka.codec import MAX_OFFSET, CodecError, RecordEncoder, SequenceError, sequence
+from relay.kafka.publisher import Record
+from relay.positions.store import SourceIdentity
 
 FILE = "mysql-bin.000123"
 ES = 1763700000000

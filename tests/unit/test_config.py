@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from relay.config import RelayConfig, load_config, parse_config
+from relay.config.load import RelayConfig, load_config, parse_config
 from relay.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "relay.yaml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.ddl import DdlInfo, classify
-from relay.protocol import EventType as T
+from relay.canal.ddl import DdlInfo, classify
+from relay.canal.entry import EventType as T
 
 CASES = [
     # CREATE

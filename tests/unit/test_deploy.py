@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mapping import load_mapping
-from relay.config import RelayConfig, load_config
+from relay.config.load import RelayConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -27,9 +27,9 @@ from relay.binlog.events import (
     XaPrepareEvent,
     XidEvent,
 )
-from relay.entry_builder import BuilderConfig, EntryBuilder
-from relay.positions import resume_after
-from relay.protocol import Entry, EntryType, EventType, RowChange, TransactionBegin, TransactionEnd
+from relay.canal.entry import Entry, EntryType, EventType, RowChange, TransactionBegin, TransactionEnd
+from relay.canal.entry_builder import BuilderConfig, EntryBuilder
+from relay.positions.store import resume_after
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 TS = 1_763_700_000

@@ -4,9 +4,7 @@ and by fingerprint (the timestamp fallback: transactions already put from the ma
 from __future__ import annotations
 
 from relay.binlog.events import RowImage
-from relay.binlog_source import SourceConfig, StandbyConfig
-from relay.failover import FingerprintSkip, GtidSkip, History, master_config, standby_config
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -17,6 +15,8 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
+from relay.source.binlog_source import SourceConfig, StandbyConfig
+from relay.source.failover import FingerprintSkip, GtidSkip, History, master_config, standby_config
 
 
 def txn(server: str, offset: int, gtid: str, time_ms: int, rows: list[str], *, xid: str = "1") -> list[Entry]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from relay.binlog.gtid import GtidSet
+from relay.common.retry import RetryPolicy
 from relay.errors import SourceError
-from relay.gtid import GtidSet
-from relay.retry import RetryPolicy
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 U2 = "4e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from relay.config import parse_config
+from relay.config.load import parse_config
 from relay.errors import ConfigError
-from relay.ha import Layout
+from relay.ha.leadership import Layout
 
 
 @pytest.mark.parametrize(

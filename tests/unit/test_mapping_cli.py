@@ -1,6 +1,6 @@
 """``relay mapping`` on a mapping file: edits are versioned and atomic, --dry-run stores nothing, invalid
 edits are refused naming the key, history/diff/rollback/show/resolve/validate, and a complete --help.
-In-process through ``relay.cli.main``, on a temp copy of the documented example; no network."""
+In-process through ``relay.cli.main.main``, on a temp copy of the documented example; no network."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mapping import load_mapping
-from relay.cli import build_parser, main
+from relay.cli.main import build_parser, main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "mapping.yaml"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.partitioner import murmur2, partition_for_key, to_positive
+from relay.kafka.partitioner import murmur2, partition_for_key, to_positive
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
 KAFKA_UTILS_TEST_VECTORS = {

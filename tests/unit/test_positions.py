@@ -11,15 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.errors import PositionError
-from relay.positions import (
-    FilePositionStore,
-    MemoryPositionStore,
-    PositionStore,
-    ResumePoint,
-    resume_after,
-)
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -28,6 +20,14 @@ from relay.protocol import (
     RowChange,
     TransactionEnd,
     TxnContext,
+)
+from relay.errors import PositionError
+from relay.positions.store import (
+    FilePositionStore,
+    MemoryPositionStore,
+    PositionStore,
+    ResumePoint,
+    resume_after,
 )
 from tests.position_contract import (  # noqa: F401  (the shared contract, run against this module's stores)
     POINT,

@@ -12,16 +12,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from relay.binlog.events import ColumnMeta, RowImage
-from relay.proto import entry_pb2, packet_pb2
-from relay.proto.convert import (
-    ProtoDecodeError,
-    decode_messages_packet,
-    entry_from_pb,
-    entry_to_bytes,
-    entry_to_pb,
-    messages_packet,
-)
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -31,6 +22,15 @@ from relay.protocol import (
     TransactionBegin,
     TransactionEnd,
     TxnContext,
+)
+from relay.canal.proto import entry_pb2, packet_pb2
+from relay.canal.proto.convert import (
+    ProtoDecodeError,
+    decode_messages_packet,
+    entry_from_pb,
+    entry_to_bytes,
+    entry_to_pb,
+    messages_packet,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

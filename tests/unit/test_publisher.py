@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from relay.errors import ConfigError, PublishError, RecordRejectedError
-from relay.partitioner import partition_for_key
-from relay.publisher import (
+from relay.kafka.partitioner import partition_for_key
+from relay.kafka.publisher import (
     DEAD_LETTER_ERROR,
     DEAD_LETTER_PARTITION,
     DEAD_LETTER_TOPIC,

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.cli import _JsonFormatter
-from relay.config import parse_config
-from relay.redact import (
+from relay.cli.main import _JsonFormatter
+from relay.common.redact import (
     MASK,
     RedactingFormatter,
     clear_secrets,
@@ -20,6 +19,7 @@ from relay.redact import (
     register_secret,
     secrets_in,
 )
+from relay.config.load import parse_config
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from relay.retention import Retention, expire_seconds
+from relay.ops.retention import Retention, expire_seconds
 
 
 @pytest.mark.parametrize(

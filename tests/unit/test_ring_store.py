@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from relay.errors import StoreError
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -23,7 +22,7 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
-from relay.ring_store import (
+from relay.canal.ring_store import (
     BatchMode,
     Events,
     Fill,
@@ -31,6 +30,7 @@ from relay.ring_store import (
     StoreClosedError,
     StoreConfig,
 )
+from relay.errors import StoreError
 
 JOURNAL = "mysql-bin.000001"
 ITEM = BatchMode.ITEMSIZE

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from relay.errors import ServerError
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -21,8 +20,9 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
-from relay.ring_store import BatchMode, Events, Fill, RingStore, StoreConfig
-from relay.server import EMPTY_BATCH_ID, EmbeddedServer, Message
+from relay.canal.ring_store import BatchMode, Events, Fill, RingStore, StoreConfig
+from relay.canal.server import EMPTY_BATCH_ID, EmbeddedServer, Message
+from relay.errors import ServerError
 
 JOURNAL = "mysql-bin.000007"
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from relay.config.settings import build, interpolate
 from relay.errors import ConfigError
-from relay.settings import build, interpolate
 
 
 @dataclass(frozen=True)

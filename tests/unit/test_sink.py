@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.errors import ConfigError
-from relay.protocol import (
+from relay.canal.entry import (
     Entry,
     EntryPosition,
     EntryType,
@@ -16,7 +15,8 @@ from relay.protocol import (
     TransactionEnd,
     TxnContext,
 )
-from relay.sink import NameFilter, Sink, SinkConfig
+from relay.canal.sink import NameFilter, Sink, SinkConfig
+from relay.errors import ConfigError
 
 T0 = 1_763_700_000_000
 

@@ -1,0 +1,239 @@
+"""canal's protocol model (``com.alibaba.otter.canal.protocol``) as Python values.
+
+These are what the entry builder produces, the ring store holds and the server hands out. They map
+field for field onto canal's ``Entry`` / ``Header`` / ``RowChange`` / ``Column`` messages; the wire form
+(our own ``.proto`` files, compatible with canal's) is made on demand by ``relay.canal.proto.convert``.
+
+A ROWDATA entry keeps its rows as the decoder produced them (column metadata plus one tuple of
+canal-text values per row image) and builds ``Column`` objects only when asked (``RowChange.row_datas``):
+the per-row hot path never pays for objects nobody reads.
+
+Each entry also carries relay-side context that never goes on the wire: the transaction it belongs
+to (``txn``) and its ordinal inside that transaction (``txn_index``), from which the resume point
+of an acknowledged prefix is computed (``relay.positions.store.resume_after``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from relay.binlog.events import ColumnMeta, RowImage
+
+
+class EntryType(IntEnum):
+    ENTRYTYPECOMPATIBLEPROTO2 = 0
+    TRANSACTIONBEGIN = 1
+    ROWDATA = 2
+    TRANSACTIONEND = 3
+    HEARTBEAT = 4
+    GTIDLOG = 5
+
+
+class EventType(IntEnum):
+    EVENTTYPECOMPATIBLEPROTO2 = 0
+    INSERT = 1
+    UPDATE = 2
+    DELETE = 3
+    CREATE = 4
+    ALTER = 5
+    ERASE = 6
+    QUERY = 7
+    TRUNCATE = 8
+    RENAME = 9
+    CINDEX = 10
+    DINDEX = 11
+    GTID = 12
+    XACOMMIT = 13
+    XAROLLBACK = 14
+    MHEARTBEAT = 15
+
+
+class SourceType(IntEnum):
+    TYPECOMPATIBLEPROTO2 = 0
+    ORACLE = 1
+    MYSQL = 2
+    PGSQL = 3
+
+
+# canal's CanalEntry.EventType isDdl(): the types that change a table's definition.
+DDL_EVENT_TYPES = frozenset(
+    {
+        EventType.CREATE,
+        EventType.ALTER,
+        EventType.ERASE,
+        EventType.RENAME,
+        EventType.TRUNCATE,
+        EventType.CINDEX,
+        EventType.DINDEX,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryPosition:
+    """Where an entry sits in the source's binlog (canal's ``EntryPosition``).
+
+    ``offset`` is the event's START offset in ``journal``; ``timestamp`` is the binlog time in ms.
+    """
+
+    journal: str
+    offset: int
+    server_id: int = 0
+    gtid: str = ""
+    timestamp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnContext:
+    """What every entry of one transaction shares: where the transaction starts and its GTID.
+
+    ``start`` is the first event of the transaction (MySQL: its GTID event, or BEGIN without GTIDs;
+    MariaDB: its GTID event): reading again from there yields the whole transaction.
+    ``gtid_set_before`` is the executed GTID set just before it, where known.
+    """
+
+    start: EntryPosition
+    gtid: str = ""
+    gtid_set_before: str | None = None
+    mariadb: bool = False
+
+
+@dataclass(slots=True)
+class Header:
+    logfile_name: str
+    logfile_offset: int
+    server_id: int
+    execute_time: int  # ms
+    event_length: int
+    event_type: EventType = EventType.QUERY
+    schema_name: str = ""
+    table_name: str = ""
+    gtid: str = ""
+    props: list[tuple[str, str]] = field(default_factory=list)
+    version: int = 1
+    serveren_code: str = "UTF-8"
+    source_type: SourceType = SourceType.MYSQL
+
+
+@dataclass(slots=True)
+class Column:
+    index: int
+    sql_type: int
+    name: str
+    is_key: bool
+    updated: bool
+    is_null: bool
+    value: str
+    length: int
+    mysql_type: str
+    props: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RowData:
+    before_columns: list[Column]
+    after_columns: list[Column]
+    props: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _columns(
+    meta: tuple[ColumnMeta, ...],
+    values: tuple[str | None, ...],
+    other: tuple[str | None, ...] | None,
+) -> list[Column]:
+    """Columns of one image. ``updated`` as canal sets it: on an after image, every column of an INSERT
+    (no before image) and the columns an UPDATE changed; never on a before image."""
+    out = []
+    for m, value in zip(meta, values, strict=True):
+        updated = other is None or other[m.index] != value
+        out.append(
+            Column(
+                index=m.index,
+                sql_type=m.sql_type,
+                name=m.name,
+                is_key=m.is_key,
+                updated=updated,
+                is_null=value is None,
+                value="" if value is None else value,
+                length=m.length,
+                mysql_type=m.mysql_type,
+            )
+        )
+    return out
+
+
+def _before_columns(meta: tuple[ColumnMeta, ...], values: tuple[str | None, ...]) -> list[Column]:
+    cols = _columns(meta, values, values)  # compared with itself: nothing is marked updated
+    return cols
+
+
+@dataclass(slots=True)
+class RowChange:
+    """canal's RowChange. For DML, ``columns`` + ``rows`` hold the data; ``row_datas()`` builds RowData."""
+
+    event_type: EventType
+    table_id: int = 0
+    is_ddl: bool = False
+    sql: str = ""
+    ddl_schema_name: str = ""
+    columns: tuple[ColumnMeta, ...] = ()
+    rows: tuple[RowImage, ...] = ()
+    props: list[tuple[str, str]] = field(default_factory=list)
+
+    def row_datas(self) -> list[RowData]:
+        out = []
+        for row in self.rows:
+            before = _before_columns(self.columns, row.before) if row.before is not None else []
+            after = _columns(self.columns, row.after, row.before) if row.after is not None else []
+            out.append(RowData(before_columns=before, after_columns=after))
+        return out
+
+
+@dataclass(slots=True)
+class TransactionBegin:
+    execute_time: int = 0
+    transaction_id: str = ""
+    thread_id: int = 0
+    props: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TransactionEnd:
+    execute_time: int = 0
+    transaction_id: str = ""  # the XID, as text
+    props: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Entry:
+    """canal's Entry plus the relay-side transaction context (``txn``, ``txn_index``)."""
+
+    header: Header
+    entry_type: EntryType
+    store_value: RowChange | TransactionBegin | TransactionEnd | None
+    txn: TxnContext
+    txn_index: int = 0
+    # True when nothing of this entry's transaction follows it: TRANSACTIONEND, or a statement that
+    # is its own transaction (a DDL outside BEGIN/COMMIT). Set by the entry builder.
+    closes_txn: bool = False
+
+    @property
+    def is_ddl(self) -> bool:
+        value = self.store_value
+        return isinstance(value, RowChange) and value.is_ddl
+
+    @property
+    def size(self) -> int:
+        """Memory the ring store charges for this entry: the binlog event length, as canal does."""
+        return self.header.event_length
+
+    @property
+    def position(self) -> EntryPosition:
+        h = self.header
+        return EntryPosition(h.logfile_name, h.logfile_offset, h.server_id, h.gtid, h.execute_time)
+
+    @property
+    def is_transaction_boundary(self) -> bool:
+        """TRANSACTIONBEGIN, TRANSACTIONEND or a DDL: the places canal's store may set an ack point."""
+        return self.entry_type in (EntryType.TRANSACTIONBEGIN, EntryType.TRANSACTIONEND) or self.is_ddl

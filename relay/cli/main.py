@@ -1,0 +1,326 @@
+"""The ``relay`` command line. The only place that prints to the terminal and handles signals.
+
+Subcommands: ``demo`` (the README's main command), ``entries`` (read a server's binlog as canal
+entries), ``dev`` (local services for development and tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from types import FrameType
+
+from relay import __version__
+from relay.canal.entry import Entry, EntryType, RowChange
+from relay.canal.sink import SinkConfig
+from relay.common.redact import RedactingFormatter, redact, redact_value
+from relay.errors import LeadershipError, RelayError
+from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
+from relay.source.binlog_source import SourceConfig, StartConfig
+from relay.source.instance import CanalInstance, InstanceConfig
+
+log = logging.getLogger("relay")
+
+EXIT_LEADERSHIP_LOST = 3  # `relay run` lost its HA leadership: restart it to stand by
+
+
+def format_entry(entry: Entry) -> list[str]:
+    """Human-readable lines for one entry, in the spirit of canal's example client."""
+    h = entry.header
+    where = f"{h.logfile_name}:{h.logfile_offset}"
+    gtid = f" gtid={h.gtid}" if h.gtid else ""
+    if entry.entry_type == EntryType.TRANSACTIONBEGIN:
+        return [f"BEGIN  {where}{gtid}"]
+    if entry.entry_type == EntryType.TRANSACTIONEND:
+        xid = getattr(entry.store_value, "transaction_id", "")
+        return [f"END    {where} xid={xid}"]
+    value = entry.store_value
+    assert isinstance(value, RowChange)
+    table = f"{h.schema_name}.{h.table_name}" if h.table_name else h.schema_name
+    if value.is_ddl:
+        return [f"DDL    {where} {value.event_type.name} {table}: {value.sql}"]
+    count = len(value.rows)
+    lines = [f"{value.event_type.name:<6} {where} {table} ({count} row{'' if count == 1 else 's'})"]
+    for row_data in value.row_datas():
+        for label, cols in (("before", row_data.before_columns), ("after", row_data.after_columns)):
+            if cols:
+                shown = ", ".join(
+                    f"{c.name}={'NULL' if c.is_null else c.value!r}{'*' if c.updated else ''}" for c in cols
+                )
+                lines.append(f"         {label}: {shown}")
+    return lines
+
+
+def _entry_json(entry: Entry) -> str:
+    h = entry.header
+    out: dict[str, object] = {
+        "type": EntryType(entry.entry_type).name,
+        "file": h.logfile_name,
+        "offset": h.logfile_offset,
+        "gtid": h.gtid,
+        "executeTime": h.execute_time,
+        "schema": h.schema_name,
+        "table": h.table_name,
+    }
+    value = entry.store_value
+    if isinstance(value, RowChange):
+        out["eventType"] = value.event_type.name
+        out["isDdl"] = value.is_ddl
+        out["sql"] = value.sql
+        out["columns"] = [c.name for c in value.columns]
+        out["rows"] = [{"before": r.before, "after": r.after} for r in value.rows]
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _parse_start(args: argparse.Namespace) -> StartConfig:
+    journal = offset = None
+    if args.start_position:
+        journal, _, off = args.start_position.partition(":")
+        offset = int(off) if off else 4
+    stamp = None
+    if args.start_timestamp:
+        stamp = int(datetime.fromisoformat(args.start_timestamp).timestamp() * 1000)
+    return StartConfig(gtid=args.start_gtid, journal=journal, offset=offset, timestamp=stamp)
+
+
+def cmd_entries(args: argparse.Namespace) -> int:
+    from relay.dev.services import MySQLService
+
+    service = MySQLService.parse(args.mysql)
+    source = SourceConfig(
+        host=service.host,
+        port=service.port,
+        user=service.user,
+        password=service.password,
+        server_id=args.server_id,
+        start=_parse_start(args),
+    )
+    positions: PositionStore = FilePositionStore(args.positions) if args.positions else MemoryPositionStore()
+    instance = CanalInstance(
+        InstanceConfig(source=source, sink=SinkConfig(filter=args.filter, black_filter=args.black_filter)),
+        positions,
+    )
+    instance.start()
+    shown = 0
+    idle_since = time.monotonic()
+    try:
+        while args.limit == 0 or shown < args.limit:
+            message = instance.get_without_ack(args.batch_size, timeout=0.5)
+            if not message.entries:
+                if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
+                    break
+                continue
+            idle_since = time.monotonic()
+            for entry in message.entries:
+                if args.json:
+                    print(_entry_json(entry))
+                else:
+                    print("\n".join(format_entry(entry)))
+                shown += 1
+            instance.ack(message.batch_id)
+    finally:
+        instance.stop()
+    return 0
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _setup_logging(level: str, fmt: str, verbose: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(RedactingFormatter(_JsonFormatter()))
+    else:
+        handler.setFormatter(
+            RedactingFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose >= 2 else getattr(logging, level.upper()))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from relay.config.load import load_config
+    from relay.daemon.pipeline import Relay
+
+    config = load_config(args.config)
+    store = config.mapping_store()  # mapping.store: the file or the ZooKeeper node
+    try:
+        mapping = store.read()
+    finally:
+        store.close()
+    _setup_logging(config.logging.level, config.logging.format, args.verbose)
+    log.debug("effective configuration (secrets redacted): %s", config)
+    relay = Relay(config, mapping)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping at the next batch boundary", signum)
+        relay.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        point = relay.run()
+    except LeadershipError as exc:
+        # HA: the term is over (session suspended or lost, lease expired). Nothing was acked after the
+        # fence; a supervisor restarts the process, which then stands by (``relay.ha.leadership``).
+        log.error("%s; exiting with status %d", exc, EXIT_LEADERSHIP_LOST)
+        return EXIT_LEADERSHIP_LOST
+    log.info("relay %s exited; saved position %s", config.instance, point)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from relay.config.load import load_config
+    from relay.ops.status import status_report
+
+    config = load_config(args.config)
+    report = redact_value(status_report(config))
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        width = max(len(k) for k in report)
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value if value is not None else '-'}")
+    return 0 if report.get("running") else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from relay.dev.demo import run_demo
+
+    return run_demo(keep=args.keep, orders=args.orders)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relay",
+        description="canal's binlog parser and ring store in Python; relays MySQL changes durably to Kafka.",
+    )
+    parser.add_argument("--version", action="version", version=f"relay {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo",
+        help="the whole relay on throwaway local services: sharded MySQL in, logical Kafka topics out",
+        description="Starts MariaDB and a Kafka-protocol broker (Tansu) in a temp dir, writes a sharded "
+        "sample (shop_00..03 x orders_00..03 -> shop.orders, plus shop_00.customers -> shop: inserts, "
+        "updates, deletes, one ALTER), runs the relay with the demo's relay.yaml and mapping.yaml until "
+        "its saved position reaches the binlog end, shows what landed in each topic, checks that the "
+        "topic rebuilds the table (exit 1 if not), then stops everything and removes the temp dir.",
+    )
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave MariaDB, the broker and the relay (a `relay run` process) running; print how to "
+        "connect, read a topic, see `relay status` and stop them",
+    )
+    demo.add_argument("--orders", type=int, default=600, help="orders in the sample workload (default 600)")
+    demo.set_defaults(func=cmd_demo)
+
+    ent = sub.add_parser(
+        "entries",
+        help="read a server's binlog as canal entries and print them",
+        description="Connects as a replica and prints canal entries (BEGIN / row changes / END / DDL). "
+        "Start: --start-gtid, --start-position, --start-timestamp, or the current end of the binlog.",
+    )
+    ent.add_argument(
+        "--mysql", required=True, help="mysql://user:password@host:port of a replication account"
+    )
+    ent.add_argument("--server-id", type=int, default=6544, help="our replica server id (default 6544)")
+    ent.add_argument("--start-gtid", help="GTID set to start after (MySQL uuid:1-5 or MariaDB 0-1-5)")
+    ent.add_argument("--start-position", help="binlog FILE[:OFFSET] to start at")
+    ent.add_argument("--start-timestamp", help="ISO time: start at the first transaction at or after it")
+    ent.add_argument(
+        "--positions", help="position file: resume from it and save acknowledged positions to it"
+    )
+    ent.add_argument(
+        "--filter", default=".*\\..*", help="canal filter: comma-separated schema\\.table regexes"
+    )
+    ent.add_argument("--black-filter", default="", help="canal black filter: regexes of tables to drop")
+    ent.add_argument("--batch-size", type=int, default=100, help="entries per batch (default 100)")
+    ent.add_argument("--limit", type=int, default=0, help="stop after this many entries (0: never)")
+    ent.add_argument(
+        "--idle-exit", type=float, default=0.0, help="stop after this many seconds with nothing new"
+    )
+    ent.add_argument("--json", action="store_true", help="one JSON object per entry")
+    ent.set_defaults(func=cmd_entries)
+
+    run = sub.add_parser(
+        "run",
+        help="run the relay: binlog → canal store → logical Kafka topics, acking only what Kafka accepted",
+        description="The long-running relay. Reads the config (every key is documented in conf/relay.yaml) "
+        "and the mapping it names, refuses bad values naming the key, then publishes until SIGTERM/SIGINT, "
+        "which stops at a batch boundary, saves the position and exits 0.",
+    )
+    run.add_argument("-c", "--config", required=True, help="relay config file (YAML), e.g. conf/relay.yaml")
+    run.set_defaults(func=cmd_run)
+
+    status = sub.add_parser(
+        "status",
+        help="show a relay's position, lag, store fill and publish rate",
+        description="Reads the running relay's status file and the saved position, and asks the MySQL server "
+        "how far its binlog has moved on. Exit status 0 when the relay is running, 1 when not.",
+    )
+    status.add_argument("-c", "--config", required=True, help="the relay's config file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    from relay.cli.dev import add_dev_parser
+    from relay.cli.mapping import add_mapping_parser, add_replay_parser
+
+    add_dev_parser(sub)
+    add_mapping_parser(sub)
+    add_replay_parser(sub)
+    from relay.cli.bench import add_bench_parser
+
+    add_bench_parser(sub)
+    from relay.cli.spark import add_spark_parser
+
+    add_spark_parser(sub)
+    from relay.cli.positions import add_positions_parser
+
+    add_positions_parser(sub)
+    return parser
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # secrets never reach a log line (relay.redact)
+        handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter()))
+    signal.signal(signal.SIGTERM, _on_signal)  # `relay run` installs its own graceful handlers
+    try:
+        return int(args.func(args))
+    except RelayError as exc:
+        print(f"relay: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

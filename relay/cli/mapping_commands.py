@@ -1,0 +1,340 @@
+"""The ``relay mapping …`` commands: what each does and prints (the parsers are in ``relay.cli.mapping``).
+
+Owns the terminal output of the mapping editor (``mapping.editor``), the stores (``mapping.store``)
+and the comparisons (``mapping.diff``), and listing a live server's tables. Runs on the CLI's main
+thread. Every edit reads the stored version, applies the change, validates the result
+(an invalid one is refused with its key paths, nothing stored), and stores it with compare-and-set on
+the version it read; ``--dry-run`` shows the effect and stores nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from mapping import editor
+from mapping.checks import InvalidMappingError
+from mapping.diff import Move, logical_changes, moves, summary, text_diff
+from mapping.load import load_mapping
+from mapping.model import Mapping, Route
+from mapping.store import MappingStore, open_store
+from mapping.store_zk import ZooKeeperStoreConfig
+from relay.errors import MappingError
+
+Handler = Callable[[argparse.Namespace, MappingStore], int]
+_SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+STORE_HELP = (
+    "The store is chosen by, in this order: --zookeeper HOSTS (with --zk-path, --zk-auth), --file PATH, "
+    "-c CONFIG (its mapping.* settings), else conf/mapping.yaml."
+)
+
+
+# --- store and live tables -------------------------------------------------------------------
+
+
+def open_from_args(args: argparse.Namespace) -> MappingStore:
+    if args.zookeeper:
+        auth = args.zk_auth or os.environ.get("RELAY_MAPPING_ZK_AUTH") or None
+        return open_store("zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth))
+    if args.file:
+        return open_store("file", args.file)
+    if args.config:
+        from relay.config.load import load_config
+
+        return load_config(args.config).mapping_store()
+    return open_store("file", "conf/mapping.yaml")
+
+
+def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Every base table of the live server (--mysql URL, or the config's source account)."""
+    import pymysql
+
+    from relay.dev.services import MySQLService
+
+    if args.mysql:
+        s = MySQLService.parse(args.mysql)
+        host, port, user, password = s.host, s.port, s.user, s.password
+    elif args.config:
+        from relay.config.load import load_config
+
+        src = load_config(args.config).source
+        host, port, user, password = src.host, src.port, src.user, src.password
+    else:
+        raise MappingError("--mysql", "name a server: --mysql mysql://user:pass@host:port or -c CONFIG")
+    marks = ", ".join(["%s"] * len(_SYSTEM_SCHEMAS))
+    try:
+        conn = pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=10)
+        with contextlib.closing(conn), conn.cursor() as cur:
+            cur.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
+                f"'BASE TABLE' AND table_schema NOT IN ({marks}) ORDER BY 1, 2",
+                _SYSTEM_SCHEMAS,
+            )
+            return [(str(db), str(table)) for db, table in cur.fetchall()]
+    except pymysql.MySQLError as exc:
+        raise MappingError("--mysql", f"cannot list the tables of {host}:{port}: {exc}") from exc
+
+
+def _route_line(route: Route | None, db: str, table: str) -> str:
+    if route is None:
+        return f"{db}.{table}: dropped (not published)"
+    key = ",".join(route.key_columns) if route.key_columns is not None else "(primary key)"
+    tag = f" tag={route.tag}" if route.tag else ""
+    return (
+        f"{db}.{table} -> topic {route.topic}  as {route.logical_db}.{route.logical_table}  "
+        f"key={key}{tag} codec={route.codec}  rule={route.rule}"
+    )
+
+
+# --- read-only commands ----------------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace, store: MappingStore) -> int:
+    mapping = store.read() if args.at is None else store.version(args.at)
+    print(f"# {store.name}, version {mapping.version}")
+    print(mapping.to_yaml(), end="")
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace, store: MappingStore) -> int:
+    mapping = store.read()
+    if args.all:
+        return _resolve_all(args, mapping)
+    if not args.tables:
+        raise MappingError("resolve", "name tables as db.table, or use --all with a live server")
+    for name in args.tables:
+        db, dot, table = name.partition(".")
+        if not dot:
+            raise MappingError(name, "expected <physical_db>.<physical_table>")
+        print(_route_line(mapping.resolve(db, table), db, table))
+    return 0
+
+
+def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
+    coverage = mapping.validate_against(_live_tables(args), raise_errors=False)
+    if args.json:
+        out = {
+            "version": mapping.version,
+            "routes": [
+                {
+                    "db": r.physical_db,
+                    "table": r.physical_table,
+                    "topic": r.topic,
+                    "logical": f"{r.logical_db}.{r.logical_table}",
+                    "mapped": r.mapped,
+                }
+                for r in coverage.routes
+            ],
+            "unmapped": [f"{d}.{t}" for d, t in coverage.unmapped],
+            "dropped": [f"{d}.{t}" for d, t in coverage.dropped],
+            "ambiguous": [str(e) for e in coverage.errors],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for route in coverage.routes:
+            print(_route_line(route, route.physical_db, route.physical_table))
+        for db, table in coverage.dropped:
+            print(_route_line(None, db, table))
+        print(f"\n{len(coverage.routes)} published, {len(coverage.dropped)} dropped")
+        unmapped = ", ".join(f"{d}.{t}" for d, t in coverage.unmapped) or "-"
+        print(f"unmapped ({len(coverage.unmapped)}): {unmapped}")
+        print(f"ambiguous or invalid ({len(coverage.errors)}):")
+        for err in coverage.errors:
+            print(f"  - {err}")
+    return 1 if coverage.errors else 0
+
+
+def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
+    mapping = load_mapping(args.source_file) if args.source_file else store.read()
+    where = args.source_file or store.name
+    if args.live:
+        mapping.validate_against(_live_tables(args))  # raises InvalidMappingError naming each table
+    print(f"{where}: version {mapping.version} is valid")
+    return 0
+
+
+def _mapping_at(store: MappingStore, ref: str) -> tuple[Mapping, str]:
+    if ref.isdigit():
+        return store.version(int(ref)), f"version {ref}"
+    return load_mapping(ref), ref
+
+
+def cmd_diff(args: argparse.Namespace, store: MappingStore) -> int:
+    if args.new is None:
+        new = store.read()
+        new_label = f"version {new.version} (current)"
+    else:
+        new, new_label = _mapping_at(store, args.new)
+    old, old_label = _mapping_at(store, args.old or str(max(new.version - 1, 1)))
+    _print_effect(args, old, new)
+    text = text_diff(old, new, old_label, new_label)
+    print(text or "(the two mappings are equal)", end="" if text else "\n")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace, store: MappingStore) -> int:
+    previous: Mapping | None = None
+    for info in store.history():
+        try:
+            mapping = store.version(info.version)
+            what = summary(previous, mapping)
+            previous = mapping
+        except MappingError as exc:
+            what = f"unreadable: {exc}"
+        note = f'  "{info.note}"' if info.note else ""
+        print(f"{info.version:>6}  {info.saved or '-':<20}  {info.by or '-':<24}  {what}{note}")
+    return 0
+
+
+# --- edits -----------------------------------------------------------------------------------
+
+
+def _print_effect(args: argparse.Namespace, old: Mapping, new: Mapping) -> list[Move]:
+    for line in logical_changes(old, new) or ["(no change)"]:
+        print(line)
+    if not getattr(args, "live", False):
+        return []
+    found = moves(old, new, _live_tables(args))
+    print(f"physical tables that move ({len(found)}):")
+    for move in found:
+        print(f"  {move.describe()}")
+    errors = [MappingError(f"{m.db}.{m.table}", m.error) for m in found if m.error is not None]
+    if errors:  # an overlap only live names reveal: refuse the edit like any other invalid one
+        raise editor.refusal(InvalidMappingError("the edited mapping, against the live tables", errors))
+    return found
+
+
+def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapping], Mapping]) -> int:
+    old = store.read()
+    expected = old.version if args.expect_version is None else args.expect_version
+    if expected != old.version:
+        from mapping.store import conflict
+
+        raise conflict(store.name, expected, old.version)
+    try:
+        new = change(old)
+    except MappingError as exc:
+        raise editor.refusal(exc) from None
+    _print_effect(args, old, new)
+    if args.dry_run:
+        print(f"dry run: nothing stored ({store.name} stays at version {old.version})")
+        return 0
+    if new == old:
+        print(f"no change; {store.name} stays at version {old.version}")
+        return 0
+    saved = store.write(new, expected=expected, note=args.note or _note(args))
+    print(f"stored version {saved.version} in {store.name} (was {old.version})")
+    return 0
+
+
+_SECRET_OPTIONS = ("--zk-auth", "--mysql")
+
+
+def _note(args: argparse.Namespace) -> str:
+    """The note kept in the history: ``--note``, else the command line without credentials."""
+    if args.note is not None:
+        return str(args.note)
+    shown: list[str] = []
+    hide = False
+    for arg in sys.argv[1:]:
+        if hide or arg.startswith(tuple(f"{o}=" for o in _SECRET_OPTIONS)):
+            shown.append("***")
+        else:
+            shown.append(arg)
+        hide = arg in _SECRET_OPTIONS
+    return " ".join(shown)
+
+
+def _fields(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(args, name, None)
+        out[name] = editor.UNSET if value is None else value
+    for name in args.clear or []:
+        if name not in names:
+            raise MappingError(f"--clear {name}", f"not a field here (fields: {', '.join(names)})")
+        out[name] = None
+    return out
+
+
+def cmd_db(args: argparse.Namespace, store: MappingStore) -> int:
+    name = args.name
+    if args.action == "remove":
+        return _apply(args, store, lambda m: editor.remove_db(m, name))
+    fields = _fields(args, editor.DB_FIELDS)
+    op = editor.add_db if args.action == "add" else editor.set_db
+    return _apply(args, store, lambda m: op(m, name, **fields))
+
+
+def cmd_table(args: argparse.Namespace, store: MappingStore) -> int:
+    db, table = editor.split_target(args.name)
+    if table is None:
+        raise MappingError(args.name, "expected <logical_db>.<logical_table>")
+    if args.action == "remove":
+        return _apply(args, store, lambda m: editor.remove_table(m, db, table))
+    fields = _fields(args, editor.TABLE_FIELDS)
+    op = editor.add_table if args.action == "add" else editor.set_table
+    return _apply(args, store, lambda m: op(m, db, table, **fields))
+
+
+def _one_value(args: argparse.Namespace, what: str) -> str:
+    if args.action != "remove" and not args.value:
+        raise MappingError(args.action, f"`{args.action}` needs the {what}")
+    if args.action == "remove" and args.value:
+        raise MappingError(args.action, f"`remove` takes no {what}")
+    return str(args.value[0]) if args.value else ""
+
+
+def cmd_topic(args: argparse.Namespace, store: MappingStore) -> int:
+    value = _one_value(args, "topic")
+    ops = {"add": editor.add_topic, "set": editor.set_topic}
+    if args.action == "remove":
+        return _apply(args, store, lambda m: editor.remove_topic(m, args.target))
+    return _apply(args, store, lambda m: ops[args.action](m, args.target, value))
+
+
+def cmd_tag(args: argparse.Namespace, store: MappingStore) -> int:
+    value = _one_value(args, "tag")
+    ops = {"add": editor.add_tag, "set": editor.set_tag}
+    if args.action == "remove":
+        return _apply(args, store, lambda m: editor.remove_tag(m, args.target))
+    return _apply(args, store, lambda m: ops[args.action](m, args.target, value))
+
+
+def cmd_key(args: argparse.Namespace, store: MappingStore) -> int:
+    cols = list(args.value)
+    if args.action == "add":
+        return _apply(args, store, lambda m: editor.add_key(m, args.target, cols))
+    if args.action == "set":
+        if not cols:
+            raise MappingError("set", "`key set` needs at least one column")
+        return _apply(args, store, lambda m: editor.set_key(m, args.target, cols))
+    return _apply(args, store, lambda m: editor.remove_key(m, args.target, cols))
+
+
+def cmd_rollback(args: argparse.Namespace, store: MappingStore) -> int:
+    target = store.version(args.version)
+    args.note = args.note or f"rollback to version {args.version}"
+    return _apply(args, store, lambda m: target.with_version(m.version))
+
+
+def cmd_import(args: argparse.Namespace, store: MappingStore) -> int:
+    new = load_mapping(args.source_file)
+    try:
+        store.read()
+    except MappingError as exc:
+        if exc.retriable or store.exists():
+            raise
+        if args.dry_run:
+            print(f"dry run: would store {args.source_file} as version {new.version} in {store.name}")
+            return 0
+        store.create(new, note=args.note or f"import {args.source_file}")
+        print(f"stored {args.source_file} as version {new.version} in {store.name} (first version)")
+        return 0
+    return _apply(args, store, lambda m: new.with_version(m.version))

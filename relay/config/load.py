@@ -1,0 +1,237 @@
+"""The relay's configuration: ``conf/relay.yaml`` as typed, validated values.
+
+``load_config(path)`` reads YAML, replaces ``${ENV}`` references (for secrets), and builds a
+``RelayConfig`` with ``relay.config.settings.build``: an unknown key, a wrong type or a bad value raises
+``ConfigError`` naming the key path (``source.port``, ``kafka.settings.acks``) before anything starts.
+Every key and its default is documented in ``conf/relay.yaml``; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from relay.canal.ring_store import BatchMode, StoreConfig
+from relay.canal.sink import SinkConfig
+from relay.common.redact import register_config_secrets
+from relay.common.retry import RetryPolicy
+from relay.config.settings import build, interpolate
+from relay.errors import ConfigError, StoreError
+from relay.ha.leadership import HAConfig
+from relay.kafka.publisher import validate_kafka_settings
+from relay.ops.metrics import MetricsConfig
+from relay.source import failover
+from relay.source.binlog_source import SourceConfig
+
+if TYPE_CHECKING:
+    from mapping.store import MappingStore
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    """canal's filters over ``schema.table`` (comma-separated regexes); ``exclude`` applies after."""
+
+    include: str = ".*\\..*"
+    exclude: str = ""
+    empty_transaction_interval_ms: int = 5_000
+    empty_transaction_threshold: int = 8_192
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    buffer_size: int = 16_384
+    memunit: int = 1_024
+    batch_mode: str = "MEMSIZE"
+    ddl_isolation: bool = True
+
+
+@dataclass(frozen=True)
+class PositionSettings:
+    backend: str = "file"
+    path: str = "var/{instance}/position.json"
+
+
+@dataclass(frozen=True)
+class MappingZooKeeperSettings:
+    hosts: str = "127.0.0.1:2181"
+    path: str = "/canal-relay/mapping"
+    auth: str | None = None  # user:password (a digest identity): needed to edit a node with an ACL
+    timeout_seconds: float = 10.0
+
+    def __repr__(self) -> str:  # never show the password
+        return f"MappingZooKeeperSettings(hosts={self.hosts!r}, path={self.path!r})"
+
+
+@dataclass(frozen=True)
+class MappingSettings:
+    store: str = "file"
+    file: str = "conf/mapping.yaml"
+    reload: bool = True
+    reload_check_seconds: float = 1.0
+    zookeeper: MappingZooKeeperSettings = field(default_factory=MappingZooKeeperSettings)
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "canal-relay-{instance}"
+    settings: dict[str, str] = field(default_factory=dict)
+    delivery_timeout_seconds: float = 120.0
+    ddl_topic: str | None = "relay.ddl"
+    dead_letter_topic: str | None = None
+    dead_letter_value_bytes: int = 1_024
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    batch_size: int = 256
+    batch_wait_seconds: float = 0.01
+    max_inflight_batches: int = 4
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
+    drain_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class StatusSettings:
+    file: str = "var/{instance}/status.json"
+    interval_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    level: str = "INFO"
+    format: str = "plain"
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    instance: str = "default"
+    source: SourceConfig = field(default_factory=SourceConfig)
+    filter: FilterSettings = field(default_factory=FilterSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    positions: PositionSettings = field(default_factory=PositionSettings)
+    mapping: MappingSettings = field(default_factory=MappingSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    publish: PublishSettings = field(default_factory=PublishSettings)
+    status: StatusSettings = field(default_factory=StatusSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    ha: HAConfig = field(default_factory=HAConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    base_dir: str = "."  # relative paths are relative to the config file's directory's parent
+
+    # -- derived values, each validated once ------------------------------------------------------
+    def path(self, template: str) -> Path:
+        p = Path(template.format(instance=self.instance))
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def store_config(self) -> StoreConfig:
+        s = self.store
+        try:
+            return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation)
+        except ValueError:
+            modes = ", ".join(m.value for m in BatchMode)
+            raise ConfigError("store.batch_mode", f"must be one of {modes}, got {s.batch_mode!r}") from None
+        except StoreError as exc:  # its message starts with the field name: "buffer_size: must be …"
+            name, _, problem = str(exc).partition(": ")
+            raise ConfigError(f"store.{name}", problem) from exc
+
+    def mapping_store(self) -> MappingStore:
+        """The mapping store ``mapping.store`` names (a ZooKeeper store connects here)."""
+        from mapping.store import open_store
+        from mapping.store_zk import ZooKeeperStoreConfig
+
+        z = self.mapping.zookeeper
+        zk = ZooKeeperStoreConfig(z.hosts, z.path, z.auth, z.timeout_seconds)
+        return open_store(self.mapping.store, self.path(self.mapping.file), zk)
+
+    def sink_config(self) -> SinkConfig:
+        f = self.filter
+        try:
+            return SinkConfig(
+                filter=f.include,
+                black_filter=f.exclude,
+                empty_transaction_interval_ms=f.empty_transaction_interval_ms,
+                empty_transaction_threshold=f.empty_transaction_threshold,
+            )
+        except ConfigError as exc:  # the sink names its own keys: sink.filter → filter.include
+            key = {"sink.filter": "filter.include", "sink.black_filter": "filter.exclude"}.get(
+                exc.key, exc.key.replace("sink.", "filter.")
+            )
+            raise ConfigError(key, exc.problem) from exc
+
+    def validate(self) -> None:
+        """Everything that can be checked without a network, so a bad config changes nothing."""
+        if not self.instance or not all(c.isalnum() or c in "._-" for c in self.instance):
+            raise ConfigError("instance", f"must be letters, digits, '.', '_' or '-', got {self.instance!r}")
+        if self.positions.backend not in ("file", "zookeeper"):
+            raise ConfigError(
+                "positions.backend", f"unknown backend {self.positions.backend!r}; known: file, zookeeper"
+            )
+        self._validate_ha()
+        self.metrics.validate()
+        self.source.tls.validate()
+        if self.mapping.store not in ("file", "zookeeper"):
+            raise ConfigError("mapping.store", f"must be file or zookeeper, got {self.mapping.store!r}")
+        if self.mapping.reload_check_seconds <= 0:
+            raise ConfigError("mapping.reload_check_seconds", "must be positive")
+        if not 0 < self.source.port < 65536:
+            raise ConfigError("source.port", f"must be a TCP port, got {self.source.port}")
+        if self.source.server_id <= 0:
+            raise ConfigError("source.server_id", "must be a positive replica server id")
+        if self.publish.batch_size <= 0:
+            raise ConfigError("publish.batch_size", "must be positive")
+        if self.publish.max_inflight_batches <= 0:
+            raise ConfigError("publish.max_inflight_batches", "must be positive")
+        if self.logging.format not in ("plain", "json"):
+            raise ConfigError("logging.format", f"must be plain or json, got {self.logging.format!r}")
+        if self.logging.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            levels = "DEBUG, INFO, WARNING or ERROR"
+            raise ConfigError("logging.level", f"must be {levels}, got {self.logging.level!r}")
+        self.store_config()
+        self.sink_config()
+        try:
+            validate_kafka_settings(self.kafka.settings)
+        except (
+            ConfigError
+        ) as exc:  # the publisher names "kafka.<setting>"; in this file it is kafka.settings.*
+            raise ConfigError("kafka.settings." + exc.key.removeprefix("kafka."), exc.problem) from exc
+
+    def _validate_ha(self) -> None:
+        failover.validate(self.source)
+        ha = self.ha
+        if ha.enabled and self.positions.backend != "zookeeper":
+            # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch.
+            raise ConfigError("positions.backend", "must be zookeeper when ha.enabled is true")
+        if not ha.root.startswith("/") or (ha.root.endswith("/") and ha.root != "/"):
+            raise ConfigError("ha.root", f"must be an absolute ZooKeeper path, got {ha.root!r}")
+        if ha.session_timeout_seconds <= 0 or ha.connect_timeout_seconds <= 0:
+            raise ConfigError("ha.session_timeout_seconds", "timeouts must be positive")
+        if ha.member_id and "/" in ha.member_id:
+            raise ConfigError("ha.member_id", f"must not contain '/', got {ha.member_id!r}")
+
+
+def parse_config(data: Any, base_dir: str = ".") -> RelayConfig:
+    config = build(RelayConfig, interpolate(data))
+    config = replace(config, base_dir=base_dir)
+    config.validate()
+    register_config_secrets(config)  # from now on every log line, error and report hides them
+    return config
+
+
+def load_config(path: str | os.PathLike[str]) -> RelayConfig:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read the config file: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(p), f"not valid YAML: {exc}") from exc
+    # Relative paths in the file are relative to the directory holding conf/ (the project or install root).
+    base = p.resolve().parent
+    if base.name == "conf":
+        base = base.parent
+    return parse_config(data, str(base))

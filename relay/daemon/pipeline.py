@@ -1,0 +1,434 @@
+"""The relay: the one place that wires the canal instance, the mapping, the codecs and Kafka together.
+
+Threads: the canal instance's parser thread fills the ring store; ``Relay.run`` is the publisher
+thread. It takes batches from the store (``get_without_ack``), encodes every row change into records
+under the current mapping, sends them, and acknowledges a batch to the store — which saves the
+resume point — only once Kafka has accepted every record of it and of every batch before it
+(``KafkaPublisher.completed_prefix``). That is the relay contract of ARCHITECTURE.md:
+
+- no loss: nothing is acked past an undelivered record; a retriable failure aborts the batches in
+  flight, rolls the store back and resends after a backoff (``publish.retry``);
+- a record Kafka will never take stops the relay with a clear error (``RecordRejectedError``), unless
+  a dead-letter topic is configured — never a retry spin. Before it stops, the records sent before
+  the refused one are given ``publish.drain_seconds`` to land and the batches completed before it
+  are acked, so the saved position ends right before the refused record's batch;
+- fail closed: a mapping error (a key column missing from a table) stops the relay without acking.
+- hot reload: a new mapping version in ``mapping.store`` is switched to at a batch boundary, when no
+  batch is in flight and a rolled-back range has been re-delivered under the old one (the rule is in
+  ``mapping.watch``), so no change is published under both; an invalid version is refused and logged.
+
+High availability (``ha.enabled``, ``relay.ha.leadership``): ``run`` first stands by until ZooKeeper
+elects this process (status ``standby``), then starts the instance from the position saved in ZooKeeper. The
+leadership's fence is checked before every send and every ack; once fenced (session SUSPENDED or
+LOST, lease expired) ``run`` stops with ``LeadershipError`` without acking anything more — the batches
+in flight are abandoned, the new leader publishes them again from the saved position — and ``relay
+run`` exits with status 3. After a MySQL failover (``relay.source.failover``) the records name the standby.
+
+``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: batches in flight
+get ``publish.drain_seconds`` to be delivered and acked, the rest is rolled back, the position stays
+at the last acknowledged batch, and ``run`` returns normally.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from mapping import Mapping
+from mapping.watch import MappingWatcher, SwitchGate, check_against_tables
+from relay.canal.entry import Entry, RowChange
+from relay.common.retry import Backoff
+from relay.config.load import RelayConfig
+from relay.errors import PublishError, RecordRejectedError, RelayError
+from relay.ha.leadership import Leadership, ha_parts
+from relay.kafka.codec import RecordEncoder
+from relay.kafka.publisher import BatchHandle, KafkaPublisher, PublisherConfig, Record, TopicDefaults
+from relay.ops.metrics import MetricsExporter
+from relay.ops.status import RelayStats, write_status
+from relay.positions.lock import InstanceLock
+from relay.positions.store import FilePositionStore, PositionStore, ResumePoint
+from relay.source.instance import CanalInstance, InstanceConfig
+
+log = logging.getLogger(__name__)
+
+# The relay allocates tens of container objects per row change (entries, row tuples, records) and holds
+# a store's worth of them alive; with CPython's default thresholds (700, 10, 10) the cycle collector
+# re-scans those live objects again and again: ~18% of the relay's CPU on single-row transactions in
+# ``relay bench`` (W1), though they form no cycles. Collections become rarer, not disabled.
+GC_THRESHOLDS = (100_000, 50, 100)
+# While batches are in flight their deliveries are served only by ``poll``: the wait for a fuller batch
+# is cut to this, so their acks (and the saved position) do not wait on the store.
+INFLIGHT_WAIT_SECONDS = 0.005
+
+
+def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
+    k = config.kafka
+    topics = mapping.topics
+    return PublisherConfig(
+        bootstrap_servers=k.bootstrap_servers,
+        client_id=k.client_id.format(instance=config.instance),
+        kafka=dict(k.settings),
+        delivery_timeout_s=k.delivery_timeout_seconds,
+        dead_letter_topic=k.dead_letter_topic,
+        dead_letter_value_bytes=k.dead_letter_value_bytes,
+        create_topics=topics.create,
+        topic_defaults=TopicDefaults(topics.partitions, topics.replication_factor, topics.topic_config()),
+    )
+
+
+class Relay:
+    """One relay process for one MySQL source. ``run()`` blocks until ``stop()`` or a fatal error."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        mapping: Mapping,
+        *,
+        positions: PositionStore | None = None,
+        publisher: KafkaPublisher | None = None,
+        watcher: MappingWatcher | None = None,
+        leadership: Leadership | None = None,
+    ) -> None:
+        self.config = config
+        self.mapping = mapping
+        # HA: the leadership, and the ZooKeeper position store whose writes it fences
+        # (``relay.ha.leadership``).
+        self.leadership, zk_positions = (leadership, None) if leadership is not None else ha_parts(config)
+        self.positions = positions or zk_positions or FilePositionStore(config.path(config.positions.path))
+        self.instance = CanalInstance(
+            InstanceConfig(
+                name=config.instance,
+                source=config.source,
+                store=config.store_config(),
+                sink=config.sink_config(),
+            ),
+            self.positions,
+        )
+        self.publisher = publisher or KafkaPublisher(publisher_config(config, mapping))
+        self.stats = RelayStats()
+        self.metrics = MetricsExporter(config.metrics, self)
+        self._lock: InstanceLock | None = None
+        self._stopping = threading.Event()
+        self._encoder: RecordEncoder | None = None
+        # Hot reload (mapping.watch): the watcher of mapping.store, the switch rule, a version waiting
+        # for the pipeline to be quiet. None watcher with mapping.reload on: opened by run().
+        self.watcher = watcher
+        self._own_watcher = False
+        self._gate = SwitchGate()
+        self._pending: Mapping | None = None
+        self._batch_rows: dict[int, tuple[int, int, int]] = {}  # batch id → (records, rows, last event ms)
+        self._next_status = 0.0
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> ResumePoint | None:
+        """Relay until stopped; returns the last saved position. Raises the error that stopped it
+        (``LeadershipError`` when HA leadership is lost)."""
+        if self.leadership is None:
+            return self._run()
+        try:
+            if not self._stand_by():
+                return None  # stopped before being elected
+            return self._run()
+        finally:
+            self.leadership.close()  # resigns when still the leader: a standby takes over at once
+
+    def _stand_by(self) -> bool:
+        """HA: wait until ZooKeeper elects this process; False when stopped first."""
+        assert self.leadership is not None
+        self.leadership.start()
+        self.stats.state = "standby"
+        self._write_status(force=True)
+        elected = self.leadership.acquire(self._stopping, lambda active: self._write_status(force=True))
+        self.stats.state = "starting" if elected else "stopped"
+        self._write_status(force=True)
+        return elected
+
+    def _fence(self) -> None:
+        """Before every send and every ack: raise ``LeadershipError`` once this process may not lead."""
+        if self.leadership is not None:
+            self.leadership.check()
+
+    def _ha_status(self) -> dict[str, object]:
+        lead = self.leadership
+        return {} if lead is None else {"ha_member": lead.member, "ha_epoch": lead.epoch or None}
+
+    def _new_encoder(self) -> RecordEncoder:
+        return RecordEncoder(
+            self.mapping,
+            self.instance.source.identity,
+            ddl_topic=self.config.kafka.ddl_topic,
+            partitions=self.publisher.partitions,
+        )
+
+    def _run(self) -> ResumePoint | None:
+        gc.set_threshold(*GC_THRESHOLDS)
+        if self.watcher is None and self.config.mapping.reload:
+            store = self.config.mapping_store()
+            every = self.config.mapping.reload_check_seconds
+            self.watcher = MappingWatcher(store, self.mapping, interval_seconds=every)
+            self._own_watcher = True
+        self._claim()
+        try:
+            self.instance.start()
+        except BaseException:
+            self._release()
+            raise
+        self._encoder = self._new_encoder()
+        self.publisher.ensure_topics(self._initial_topics())
+        log.info(
+            "relay %s: publishing from %s to %s",
+            self.config.instance,
+            self.instance.start_point,
+            self.config.kafka.bootstrap_servers,
+        )
+        self.stats.state = "running"
+        backoff = self.config.publish.retry.start(sleep=self._stopping.wait)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if self._step():
+                        backoff.reset()
+                except PublishError as exc:
+                    # A delivery failure is handled just below; anything else raised while sending is a
+                    # topic that could not be checked or created (the broker is away): roll back, retry.
+                    if self.publisher.failed() is None:
+                        if not exc.retriable:
+                            raise
+                        self._retry(exc, backoff)
+                failed = self.publisher.failed()
+                if failed is not None:
+                    self._recover(failed, backoff)
+                self._write_status()
+            self._drain()
+        except BaseException as exc:
+            self.stats.state, self.stats.error = "failed", str(exc)
+            self._abandon()
+            raise
+        finally:
+            self.instance.stop()
+            if self._own_watcher and self.watcher is not None:
+                self.watcher.store.close()
+            self.publisher.close(timeout=1.0)
+            self._release()
+            self._write_status(force=True)
+        self.stats.state = "stopped"
+        self._write_status(force=True)
+        return self.instance.last_saved
+
+    def _claim(self) -> None:
+        """Hold the instance (a file position's lock: one relay per position) and serve metrics."""
+        if self.config.positions.backend == "file" and isinstance(self.positions, FilePositionStore):
+            self._lock = InstanceLock(self.positions.path)
+            self._lock.acquire()
+        try:
+            self.metrics.start()
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        self.metrics.stop()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _initial_topics(self) -> list[str]:
+        topics = list(self.mapping.topic_names())
+        if self.config.kafka.ddl_topic:
+            topics.append(self.config.kafka.ddl_topic)
+        return topics
+
+    def _step(self) -> bool:
+        """Send one batch if the window allows, serve deliveries, ack the delivered prefix."""
+        p = self.config.publish
+        inflight = self.publisher.inflight()
+        wait = min(p.batch_wait_seconds, INFLIGHT_WAIT_SECONDS) if inflight else p.batch_wait_seconds
+        sent = False
+        if self._reload() and inflight < p.max_inflight_batches:
+            message = self.instance.get_without_ack(p.batch_size, timeout=wait)
+            if message.entries:
+                self._send(message.batch_id, message.entries)
+                sent = True
+        self.publisher.poll(0 if sent else wait)
+        return self._ack_delivered() > 0
+
+    def _send(self, batch_id: int, entries: Sequence[Entry]) -> None:
+        """Encode and send one batch; every log line about it names its binlog positions (``where``)."""
+        assert self._encoder is not None
+        if self._encoder.source != self.instance.source.identity:  # the instance failed over
+            self._encoder = self._new_encoder()
+        records: list[Record] = []
+        rows = 0
+        for entry in entries:
+            records.extend(self._encoder.encode(entry))
+            value = entry.store_value
+            if isinstance(value, RowChange) and not value.is_ddl:
+                rows += len(value.rows)
+        last_ms = entries[-1].header.execute_time
+        new_topics = self._encoder.topics()
+        if new_topics:
+            self.publisher.ensure_topics(new_topics)
+        self._batch_rows[batch_id] = (len(records), rows, last_ms)
+        where = _span(entries[0], entries[-1])
+        self._fence()
+        self.publisher.send(batch_id, records, where)
+        self.metrics.batch_sent(batch_id)
+        log.debug("batch %d (%s): sent %d records (%d rows)", batch_id, where, len(records), rows)
+
+    def _ack_delivered(self) -> int:
+        done: list[BatchHandle] = self.publisher.completed_prefix()
+        for handle in done:
+            self._fence()
+            point = self.instance.ack(handle.batch_id)
+            self.metrics.batch_acked(handle.batch_id)
+            records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
+            self.stats.acked(records, rows, str(point), last_ms)
+            log.debug("%s: %d records delivered; acked, position %s saved", handle.label, records, point)
+        return len(done)
+
+    # -- hot reload ------------------------------------------------------------------------------
+    def _reload(self) -> bool:
+        """Switch to a new mapping version at a batch boundary (the rule: ``mapping.watch``).
+
+        Returns False while a pending switch waits for the batches in flight to drain: no new batch
+        is taken then, so every batch is encoded under one mapping and none under both.
+        """
+        if self.watcher is None:
+            return True
+        new = self.watcher.poll()
+        if new is not None:
+            self._pending = new
+        if self._pending is None:
+            return True
+        ack = self.instance.store.sequences[2]
+        if self._gate.may_switch(self.publisher.inflight(), ack):
+            self._switch(self._pending)
+            return True
+        return not self._gate.hold_new_batches(True, ack)
+
+    def _switch(self, new: Mapping) -> None:
+        """Swap the mapping (nothing in flight), or refuse it when it fails on the tables seen so far."""
+        assert self._encoder is not None and self.watcher is not None
+        problem = check_against_tables(new, self._encoder.known_tables())
+        if problem is not None:
+            self._pending = None
+            self.watcher.refuse(new, problem)
+            return
+        self.publisher.ensure_topics(new.topic_names())  # may raise a retriable error: stays pending
+        self._encoder.mapping = self.mapping = new
+        self._pending = None
+        self.watcher.accept(new)
+
+    # -- failures --------------------------------------------------------------------------------
+    def _recover(self, failed: BatchHandle, backoff: Backoff) -> None:
+        error = failed.error
+        assert error is not None
+        if not error.retriable:
+            if isinstance(error, RecordRejectedError):
+                self._settle()
+            log.error("stopping: %s; the position stays at %s", error, self._saved())
+            raise error
+        self._retry(error, backoff)
+
+    def _retry(self, error: PublishError, backoff: Backoff) -> None:
+        """Abort every batch in flight, roll the store back to the saved position, back off, go on."""
+        aborted = self.publisher.abort_inflight()
+        self._gate.rolled_back(self.instance.store.sequences[1])  # re-deliver these before a switch
+        self.instance.rollback()
+        for bid in aborted:
+            self._batch_rows.pop(bid, None)
+        self.stats.batches_rolled_back += len(aborted)
+        self.stats.state = "retrying"
+        log.warning(
+            "%s; rolled back batches %s, the position stays at %s; retrying after a backoff",
+            error,
+            aborted,
+            self._saved(),
+        )
+        if not backoff.wait():  # sleeps on the stop event: a stop cuts the wait short
+            raise PublishError(f"gave up retrying: {error}") from error
+        self.stats.state = "running"
+
+    def _settle(self) -> None:
+        """Stopping on a refused record: let what was sent before it land, ack the batches before it.
+
+        The failed batch stays unacked (the position ends right before it); its records sent before
+        the refused one are delivered too, and published again, identically, after a restart.
+        """
+        left = self.publisher.flush(self.config.publish.drain_seconds)
+        self._ack_delivered()
+        if left:
+            log.warning("%d records sent before the refused one were not delivered in time", left)
+
+    def _saved(self) -> str:
+        return str(self.instance.last_saved or self.instance.start_point)
+
+    def _drain(self) -> None:
+        """Stopping: give batches in flight time to be delivered and acked, roll the rest back."""
+        deadline = time.monotonic() + self.config.publish.drain_seconds
+        while self.publisher.inflight() and time.monotonic() < deadline and self.publisher.failed() is None:
+            self.publisher.poll(0.1)
+            self._ack_delivered()
+        self._abandon()
+        log.info("relay %s stopped; position %s", self.config.instance, self._saved())
+
+    def _abandon(self) -> None:
+        try:
+            aborted = self.publisher.abort_inflight()
+            if aborted:
+                self.instance.rollback()
+                log.info(
+                    "batches %s not acknowledged; the position stays at %s: they will be published again",
+                    aborted,
+                    self._saved(),
+                )
+        except RelayError as exc:
+            log.warning("while abandoning the batches in flight: %s", exc)
+
+    # -- status ----------------------------------------------------------------------------------
+    def _write_status(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_status:
+            return
+        self._next_status = now + self.config.status.interval_seconds
+        fill = self.instance.store.fill()
+        store = self.instance.store.config
+        saved = self.instance.last_saved
+        data = self.stats.snapshot(
+            instance=self.config.instance,
+            source=self.config.source.address,
+            position=None if saved is None else json.loads(replace(saved, source=None).to_json()),
+            store_entries=fill.entries,
+            store_bytes=fill.bytes,
+            store_slots=store.buffer_size,
+            store_budget=store.memory_budget,
+            store_mode=store.batch_mode.value,
+            inflight_batches=self.publisher.inflight(),
+            mapping_version=self.mapping.version,
+            **self._ha_status(),
+        )
+        try:
+            write_status(self.config.path(self.config.status.file), data)
+        except OSError as exc:
+            log.warning("cannot write the status file: %s", exc)
+
+
+def _span(first: Entry, last: Entry) -> str:
+    """``mysql-bin.000003:4567..9876``: the binlog positions of a batch's first and last entry."""
+    a, b = first.header, last.header
+    end = f"{b.logfile_offset}"
+    if b.logfile_name != a.logfile_name:
+        end = f"{b.logfile_name}:{end}"
+    return f"{a.logfile_name}:{a.logfile_offset}..{end}"

@@ -1,0 +1,186 @@
+"""What the benchmark's parts share: options, the run context, and the measurement child processes.
+
+``run_worker`` runs one ``relay.dev.bench.worker`` measurement in a child process and returns its result;
+``LiveWorker`` keeps a ``relay-live`` child running while the caller writes, reading its progress lines
+on a reader thread. Everything else here runs on the bench's main thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from relay.errors import RelayError
+
+Progress = Callable[[str], None]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_ROWS = {"W1": 20_000, "W2": 50_000, "W3": 50_000, "W4": 10_000}
+QUICK_ROWS = {"W1": 4_000, "W2": 10_000, "W3": 10_000, "W4": 2_000}
+W3_POPULATION = 10_000
+LIVE_BASE_ID = 100_000_000  # ids of the latency phase, above every backlog id
+STALL_CHUNK_ROWS = 2_000
+
+
+class BenchError(RelayError):
+    """The benchmark could not measure something (a worker failed, a service did not start)."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    workloads: tuple[str, ...] = ("W1", "W2", "W3", "W4")
+    repeat: int = 3
+    rows: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_ROWS))
+    baselines: bool = True
+    latency_rate: float = 1000.0  # offered rows/s
+    latency_seconds: float = 8.0
+    stall_mb: int = 1024  # 0: no stall measurement
+    stall_hold_seconds: float = 5.0
+    mysql: str | None = None  # mysql://user:pass@host:port (a replication-capable account); None: embedded
+    kafka: str | None = None  # host:port; None: embedded
+    store_budget_mb: float = 16.0  # the relay's default store: 16384 slots x 1024-byte memunit
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # relay config overrides: {"publish.batch_size": 512}
+
+    @classmethod
+    def quick(cls, **kw: Any) -> BenchOptions:
+        base = cls(repeat=1, rows=dict(QUICK_ROWS), latency_seconds=3.0, stall_mb=128, stall_hold_seconds=3.0)
+        return replace(base, **kw)
+
+
+@dataclass
+class Context:
+    options: BenchOptions
+    mysql: Any  # relay.dev.services.MySQLService
+    kafka: str
+    work: Path
+    progress: Progress
+    conn: Any
+    next_server_id: int = 7100
+
+    def server_id(self) -> int:
+        self.next_server_id += 1
+        return self.next_server_id
+
+    def spec(self, mode: str, **kw: Any) -> dict[str, Any]:
+        m = self.mysql
+        mysql = {
+            "host": m.host,
+            "port": m.port,
+            "user": m.replication_user,
+            "password": m.replication_password,
+        }
+        spec = {"mode": mode, "mysql": mysql, "kafka": self.kafka, "server_id": self.server_id(), **kw}
+        return {**spec, "settings": self.options.settings}
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=30).topics
+    new = [NewTopic(n, partitions, -1) for n in names if n not in existing]
+    for future in admin.create_topics(new, request_timeout=30).values() if new else []:
+        future.result(timeout=30)
+
+
+# ---- workers ------------------------------------------------------------------------------------------
+
+
+def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open(log, "a") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "relay.dev.bench.worker", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+        )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_worker(ctx: Context, mode: str, timeout: float = 900.0, **kw: Any) -> dict[str, Any]:
+    """One measurement in a child process; its ``result`` line."""
+    log = ctx.work / "workers.log"
+    proc = _popen(ctx.spec(mode, **kw), log)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise BenchError(f"{mode} did not finish within {timeout:.0f}s") from None
+    results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    results = [r for r in results if r.get("event") == "result"]
+    if proc.returncode != 0 or not results:
+        raise BenchError(f"{mode} failed (exit {proc.returncode}):\n{_tail(log)}")
+    return dict(results[-1])
+
+
+class LiveWorker:
+    """A ``relay-live`` child: its stdout lines collected by a reader thread."""
+
+    def __init__(self, ctx: Context, kafka: str | None = None, **kw: Any) -> None:
+        self.log = ctx.work / "workers.log"
+        spec = ctx.spec("relay-live", **kw)
+        if kafka is not None:
+            spec["kafka"] = kafka
+        self.proc = _popen(spec, self.log)
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.last: dict[str, Any] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.lines.put(json.loads(line))
+
+    def next(self, timeout: float) -> dict[str, Any] | None:
+        try:
+            msg = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            if self.proc.poll() is not None:
+                raise BenchError(f"relay-live exited ({self.proc.returncode}):\n{_tail(self.log)}") from None
+            return None
+        self.last = msg
+        return msg
+
+    def wait_for(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.next(0.5)
+            if msg is not None and msg["event"] == event:
+                return msg
+        raise BenchError(f"relay-live: no {event!r} within {timeout:.0f}s:\n{_tail(self.log)}")
+
+    def stop(self, timeout: float = 90.0) -> dict[str, Any]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        result = self.wait_for("result", timeout)
+        self.proc.wait(timeout)
+        return result
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -1,0 +1,264 @@
+"""The benchmark run: services, backlogs, repetitions in child processes, latency and the broker stall.
+
+``run_bench(options, progress)`` runs on the caller's (main) thread. It starts MariaDB and a Tansu broker
+in a temp dir (or uses the addresses given), writes each workload's backlog once, then measures every
+reader on that same binlog range ``repeat`` times, each in a fresh ``relay.dev.bench.worker`` process: the
+relay end to end, the stock parse-only reader and the naive relay. Then a relay runs live while the
+workload is offered at a fixed rate (latency commit → acknowledged), and finally a relay on a dedicated
+broker that is SIGSTOPped while a large backlog is written (peak RSS under back-pressure). Progress goes
+to ``progress`` as text; the figures come back as a ``BenchReport``. Everything started is stopped and the
+temp dir removed, also on errors and ^C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from relay.dev.bench import workloads as wl
+from relay.dev.bench.common import (
+    LIVE_BASE_ID,
+    W3_POPULATION,
+    BenchError,
+    BenchOptions,
+    Context,
+    LiveWorker,
+    Progress,
+    create_topics,
+    run_worker,
+)
+from relay.dev.bench.stall import run_stall
+from relay.dev.bench.stats import Latency, StallResult, WorkloadResult
+from relay.errors import RelayError
+
+__all__ = ["BenchError", "BenchOptions", "BenchReport", "run_bench"]
+
+
+@dataclass
+class BenchReport:
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    workloads: list[WorkloadResult]
+    stall: StallResult | None
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine,
+            "options": self.options,
+            "workloads": [w.to_json() for w in self.workloads],
+            "stall": self.stall.to_json() if self.stall else None,
+            "notes": self.notes,
+        }
+
+
+# ---- services ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _services(options: BenchOptions, work: Path, progress: Progress) -> Iterator[tuple[Any, str, list[Any]]]:
+    from relay.dev.services import MySQLService, StartOptions, start_kafka, start_mysql
+
+    started: list[Any] = []
+    try:
+        if options.mysql:
+            mysql = MySQLService.parse(options.mysql).with_server_info()
+        else:
+            progress("starting MariaDB …")
+            started.append(start_mysql(StartOptions(work / "mysql")))
+            mysql = started[-1].service
+        if options.kafka:
+            kafka = options.kafka
+        else:
+            progress("starting the Tansu broker …")
+            started.append(start_kafka(StartOptions(work / "kafka")))
+            kafka = started[-1].service.bootstrap_servers
+        yield mysql, kafka, started
+    finally:
+        for running in reversed(started):
+            with contextlib.suppress(RelayError):
+                running.stop(remove_dir=True)
+
+
+def machine_info(mysql_version: str, kafka: str) -> dict[str, Any]:
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "mysql": mysql_version,
+        "kafka": kafka,
+        "command": " ".join(["relay", *sys.argv[1:]])
+        if sys.argv[0].endswith("relay")
+        else " ".join(sys.argv),
+    }
+
+
+# ---- one workload --------------------------------------------------------------------------------------
+
+
+def _measure_backlog(
+    ctx: Context, name: str, result: WorkloadResult, start: tuple[str, int], end: tuple[str, int]
+) -> None:
+    o = ctx.options
+    for rep in range(1, o.repeat + 1):
+        instance = f"{name.lower()}-{rep}-{time.monotonic_ns() % 10**6}"
+        r = run_worker(
+            ctx, "relay-drain", start=start, end=end, instance=instance, workdir=str(ctx.work / instance)
+        )
+        if r["rows"] != result.rows:
+            ctx.progress(f"  warning: the relay published {r['rows']} rows, the backlog has {result.rows}")
+        result.relay.add(r["rows_per_s"])
+        result.relay_rss_mb.add(r["peak_rss_mb"])
+        result.relay_cpu_us_per_row.add(r["cpu_us_per_row"])
+        line = f"  [{name}] {rep}/{o.repeat} relay {r['rows_per_s']:>9,.0f} rows/s ({r['seconds']:.2f} s"
+        line += f", {r['cpu_us_per_row']:.0f} µs CPU/row, peak RSS {r['peak_rss_mb']:.0f} MB)"
+        if o.baselines:
+            s = run_worker(ctx, "stock-parse", start=start, end=end)
+            n = run_worker(ctx, "naive-relay", start=start, end=end)
+            result.stock.add(s["rows_per_s"])
+            result.naive.add(n["rows_per_s"])
+            line += f"; stock parse {s['rows_per_s']:,.0f}; naive relay {n['rows_per_s']:,.0f}"
+        ctx.progress(line)
+
+
+def _await_acked(live: LiveWorker, rows: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while live.last.get("acked_rows", 0) < rows:
+        if time.monotonic() > deadline:
+            return False
+        live.next(0.2)
+    return True
+
+
+def _warm_up(ctx: Context, live: LiveWorker, name: str, population: int) -> int:
+    """A few statements before the measured ones, acknowledged first: the first record to a topic waits
+    for the producer's metadata of it (about a second here), a one-off of a relay's start, not of its
+    steady state. Returns the row changes written."""
+    with ctx.conn.cursor() as cur:
+        if name == "W3":  # the top rows: the measured updates start from the bottom
+            rows = len(wl.w3_update(cur, population - wl.W3_ROWS_PER_UPDATE, 0))
+        else:
+            step = wl.steps_for(name, LIVE_BASE_ID - 10_000_000, population)
+            rows = sum(len(step(cur, n)) for n in range(4))
+    if not _await_acked(live, rows, 60):
+        raise BenchError(f"{name}: the relay did not acknowledge the warm-up rows within 60s")
+    return rows
+
+
+def _measure_latency(ctx: Context, name: str) -> Latency:
+    o = ctx.options
+    instance = f"{name.lower()}-live-{time.monotonic_ns() % 10**6}"
+    ack_file = ctx.work / f"{instance}.acks.json"
+    start = wl.master_position(ctx.conn)
+    live = LiveWorker(
+        ctx, start=start, instance=instance, workdir=str(ctx.work / instance), ack_file=str(ack_file)
+    )
+    try:
+        live.wait_for("ready", 60)
+        population = max(W3_POPULATION, int(o.latency_rate * o.latency_seconds) + wl.W3_ROWS_PER_UPDATE)
+        if name == "W3" and population > W3_POPULATION:
+            wl.populate_w3(ctx.conn, population)  # more rows, so each is updated once while measured
+        warm = _warm_up(ctx, live, name, population)
+        step = wl.steps_for(name, LIVE_BASE_ID, population)
+        commits, achieved = wl.write_paced(
+            ctx.conn, step, o.latency_rate, o.latency_seconds, wl.rows_per_step(name)
+        )
+        _await_acked(live, warm + len(commits), 30)
+        live.stop()
+    finally:
+        live.kill()
+    acks: dict[tuple[int, str], float] = {}
+    for ident, kind, when in json.loads(ack_file.read_text()):
+        acks.setdefault((ident, kind), when)
+    latencies = [acks[key] - t for key, t in commits.items() if key in acks]
+    return Latency.from_seconds(latencies, o.latency_rate, achieved, len(commits) - len(latencies))
+
+
+def run_workload(ctx: Context, name: str) -> WorkloadResult:
+    o = ctx.options
+    workload = wl.WORKLOADS[name]
+    if name == "W3":
+        wl.populate_w3(ctx.conn, W3_POPULATION)
+    start = wl.master_position(ctx.conn)
+    per = wl.rows_per_step(name)
+    steps = max(1, o.rows[name] // per)
+    began = time.monotonic()
+    ctx.progress(f"[{name}] {workload.description}: writing a backlog of {steps * per:,} row changes …")
+    step = wl.steps_for(name, 0, W3_POPULATION)
+    rows = wl.write_backlog(ctx.conn, step, steps, lambda n: ctx.progress(f"  [{name}] written {n:,} rows"))
+    end = wl.master_position(ctx.conn)
+    size = wl.binlog_bytes(ctx.conn, start, end)
+    took = time.monotonic() - began
+    ctx.progress(f"  [{name}] backlog {rows:,} rows, {size / 2**20:.1f} MB of binlog in {took:.1f} s")
+    result = WorkloadResult(name, workload.description, rows, size)
+    _measure_backlog(ctx, name, result, start, end)
+    if o.latency_seconds > 0:
+        ctx.progress(
+            f"  [{name}] latency at {o.latency_rate:,.0f} rows/s offered for {o.latency_seconds:.0f} s …"
+        )
+        result.latency = _measure_latency(ctx, name)
+        lat = result.latency
+        ctx.progress(
+            f"  [{name}] latency p50 {lat.p50_ms or 0:.1f} ms, p99 {lat.p99_ms or 0:.1f} ms "
+            f"({lat.samples:,} rows, achieved {lat.achieved_rows_per_s:,.0f} rows/s, {lat.missing} missing)"
+        )
+    return result
+
+
+# ---- the whole run -------------------------------------------------------------------------------------
+
+
+def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
+    work = Path(tempfile.mkdtemp(prefix="relay-bench-"))
+    notes: list[str] = []
+    try:
+        with _services(options, work, progress) as (mysql, kafka, _started):
+            conn = mysql.connect()
+            try:
+                ctx = Context(options, mysql, kafka, work, progress, conn)
+                wl.create_schema(conn, list(options.workloads))
+                tables = [wl.WORKLOADS[n].table for n in options.workloads]
+                create_topics(
+                    kafka,
+                    [f"bench.{t}" for t in tables]
+                    + [f"naive.{t}" for t in tables]
+                    + ["bench.ddl", "bench.warmup"],
+                )
+                results = [run_workload(ctx, name) for name in options.workloads]
+                stall = None
+                if options.stall_mb > 0 and mysql.flavor != "mariadb":
+                    notes.append("stall not measured: its backlog is written with MariaDB's sequence engine")
+                elif options.stall_mb > 0:
+                    stall = run_stall(ctx)
+                    progress(
+                        "  [stall] " + f"peak RSS {stall.peak_rss_mb:.0f} MB (limit {stall.limit_mb:.0f} MB)"
+                    )
+                info = machine_info(mysql.version, "given" if options.kafka else "Tansu 0.6 (embedded)")
+            finally:
+                with contextlib.suppress(pymysql.err.MySQLError), conn.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS {wl.DB}")
+                conn.close()
+        opts = {k: v for k, v in options.__dict__.items() if k not in ("mysql",)}
+        return BenchReport(info, opts, results, stall, notes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,207 @@
+"""The benchmark's arithmetic and its table: percentiles, medians of repetitions, ratios, rendering.
+
+Pure functions and value types, no I/O: ``relay.dev.bench.runner`` fills ``WorkloadResult`` values on the
+main thread, ``relay.cli.bench`` renders them with ``render_table`` or ``to_json``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, None when either is unknown or the denominator is 0."""
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+@dataclass
+class Repeated:
+    """One figure measured several times; ``median`` is what the table shows."""
+
+    samples: list[float] = field(default_factory=list)
+
+    def add(self, value: float) -> None:
+        self.samples.append(value)
+
+    @property
+    def median(self) -> float | None:
+        return median(self.samples) if self.samples else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median": self.median, "samples": self.samples}
+
+
+@dataclass
+class Latency:
+    """Commit → Kafka-acknowledged latency at a fixed offered rate (seconds in, milliseconds out)."""
+
+    offered_rows_per_s: float = 0.0
+    achieved_rows_per_s: float = 0.0
+    samples: int = 0
+    missing: int = 0  # committed rows never seen acknowledged before the deadline
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+
+    @classmethod
+    def from_seconds(
+        cls, latencies: Sequence[float], offered: float, achieved: float, missing: int
+    ) -> Latency:
+        if not latencies:
+            return cls(offered, achieved, 0, missing)
+        ms = [x * 1000.0 for x in latencies]
+        return cls(offered, achieved, len(ms), missing, percentile(ms, 50), percentile(ms, 99), max(ms))
+
+
+@dataclass
+class WorkloadResult:
+    """Everything measured for one workload on one binlog backlog."""
+
+    name: str
+    description: str
+    rows: int  # row changes in the backlog
+    backlog_bytes: int
+    relay: Repeated = field(default_factory=Repeated)  # end to end rows/s (Kafka acked, position saved)
+    stock: Repeated = field(default_factory=Repeated)  # python-mysql-replication parse-only rows/s
+    naive: Repeated = field(default_factory=Repeated)  # stock reader → JSON → produce → flush per txn
+    relay_rss_mb: Repeated = field(default_factory=Repeated)  # peak RSS of the relay process, MB
+    relay_cpu_us_per_row: Repeated = field(default_factory=Repeated)
+    latency: Latency | None = None
+
+    @property
+    def vs_stock(self) -> float | None:
+        return ratio(self.relay.median, self.stock.median)
+
+    @property
+    def vs_naive(self) -> float | None:
+        return ratio(self.relay.median, self.naive.median)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "rows": self.rows,
+            "backlog_bytes": self.backlog_bytes,
+            "relay_rows_per_s": self.relay.to_json(),
+            "stock_parse_rows_per_s": self.stock.to_json(),
+            "naive_relay_rows_per_s": self.naive.to_json(),
+            "relay_vs_stock": self.vs_stock,
+            "relay_vs_naive": self.vs_naive,
+            "relay_peak_rss_mb": self.relay_rss_mb.to_json(),
+            "relay_cpu_us_per_row": self.relay_cpu_us_per_row.to_json(),
+            "latency": asdict(self.latency) if self.latency is not None else None,
+        }
+
+
+@dataclass
+class StallResult:
+    """Peak RSS of a relay whose broker is stopped (SIGSTOP) while a large backlog is written."""
+
+    backlog_bytes: int
+    peak_rss_mb: float
+    store_budget_mb: float
+    store_fill_mb: float
+    acked_rows_during_stall: int
+    seconds: float
+
+    @property
+    def limit_mb(self) -> float:
+        return self.store_budget_mb + 200.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "limit_mb": self.limit_mb, "within_limit": self.peak_rss_mb <= self.limit_mb}
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+TABLE_HEADER = (
+    "workload",
+    "rows",
+    "relay rows/s",
+    "stock parse rows/s",
+    "naive relay rows/s",
+    "vs stock",
+    "vs naive",
+    "p50 ms",
+    "p99 ms",
+    "peak RSS MB",
+    "CPU µs/row",
+)
+
+
+def table_rows(results: Sequence[WorkloadResult]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for r in results:
+        lat = r.latency
+        out.append(
+            (
+                r.name,
+                _num(r.rows),
+                _num(r.relay.median),
+                _num(r.stock.median),
+                _num(r.naive.median),
+                _times(r.vs_stock),
+                _times(r.vs_naive),
+                _num(lat.p50_ms if lat else None, 1),
+                _num(lat.p99_ms if lat else None, 1),
+                _num(r.relay_rss_mb.median),
+                _num(r.relay_cpu_us_per_row.median),
+            )
+        )
+    return out
+
+
+def render_table(results: Sequence[WorkloadResult], *, markdown: bool = False) -> str:
+    """The results as an aligned text table (or a Markdown table for the README)."""
+    rows = [TABLE_HEADER, *table_rows(results)]
+    if markdown:
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join("---" for _ in rows[0]) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        return "\n".join(lines)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def line(row: Sequence[str]) -> str:
+        first = row[0].ljust(widths[0])
+        return "  ".join([first, *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))])
+
+    return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:])])
+
+
+def render_stall(stall: StallResult) -> str:
+    verdict = "within" if stall.peak_rss_mb <= stall.limit_mb else "OVER"
+    return (
+        f"broker stalled (SIGSTOP) under a {stall.backlog_bytes / 2**20:,.0f} MB backlog for "
+        f"{stall.seconds:.0f} s: relay peak RSS {stall.peak_rss_mb:,.0f} MB, store budget "
+        f"{stall.store_budget_mb:,.0f} MB (filled {stall.store_fill_mb:,.1f} MB) + 200 MB = "
+        f"{stall.limit_mb:,.0f} MB: {verdict}; rows acked while stalled: {stall.acked_rows_during_stall}"
+    )

@@ -1,0 +1,219 @@
+"""The canal-json value: canal's FlatMessage with ONE row in ``data``, plus our source block and sequence.
+
+Owned here: the bytes of a canal-json record value, built from fragments. Everything that is the same for
+every row of a table (logical names, ``pkNames``, ``sqlType``, ``mysqlType``, the physical names of the
+source block) is serialized once per (route, columns) into a ``JsonTable``; what is the same for every row
+of one entry (type, event time, GTID, binlog position) once per entry into a ``JsonEntry``; per row only
+the row's values (one C-encoder call), the previous values of an UPDATE, the sequence and the row index
+are encoded. ``relay.kafka.codec`` calls this on the router thread and hands the bytes to the publisher.
+
+Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
+
+    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence
+
+- ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
+  re-publication), ``sequence`` repeats it under an unambiguous name.
+- ``ts`` equals ``es`` (the binlog time, ms) instead of canal's "time the message was built", so that a
+  re-publication of the same change is byte-identical; the build time is the Kafka record timestamp.
+- ``pkNames`` holds the table's PRIMARY KEY columns (canal's meaning), even where the mapping sets other
+  key columns for the Kafka key; null when the table has no primary key and on DDL, as canal leaves it.
+- ``old`` (UPDATE only) holds the previous values of the changed columns; null when none changed and on
+  every other type, as canal.
+- Values are canal's text forms; SQL NULL is JSON null. BINARY/VARBINARY/BLOB values are canal's
+  ISO-8859-1 text (one character per byte) and go into the JSON as those characters: a consumer gets the
+  bytes back with ``value.encode("latin-1")``.
+- Output is ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` encoded as UTF-8. A statement
+  whose SQL text holds bytes that are not UTF-8 (the binlog parser keeps them as lone surrogates) is
+  written with ASCII escapes instead, so the value is still valid UTF-8 JSON and keeps those bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mapping.model import Route
+from relay.binlog.events import ColumnMeta
+from relay.canal.entry import Entry, RowChange
+from relay.positions.store import SourceIdentity
+
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+# The string encoder ``dumps`` itself uses (C when available): per row, objects are assembled from
+# pre-encoded ``"name":`` fragments and one call per value, the same text as ``dumps(dict)`` without
+# building a dict and an encoder per row (the encoder's set-up cost more than the values).
+_quote = json.encoder.encode_basestring
+
+
+def _field(name: str, value: Any) -> str:
+    """``"name":value`` as JSON text."""
+    return f"{dumps(name)}:{dumps(value)}"
+
+
+def server_block(source: SourceIdentity, server_id: int) -> str:
+    """The source block's leading fields (one per encoder and server id)."""
+    return ",".join(
+        (
+            _field("server", source.address),
+            _field("serverId", server_id),
+            _field("serverUuid", source.server_uuid),
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JsonTable:
+    """The JSON text shared by every row of one (route, columns)."""
+
+    names: tuple[str, ...]  # column names, in column order (the keys of ``data``)
+    keys: tuple[str, ...]  # the JSON fragment ``"name":`` of each column
+    data_format: str  # ``object_format(keys)``: the ``data`` object of a row
+    head: str  # ,"database":…,"table":…,"pkNames":…,"isDdl":false,"type":"
+    schema: str  # ,"sql":"","sqlType":{…},"mysqlType":{…},"data":[
+    physical: str  # "database":…,"table":…  (inside the source block)
+
+
+def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
+    pk_names = [c.name for c in columns if c.is_key] or None
+    head = ",".join(
+        (
+            "",
+            _field("database", route.logical_db),
+            _field("table", route.logical_table),
+            _field("pkNames", pk_names),
+            '"isDdl":false,"type":"',
+        )
+    )
+    schema = ",".join(
+        (
+            "",
+            '"sql":""',
+            _field("sqlType", {c.name: c.sql_type for c in columns}),
+            _field("mysqlType", {c.name: c.mysql_type for c in columns}),
+            '"data":[',
+        )
+    )
+    physical = f"{_field('database', route.physical_db)},{_field('table', route.physical_table)}"
+    names = tuple(c.name for c in columns)
+    keys = tuple(f"{dumps(n)}:" for n in names)
+    return JsonTable(names, keys, object_format(keys), head, schema, physical)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonEntry:
+    """The JSON text shared by every row of one entry: everything but id, data, old, rowIndex, sequence."""
+
+    middle: str  # from ,"database" up to "data":[
+    tail: str  # from ,"gtid" up to "rowIndex":
+
+
+def json_entry(table: JsonTable, server: str, entry: Entry, type_name: str) -> JsonEntry:
+    h = entry.header
+    es = h.execute_time
+    # type_name is an EventType member name: plain ASCII, needs no escaping.
+    middle = f'{table.head}{type_name}","es":{es},"ts":{es}{table.schema}'
+    gtid = _quote(h.gtid)  # what dumps() writes for a str, without an encoder per entry
+    tail = (
+        f',"gtid":{gtid},"source":{{{server},{table.physical},'
+        f'"file":{_quote(h.logfile_name)},"offset":{h.logfile_offset},"gtid":{gtid},"rowIndex":'
+    )
+    return JsonEntry(middle, tail)
+
+
+def row_value(
+    je: JsonEntry,
+    sequence: int,
+    row_index: int,
+    data: dict[str, str | None],
+    old: dict[str, str | None] | None,
+) -> bytes:
+    """One row's canal-json value."""
+    old_text = "null" if not old else f"[{dumps(old)}]"
+    return (
+        f'{{"id":{sequence}{je.middle}{dumps(data)}],"old":{old_text}{je.tail}{row_index}}},'
+        f'"sequence":{sequence}}}'
+    ).encode()
+
+
+def object_format(keys: Sequence[str]) -> str:
+    """The %-format of a JSON object with these ``"name":`` fragments: ``{"a":%s,"b":%s}``."""
+    return "{" + ",".join(k.replace("%", "%%") + "%s" for k in keys) + "}"
+
+
+def object_text(form: str, values: Sequence[str | None]) -> str:
+    """``dumps(dict(zip(names, values)))`` for text-or-None values, ``form`` being ``object_format`` of
+    the names' ``"name":`` fragments (distinct names)."""
+    if None in values:
+        return form % tuple(["null" if v is None else _quote(v) for v in values])
+    return form % tuple(map(_quote, values))  # type: ignore[arg-type]  # no None: checked above
+
+
+def old_text(keys: Sequence[str], before: Sequence[str | None], after: Sequence[str | None]) -> str:
+    """The ``old`` field of an UPDATE: ``[{changed columns' previous values}]``, or ``null``."""
+    parts = [
+        k + ("null" if b is None else _quote(b))
+        for k, b, a in zip(keys, before, after, strict=True)
+        if b != a
+    ]
+    return "[{" + ",".join(parts) + "}]" if parts else "null"
+
+
+def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str) -> bytes:
+    """One row's canal-json value from its ``data`` object text and ``old`` field text."""
+    return (
+        f'{{"id":{sequence}{je.middle}{data}],"old":{old}{je.tail}{row_index}}},"sequence":{sequence}}}'
+    ).encode()
+
+
+def changed(
+    names: tuple[str, ...], before: Sequence[str | None], after: Sequence[str | None]
+) -> dict[str, str | None]:
+    """The previous values of the columns an UPDATE changed (canal's ``updated`` columns)."""
+    return {name: b for name, b, a in zip(names, before, after, strict=True) if b != a}
+
+
+def statement_value(
+    entry: Entry,
+    rc: RowChange,
+    *,
+    sequence: int,
+    names: tuple[str, str],
+    physical: tuple[str, str],
+    server: dict[str, Any],
+) -> bytes:
+    """A DDL (``isDdl`` true) or other statement as canal-json: ``data``/``old``/``sqlType``/``mysqlType``
+    null. ``names`` are the (database, table) the message shows, ``physical`` those of the source block."""
+    h = entry.header
+    message: dict[str, Any] = {
+        "id": sequence,
+        "database": names[0],
+        "table": names[1],
+        "pkNames": None,
+        "isDdl": rc.is_ddl,
+        "type": rc.event_type.name,
+        "es": h.execute_time,
+        "ts": h.execute_time,
+        "sql": rc.sql,
+        "sqlType": None,
+        "mysqlType": None,
+        "data": None,
+        "old": None,
+        "gtid": h.gtid,
+        "source": {
+            **server,
+            "database": physical[0],
+            "table": physical[1],
+            "file": h.logfile_name,
+            "offset": h.logfile_offset,
+            "gtid": h.gtid,
+            "rowIndex": 0,
+        },
+        "sequence": sequence,
+    }
+    text = dumps(message)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _dumps_ascii(message).encode()

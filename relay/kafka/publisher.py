@@ -1,0 +1,642 @@
+"""The Kafka publisher: sends batches of records and tells which batches Kafka has durably accepted.
+
+Owns one idempotent confluent-kafka ``Producer`` (always ``enable.idempotence=true``, ``acks=all``), an
+``AdminClient`` for topic checks and creation, the cache of known topics and their partition counts, and
+the window of batches in flight. The relay contract it serves (ARCHITECTURE.md): a batch may be acked to
+the ring store, and its position saved, only once EVERY record of it has been delivered; batches may be
+pipelined, but only a *prefix* of fully delivered batches is ever handed back (``completed_prefix``).
+
+Threads: everything here runs on the one publisher thread. librdkafka sends from its own threads, but the
+delivery callbacks (``_on_delivery``) are served only inside ``poll``/``flush``/``send`` (which polls while
+the local queue is full) on the publisher thread, so the batch state needs no lock.
+
+What it hands on: ``completed_prefix()`` → batches the caller acks in order; ``failed()`` → the first
+batch with a failed record and why: a retriable ``PublishError`` (the caller calls ``abort_inflight()``,
+rolls the store back and resends after a backoff), a ``RecordRejectedError`` (the record can never be
+sent: the relay stops, unless a dead-letter topic takes it), or a ``ProducerFatalError`` (stop).
+Keyed records without a partition are placed with our Java-compatible murmur2 (``relay.kafka.partitioner``),
+so where a key lives is decided here, identically for every Kafka client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from relay.common.retry import RetryPolicy
+from relay.errors import ConfigError, PublishError, RecordRejectedError, RelayError
+from relay.kafka.partitioner import partition_for_key
+
+log = logging.getLogger(__name__)
+
+Verdict = Literal["fatal", "rejected", "retriable"]
+
+# Errors after which this record will never be accepted, whatever we retry (KafkaError codes).
+_REJECTED: frozenset[int] = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,  # also librdkafka's local size check at produce()
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,  # Kafka's INVALID_TOPIC_EXCEPTION
+        KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.INVALID_REQUIRED_ACKS,
+        KafkaError._INVALID_ARG,
+        KafkaError._INVALID_TYPE,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._KEY_SERIALIZATION,
+        KafkaError._VALUE_SERIALIZATION,
+    }
+)
+_UNKNOWN_TOPIC: frozenset[int] = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+_SIZE: frozenset[int] = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+# librdkafka fails queued messages with _FATAL once the producer raised a fatal error (fencing, a
+# sequence gap it cannot repair); the instance is unusable from then on.
+_FATAL: frozenset[int] = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+# librdkafka keys the publisher decides itself; the passthrough dict may not set them.
+_OWNED_KEYS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "message.timeout.ms": "delivery_timeout_s",
+    "delivery.timeout.ms": "delivery_timeout_s",
+    "transactional.id": "the exactly-once publisher (this one is idempotent, not transactional)",
+    "error_cb": "the publisher (it owns the callbacks)",
+    "on_delivery": "the publisher (it owns the callbacks)",
+    "dr_cb": "the publisher (it owns the callbacks)",
+    "dr_msg_cb": "the publisher (it owns the callbacks)",
+}
+_SECRET_MARKERS = ("password", "secret", "key.pem", "token")
+DEAD_LETTER_ERROR = "relay.error"
+DEAD_LETTER_TOPIC = "relay.original.topic"
+DEAD_LETTER_PARTITION = "relay.original.partition"
+DEAD_LETTER_SIZE = "relay.original.size"
+
+
+class ProducerFatalError(PublishError):
+    """The producer instance is unusable (fenced, an unrepairable sequence gap): stop. Not retriable."""
+
+    retriable = False
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Payload bytes (key, value, headers): what a size rejection is about."""
+        head = sum(len(name.encode()) + len(value) for name, value in self.headers)
+        return len(self.value) + len(self.key or b"") + head
+
+
+@dataclass(frozen=True)
+class TopicDefaults:
+    """How missing topics are created: ``replication_factor`` -1 means the broker's default."""
+
+    partitions: int = 6
+    replication_factor: int = -1
+    config: dict[str, str] = field(default_factory=dict)  # e.g. {"retention.ms": "604800000"}
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """Publisher settings; ``kafka`` is passed through to librdkafka (copied, never mutated)."""
+
+    bootstrap_servers: str
+    client_id: str = "canal-relay"
+    kafka: dict[str, Any] = field(default_factory=dict, repr=False)
+    delivery_timeout_s: float = 120.0
+    dead_letter_topic: str | None = None  # None: a rejected record stops the relay
+    dead_letter_value_bytes: int = 1024  # value bytes kept when a record was rejected for its size
+    create_topics: bool = False
+    topic_defaults: TopicDefaults = field(default_factory=TopicDefaults)
+    admin_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kafka", dict(self.kafka))  # our own copy: the caller's dict stays theirs
+        validate_kafka_settings(self.kafka)
+        if self.delivery_timeout_s <= 0:
+            raise ConfigError("delivery_timeout_s", f"must be positive, got {self.delivery_timeout_s}")
+        if self.topic_defaults.partitions <= 0:
+            raise ConfigError("topic_defaults.partitions", "must be positive")
+
+    def producer_settings(self) -> dict[str, Any]:
+        """The librdkafka configuration: the passthrough dict plus what the relay contract requires."""
+        settings = dict(self.kafka)
+        settings.update(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "client.id": self.client_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.timeout.ms": max(1, int(self.delivery_timeout_s * 1000)),
+            }
+        )
+        return settings
+
+    def describe(self) -> dict[str, str]:
+        """The librdkafka settings for logs and error messages, secrets redacted."""
+        return redacted(self.producer_settings())
+
+
+def validate_kafka_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse passthrough settings that would weaken ``acks=all`` + idempotence; the error names the key."""
+    for key, owner in _OWNED_KEYS.items():
+        if key in settings:
+            raise ConfigError(f"kafka.{key}", f"is set by {owner}; remove it from the kafka settings")
+    for key in ("acks", "request.required.acks"):
+        if key in settings and str(settings[key]).strip().lower() not in ("all", "-1"):
+            raise ConfigError(
+                f"kafka.{key}",
+                f"must be 'all' (the relay acks only what every replica has), got {settings[key]!r}",
+            )
+    if "enable.idempotence" in settings and not _truthy(settings["enable.idempotence"]):
+        raise ConfigError(
+            "kafka.enable.idempotence", "must be true (per-key order and no duplicates on retry)"
+        )
+    for key in ("retries", "message.send.max.retries"):
+        if key in settings and int(settings[key]) <= 0:
+            raise ConfigError(f"kafka.{key}", "must be positive: the idempotent producer retries internally")
+    for key in ("max.in.flight.requests.per.connection", "max.in.flight"):
+        if key in settings and int(settings[key]) > 5:
+            raise ConfigError(f"kafka.{key}", "must be at most 5 with idempotence (order is kept only then)")
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def redacted(settings: Mapping[str, Any]) -> dict[str, str]:
+    """``settings`` as text with passwords, secrets and every ``sasl.*`` value replaced by ``***``."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        lowered = key.lower()
+        secret = lowered.startswith("sasl.") or any(m in lowered for m in _SECRET_MARKERS)
+        out[key] = "***" if secret else str(value)
+    return out
+
+
+def classify(error: KafkaError, *, create_topics: bool) -> Verdict:
+    """What a failed delivery means for the relay: stop (fatal), give up on the record, or retry later.
+
+    Delivery reports carry no ``retriable()`` flag of their own (it is set only for errors of API calls),
+    so the verdict comes from the code; ``fatal()`` is honoured wherever librdkafka sets it.
+    """
+    code = error.code()
+    if error.fatal() or code in _FATAL:
+        return "fatal"
+    if code in _REJECTED or (code in _UNKNOWN_TOPIC and not create_topics):
+        return "rejected"
+    return "retriable"
+
+
+@dataclass(eq=False)
+class BatchHandle:
+    """One sent batch: delivered once ``pending`` reaches 0 with no ``error``."""
+
+    batch_id: int
+    records: int
+    pending: int
+    error: PublishError | None = None
+    dead_lettered: int = 0
+    aborted: bool = field(default=False, repr=False)
+    where: str = ""  # the batch's binlog positions, for log lines and error messages
+
+    @property
+    def label(self) -> str:
+        """``batch 12 (mysql-bin.000003:4567..9876)``: how every log line and error names the batch."""
+        return f"batch {self.batch_id} ({self.where})" if self.where else f"batch {self.batch_id}"
+
+    @property
+    def delivered(self) -> bool:
+        return self.pending == 0 and self.error is None
+
+    def fail(self, error: PublishError) -> None:
+        """Keep the first error: it is the cause; later ones are usually its consequences."""
+        if self.error is None:
+            self.error = error
+
+
+class KafkaPublisher:
+    """Sends batches with an idempotent ``acks=all`` producer and reports the delivered prefix.
+
+    Lifecycle: ``ensure_topics`` at start (and for each new topic the mapping brings), then a loop of
+    ``send`` / ``poll`` / ``completed_prefix`` / ``failed``; ``abort_inflight`` after a failure;
+    ``close`` at the end. One thread calls all of it (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        config: PublisherConfig,
+        *,
+        producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+        admin_factory: Callable[[dict[str, Any]], AdminClient] = AdminClient,
+    ) -> None:
+        """The factories are for tests (a scripted producer); production uses confluent-kafka's classes."""
+        self._config = config
+        self._settings = config.producer_settings()
+        self._producer_factory = producer_factory
+        self._producer = self._new_producer()
+        self._admin = admin_factory(self._admin_settings())
+        self._partitions: dict[str, int] = {}
+        self._inflight: deque[BatchHandle] = deque()
+        self._fatal: ProducerFatalError | None = None
+        self._closed = False
+        log.info("kafka publisher %s: %s", config.client_id, config.describe())
+
+    # -- topics ---------------------------------------------------------------------------------------
+
+    def ensure_topics(self, names: Iterable[str]) -> None:
+        """Learn the partition counts of ``names`` and the dead-letter topic; create missing ones if allowed.
+
+        Lists all topics rather than asking for the named ones: a metadata request for one topic
+        auto-creates it on brokers with ``auto.create.topics.enable`` (and always on Tansu).
+        """
+        wanted = {*names, *([self._config.dead_letter_topic] if self._config.dead_letter_topic else [])}
+        missing = wanted - self._partitions.keys()
+        if not missing:
+            return
+        existing = self._list_topics()
+        self._partitions.update({t: existing[t] for t in missing if t in existing})
+        absent = sorted(missing - existing.keys())
+        if not absent:
+            return
+        if not self._config.create_topics:
+            raise ConfigError(f"topic {absent[0]!r}", "does not exist and create_topics is off")
+        self._create_topics(absent)
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic`` (checked, or created, on first use)."""
+        count = self._partitions.get(topic)
+        if count is None:
+            self.ensure_topics([topic])
+            count = self._partitions[topic]
+        return count
+
+    def _list_topics(self) -> dict[str, int]:
+        try:
+            meta = self._admin.list_topics(timeout=self._config.admin_timeout_s)
+        except KafkaException as exc:
+            raise PublishError(f"cannot list topics: {_describe(exc.args[0])}") from exc
+        return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+    def _create_topics(self, names: list[str]) -> None:
+        d = self._config.topic_defaults
+        new = [NewTopic(n, d.partitions, d.replication_factor, config=dict(d.config)) for n in names]
+        futures = self._admin.create_topics(new, request_timeout=self._config.admin_timeout_s)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=self._config.admin_timeout_s)
+                log.info("created topic %s (%d partitions)", name, d.partitions)
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # another relay created it first
+                if err.retriable() or err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+                    raise PublishError(f"cannot create topic {name!r}: {_describe(err)}") from exc
+                raise ConfigError(f"topic {name!r}", f"cannot be created: {_describe(err)}") from exc
+        self._await_metadata(names)
+
+    def _await_metadata(self, names: list[str]) -> None:
+        # Creation returns before every broker's metadata shows the topic: wait for it, with a deadline.
+        backoff = RetryPolicy(initial=0.05, maximum=1.0, deadline=self._config.admin_timeout_s).start()
+        while True:
+            existing = self._list_topics()
+            self._partitions.update({n: existing[n] for n in names if existing.get(n)})
+            if all(n in self._partitions for n in names):
+                return
+            if not backoff.wait():
+                raise PublishError(f"created topics {names} did not show in metadata in time")
+
+    # -- sending --------------------------------------------------------------------------------------
+
+    def send(self, batch_id: int, records: Sequence[Record], where: str = "") -> BatchHandle:
+        """Produce every record of one batch; its handle completes when all are delivered.
+
+        ``where`` (the batch's binlog positions) goes into every log line and error about the batch.
+        Raises the failure already known (fatal, or an earlier batch's) instead of sending more: after
+        a failure the caller must ``abort_inflight()`` first.
+        """
+        self._check_usable()
+        handle = BatchHandle(batch_id, len(records), len(records), where=where)
+        self._inflight.append(handle)
+        for record in records:
+            if handle.error is not None:
+                break  # the batch is lost anyway; the rest of it would only be re-sent later
+            self._produce_record(handle, record)
+        return handle
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise PublishError("publisher is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        first = self.failed()
+        if first is not None and first.error is not None:
+            raise first.error
+
+    def _produce_record(self, handle: BatchHandle, record: Record) -> None:
+        if record.topic not in self._partitions:
+            try:
+                self.ensure_topics([record.topic])
+            except ConfigError as exc:
+                self._reject_topic(handle, record, exc)
+                return
+            except PublishError as exc:
+                handle.fail(exc)
+                log.warning("%s: %s", handle.label, exc)
+                return
+        partition = record.partition
+        if partition is None and record.key is not None:
+            partition = partition_for_key(record.key, self._partitions[record.topic])
+        self._produce(handle, record, partition, partial(self._on_delivery, handle, record, partition))
+
+    def _produce(
+        self, handle: BatchHandle, out: Record, partition: int | None, callback: Any, *, may_poll: bool = True
+    ) -> None:
+        """``produce`` with a bounded wait while the local queue is full; a local refusal fails the record.
+
+        ``may_poll`` is False inside a delivery callback (dead-lettering), where polling would re-enter
+        ``poll``: a full queue then fails the batch retriably at once.
+        """
+        deadline = time.monotonic() + (self._config.delivery_timeout_s if may_poll else 0.0)
+        while True:
+            try:
+                self._producer.produce(
+                    out.topic,
+                    value=out.value,
+                    key=out.key,
+                    partition=-1 if partition is None else partition,  # -1: librdkafka's "unassigned"
+                    headers=list(out.headers),
+                    on_delivery=callback,
+                )
+                return
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    waited = self._config.delivery_timeout_s
+                    log.error("%s: local producer queue stayed full", handle.label)
+                    handle.fail(PublishError(f"{handle.label}: local queue full for {waited:.0f}s"))
+                    return
+                self.poll(0.1)  # serves delivery reports, which frees queue space
+                if handle.error is not None:
+                    return
+            except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
+                callback(exc.args[0], None)
+                return
+
+    # -- delivery reports -------------------------------------------------------------------------
+
+    def _on_delivery(
+        self,
+        handle: BatchHandle,
+        record: Record,
+        partition: int | None,
+        err: KafkaError | None,
+        msg: Message | None,
+    ) -> None:
+        if handle.aborted:
+            return  # a batch we gave up on: the caller resends it
+        if err is None:
+            handle.pending -= 1
+            return
+        reported = msg.partition() if msg is not None else None
+        if reported is not None and reported >= 0:
+            partition = reported
+        verdict = classify(err, create_topics=self._config.create_topics)
+        if verdict == "fatal":
+            self._set_fatal(err, handle.label)
+        elif verdict == "retriable":
+            # Logged once per batch: an outage fails every record of it alike (a timeout fails hundreds).
+            log_failure = log.warning if handle.error is None else log.debug
+            log_failure(
+                "%s: delivery to %s [%s] failed, will retry the batch: %s",
+                handle.label,
+                record.topic,
+                partition,
+                _describe(err),
+            )
+            handle.fail(
+                PublishError(
+                    f"{handle.label}: delivery to {record.topic} [{partition}] failed: {_describe(err)}"
+                )
+            )
+        elif self._config.dead_letter_topic and record.topic != self._config.dead_letter_topic:
+            self._dead_letter(handle, record, partition, err)
+        else:
+            self._reject(handle, record, partition, err)
+
+    def _reject(
+        self, handle: BatchHandle, record: Record, partition: int | None, err: KafkaError, context: str = ""
+    ) -> None:
+        key = record.key[:64] if record.key is not None else None
+        message = (
+            f"{handle.label}: record to topic {record.topic!r} partition {partition} "
+            f"key {key!r} size {record.size} bytes rejected: {_describe(err)}{context}"
+        )
+        log.error("%s", message)
+        handle.fail(
+            RecordRejectedError(
+                message,
+                topic=record.topic,
+                key=record.key,
+                size=record.size,
+                reason=err.name(),
+                partition=partition,
+            )
+        )
+
+    def _reject_topic(self, handle: BatchHandle, record: Record, exc: ConfigError) -> None:
+        """A topic that does not exist (creation off) or cannot be created: a rejection like any other."""
+        code = KafkaError.TOPIC_EXCEPTION if self._config.create_topics else KafkaError.UNKNOWN_TOPIC_OR_PART
+        self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+
+    def _dead_letter(
+        self, handle: BatchHandle, record: Record, partition: int | None, err: KafkaError
+    ) -> None:
+        """Route a rejected record to the dead-letter topic; the batch completes when that is delivered."""
+        topic = self._config.dead_letter_topic
+        assert topic is not None
+        value = record.value
+        if err.code() in _SIZE:
+            value = value[: self._config.dead_letter_value_bytes]
+        headers = (
+            *record.headers,
+            (DEAD_LETTER_ERROR, _describe(err).encode()),
+            (DEAD_LETTER_TOPIC, record.topic.encode()),
+            (DEAD_LETTER_PARTITION, str(-1 if partition is None else partition).encode()),
+            (DEAD_LETTER_SIZE, str(record.size).encode()),
+        )
+        log.warning(
+            "%s: record to %s [%s] (%d bytes) rejected (%s); sent to dead-letter topic %s",
+            handle.label,
+            record.topic,
+            partition,
+            record.size,
+            err.name(),
+            topic,
+        )
+        out = Record(topic, None, record.key, value, headers)
+        try:
+            count = self.partitions(topic)
+        except RelayError as exc:  # raising here would escape from poll(); fail the batch instead
+            self._reject(handle, record, partition, err, f" (dead-letter topic unusable: {exc})")
+            return
+        dl_partition = None if record.key is None else partition_for_key(record.key, count)
+        callback = partial(self._on_dead_letter, handle, record, partition)
+        self._produce(handle, out, dl_partition, callback, may_poll=False)
+
+    def _on_dead_letter(
+        self,
+        handle: BatchHandle,
+        record: Record,
+        partition: int | None,
+        err: KafkaError | None,
+        msg: Message | None,
+    ) -> None:
+        if handle.aborted:
+            return
+        if err is None:
+            handle.pending -= 1
+            handle.dead_lettered += 1
+            return
+        verdict = classify(err, create_topics=self._config.create_topics)
+        if verdict == "fatal":
+            self._set_fatal(err, handle.label)
+        elif verdict == "retriable":
+            handle.fail(PublishError(f"{handle.label}: dead-letter delivery failed: {_describe(err)}"))
+            log.warning("%s: dead-letter delivery failed: %s", handle.label, _describe(err))
+        else:
+            self._reject(
+                handle,
+                record,
+                partition,
+                err,
+                f" (and by the dead-letter topic {self._config.dead_letter_topic!r})",
+            )
+
+    def _set_fatal(self, err: KafkaError, batch: str | None = None) -> None:
+        if self._fatal is None:
+            where = f"{batch}: " if batch is not None else ""
+            self._fatal = ProducerFatalError(f"{where}kafka producer failed fatally: {_describe(err)}")
+            log.error("%s", self._fatal)
+        for handle in self._inflight:
+            handle.fail(self._fatal)
+
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback (served inside poll): only fatal errors change anything here."""
+        if err.fatal():
+            self._set_fatal(err, self._inflight[0].label if self._inflight else None)
+        else:
+            log.debug("kafka client: %s", _describe(err))
+
+    # -- the caller's loop ----------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery reports for up to ``timeout`` seconds; returns how many were served."""
+        try:
+            return int(self._producer.poll(timeout))
+        except KafkaException as exc:  # confluent-kafka raises fatal errors from poll as well
+            self._set_fatal(exc.args[0])
+            return 0
+
+    def completed_prefix(self) -> list[BatchHandle]:
+        """Remove and return, in send order, the batches at the head whose every record is delivered."""
+        done: list[BatchHandle] = []
+        while self._inflight and self._inflight[0].delivered:
+            handle = self._inflight.popleft()
+            log.debug(
+                "%s: all %d records delivered (%d dead-lettered)",
+                handle.label,
+                handle.records,
+                handle.dead_lettered,
+            )
+            done.append(handle)
+        return done
+
+    def failed(self) -> BatchHandle | None:
+        """The first batch in flight with a failed record (its ``error`` says why), or None."""
+        for handle in self._inflight:
+            if handle.error is not None:
+                return handle
+        return None
+
+    def inflight(self) -> int:
+        """How many batches are sent but not yet handed back by ``completed_prefix``."""
+        return len(self._inflight)
+
+    def abort_inflight(self) -> list[int]:
+        """Forget every outstanding batch (the caller rolls back and resends); returns their ids.
+
+        Also starts a fresh producer session: librdkafka's idempotence state (producer id, sequence
+        numbers) still covers the records we just disowned, and a broker that lost that state (a
+        restart of a memory-backed broker, an expired producer id) would fail the next send fatally
+        with UNKNOWN_PRODUCER_ID. Records of the old session may still land: consumers drop them by
+        their source sequence. A fatal error stays fatal.
+        """
+        ids = [h.batch_id for h in self._inflight]
+        labels = [h.label for h in self._inflight]
+        if not ids and not len(self._producer):
+            return []  # nothing to disown: keep the session (e.g. a clean stop after the drain)
+        for handle in self._inflight:
+            handle.aborted = True
+        self._inflight.clear()
+        old, self._producer = self._producer, self._new_producer()
+        try:
+            old.purge(in_queue=True, in_flight=True, blocking=True)
+            old.poll(0)  # serves the purged records' reports: all ignored, their batches are aborted
+        except KafkaException as exc:
+            log.debug("purging the old producer: %s", _describe(exc.args[0]))
+        if ids:
+            log.warning("aborted %s; they will be sent again", ", ".join(labels))
+        return ids
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for everything queued; returns how many records are left."""
+        try:
+            return int(self._producer.flush(timeout))
+        except KafkaException as exc:
+            self._set_fatal(exc.args[0])
+            return len(self._producer)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what can be delivered within ``timeout``, then drop the rest (nothing more is acked)."""
+        if self._closed:
+            return
+        self._closed = True
+        left = self.flush(timeout)
+        if left:
+            labels = ", ".join(h.label for h in self._inflight) or "no batch in flight"
+            log.warning("closing the kafka publisher: %d records undelivered (%s)", left, labels)
+            self._producer.purge(in_queue=True, in_flight=True, blocking=True)
+            self._producer.poll(0)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _new_producer(self) -> Producer:
+        return self._producer_factory({**self._settings, "error_cb": self._on_error})
+
+    def _admin_settings(self) -> dict[str, Any]:
+        # The admin client speaks to the same cluster with the same security settings, none of the producer's.
+        drop = ("enable.idempotence", "acks", "message.timeout.ms")
+        return {k: v for k, v in self._settings.items() if k not in drop}
+
+
+def _describe(err: KafkaError) -> str:
+    return f"{err.name()} ({err.str()})"

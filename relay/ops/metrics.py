@@ -1,0 +1,333 @@
+"""Prometheus metrics and the ``/health`` and ``/ready`` endpoints of a running relay.
+
+Owned here: ``MetricsConfig`` (the ``metrics:`` section), ``MetricsExporter`` and its collector.
+Threads: ``Relay.run`` (the publisher thread) starts and stops the exporter and reports each batch sent
+and acknowledged (``batch_sent`` / ``batch_acked``: the publish latency histogram). The HTTP server
+runs on a thread of its own; every scrape reads the relay's live state there — ``RelayStats``, the
+store's fill, the saved position, the mapping version, the leadership — so a metric is never a stale
+copy. What needs the MySQL server (bytes behind the binlog end, retention runway) is fetched at most
+every ``server_check_seconds`` and cached; a failed check sets ``relay_source_up`` to 0.
+
+Lag in seconds is now − the binlog time of the last acknowledged change (of the saved position before
+the first ack), and 0 when the saved position is the server's binlog end: an idle source is not lag.
+Nothing leaves here unredacted: label values go through ``relay.common.redact.redact``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from relay.common.redact import redact
+from relay.errors import ConfigError, RelayError
+from relay.ops.retention import RetentionProbe
+from relay.ops.status import binlog_bytes_behind
+from relay.source.binlog_source import inspect_server
+
+if TYPE_CHECKING:
+    from relay.daemon.pipeline import Relay
+    from relay.positions.store import ResumePoint
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 0  # 0: no exporter
+    host: str = "127.0.0.1"
+    server_check_seconds: float = 10.0
+    ready_max_lag_seconds: float = 60.0
+
+    def validate(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError("metrics.port", f"must be a TCP port or 0 (off), got {self.port}")
+        if self.server_check_seconds <= 0:
+            raise ConfigError("metrics.server_check_seconds", "must be positive")
+        if self.ready_max_lag_seconds < 0:
+            raise ConfigError("metrics.ready_max_lag_seconds", "must not be negative")
+
+
+@dataclass
+class ServerView:
+    """What the MySQL server said at the last check (cached between checks)."""
+
+    checked: float = 0.0
+    up: bool = False
+    lag_bytes: int | None = None
+    runway: float | None = None
+    expire_seconds: float | None = None
+
+
+class MetricsExporter:
+    """Serves ``/metrics``, ``/health`` and ``/ready`` for one relay on ``metrics.host``:``metrics.port``."""
+
+    def __init__(self, config: MetricsConfig, relay: Relay) -> None:
+        self.config = config
+        self.relay = relay
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.latency = Histogram(
+            "relay_publish_latency_seconds",
+            "Time from sending a batch to Kafka until every record of it was acknowledged",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.collector = RelayCollector(self)
+        self.registry.register(self.collector)
+        self._sent: dict[int, float] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.port != 0
+
+    @property
+    def port(self) -> int | None:
+        return None if self._server is None else int(self._server.server_address[1])
+
+    def start(self) -> None:
+        if not self.enabled or self._server is not None:
+            return
+        try:
+            self._server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self))
+        except OSError as exc:
+            raise ConfigError(
+                "metrics.port", f"cannot listen on {self.config.host}:{self.config.port}: {exc}"
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics (/health, /ready)", self.config.host, self.port)
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self._server = self._thread = None
+
+    # -- called by the publisher thread ------------------------------------------------------------
+    def batch_sent(self, batch_id: int) -> None:
+        self._sent[batch_id] = time.monotonic()
+
+    def batch_acked(self, batch_id: int) -> None:
+        sent = self._sent.pop(batch_id, None)
+        if sent is not None:
+            self.latency.observe(time.monotonic() - sent)
+        # Rolled-back batches never ack: forget sends older than any ack can be (ids only grow).
+        for stale in [b for b in self._sent if b < batch_id]:
+            del self._sent[stale]
+
+    # -- health ------------------------------------------------------------------------------------
+    def health(self) -> tuple[bool, str]:
+        state = self.relay.stats.state
+        return state != "failed", f"state {state}"
+
+    def readiness(self) -> tuple[bool, str]:
+        state = self.relay.stats.state
+        if state != "running":
+            return False, f"not active: state {state}"
+        if not self.collector.leader():
+            return False, "not the active relay (standing by or fenced)"
+        lag = self.collector.lag_seconds(self.collector.server())
+        if lag is not None and lag > self.config.ready_max_lag_seconds:
+            return False, f"behind: lag {lag:.1f} s > {self.config.ready_max_lag_seconds:g} s"
+        return True, "active and caught up"
+
+
+class RelayCollector(Collector):
+    """Builds every relay metric from the relay's live state at scrape time."""
+
+    def __init__(self, exporter: MetricsExporter) -> None:
+        self.exporter = exporter
+        self.relay = exporter.relay
+        self._probe = RetentionProbe(self.relay.config.source)
+        self._view = ServerView()
+        self._lock = threading.Lock()
+
+    def saved(self) -> ResumePoint | None:
+        inst = self.relay.instance
+        return inst.last_saved or getattr(inst, "_saved", None)
+
+    def leader(self) -> bool:
+        leadership = getattr(self.relay, "leadership", None)
+        if leadership is None:  # no HA: the one relay is the active one while it runs
+            return self.relay.stats.state in ("running", "retrying")
+        return bool(leadership.fenced() is None)
+
+    def server(self) -> ServerView:
+        """The cached server view, refreshed when older than ``server_check_seconds``."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._view.checked >= self.exporter.config.server_check_seconds:
+                self._view = self._check_server(now)
+            return self._view
+
+    def _check_server(self, now: float) -> ServerView:
+        point = self.saved()
+        start = self.relay.instance.start_point
+        journal, offset = (
+            (point.journal, point.offset) if point else (start.journal, start.offset) if start else ("", 0)
+        )
+        try:
+            info = inspect_server(self.relay.config.source)
+            view = ServerView(checked=now, up=True)
+            if journal:
+                view.lag_bytes = binlog_bytes_behind(info.binlogs, journal, offset)
+                retention = self._probe.check(journal)
+                view.runway, view.expire_seconds = retention.runway(), retention.expire_seconds
+            return view
+        except RelayError as exc:
+            log.warning("metrics: cannot check the MySQL server: %s", exc)
+            return ServerView(checked=now, up=False)
+
+    def lag_seconds(self, view: ServerView) -> float | None:
+        if view.lag_bytes == 0:
+            return 0.0  # at the server's binlog end: nothing waits to be published, however old
+        event_ms = self.relay.stats.last_event_ms
+        if not event_ms:
+            point = self.saved()
+            event_ms = point.timestamp if point is not None else 0
+        return max(0.0, time.time() - event_ms / 1000.0) if event_ms else None
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._counters()
+        yield from self._gauges()
+        yield from self._server_gauges(self.server())
+
+    def _counters(self) -> Iterator[Metric]:
+        s = self.relay.stats
+        for name, doc, value in (
+            ("relay_rows_published", "Row changes published and acknowledged by Kafka", s.rows_published),
+            ("relay_records_published", "Kafka records published and acknowledged", s.records_published),
+            ("relay_batches_acked", "Batches acknowledged to the store (position saved)", s.batches_acked),
+            (
+                "relay_batches_rolled_back",
+                "Batches rolled back after a failed delivery",
+                s.batches_rolled_back,
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+
+    def _gauges(self) -> Iterator[Metric]:
+        relay, s = self.relay, self.relay.stats
+        yield _gauge(
+            "relay_publish_rate_records",
+            "Records acknowledged per second over the last 10 s",
+            s.publish_rate(),
+        )
+        fill = relay.instance.store.fill()
+        yield _gauge("relay_store_entries", "Entries held by the ring store (put, not acked)", fill.entries)
+        yield _gauge("relay_store_bytes", "Bytes held by the ring store", fill.bytes)
+        store = relay.instance.store.config
+        yield _gauge("relay_store_slots", "Ring store capacity in entries", store.buffer_size)
+        yield _gauge(
+            "relay_store_budget_bytes", "Ring store capacity in bytes (MEMSIZE mode)", store.memory_budget
+        )
+        yield _gauge("relay_mapping_version", "Version of the mapping in use", _number(relay.mapping.version))
+        yield _gauge(
+            "relay_leader", "1 while this process is the active relay of its instance", int(self.leader())
+        )
+        state = GaugeMetricFamily(
+            "relay_state", "The relay's state (1 for the current one)", labels=["state"]
+        )
+        state.add_metric([redact(s.state)], 1)
+        yield state
+        point = self.saved()
+        if point is not None:
+            pos = GaugeMetricFamily(
+                "relay_position_offset", "Offset of the saved position", labels=["journal"]
+            )
+            pos.add_metric([redact(point.journal)], point.offset)
+            yield pos
+            yield _gauge(
+                "relay_position_file_index",
+                "Number of the saved position's binlog file",
+                _file_index(point.journal),
+            )
+            if point.timestamp:
+                yield _gauge(
+                    "relay_position_timestamp_seconds",
+                    "Binlog time of the saved position",
+                    point.timestamp / 1000,
+                )
+
+    def _server_gauges(self, view: ServerView) -> Iterator[Metric]:
+        yield _gauge("relay_source_up", "1 when the last check of the MySQL server succeeded", int(view.up))
+        lag = self.lag_seconds(view)
+        if lag is not None:
+            yield _gauge(
+                "relay_lag_seconds", "Now minus the binlog time of the last acknowledged change", lag
+            )
+        if view.lag_bytes is not None:
+            yield _gauge("relay_lag_bytes", "Binlog bytes written after the saved position", view.lag_bytes)
+        if view.runway is not None:
+            yield _gauge(
+                "relay_retention_runway_seconds",
+                "Seconds until the binlog file holding the saved position may be purged (+Inf: never)",
+                view.runway - (time.monotonic() - view.checked)
+                if math.isfinite(view.runway)
+                else view.runway,
+            )
+        if view.expire_seconds is not None:
+            yield _gauge(
+                "relay_binlog_expire_seconds",
+                "The server's binlog expiry period (0: never)",
+                view.expire_seconds,
+            )
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _number(version: Any) -> float:
+    try:
+        return float(version)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _file_index(journal: str) -> float:
+    m = re.search(r"\.(\d+)$", journal)
+    return float(m.group(1)) if m else math.nan
+
+
+def _handler(exporter: MetricsExporter) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(exporter.registry), CONTENT_TYPE_LATEST)
+            elif path in ("/health", "/ready"):
+                ok, why = exporter.health() if path == "/health" else exporter.readiness()
+                self._send(200 if ok else 503, (redact(why) + "\n").encode(), "text/plain; charset=utf-8")
+            else:
+                self._send(404, b"not found: try /metrics, /health or /ready\n", "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("metrics http: " + format, *args)
+
+    return Handler

@@ -1,0 +1,658 @@
+"""The binlog source: which server, where to start, whether the server is fit, and staying connected.
+
+Owns one replication stream (``relay.binlog.stream.BinlogStream``) for one canal instance. Runs on the
+instance's parser thread (``check`` and ``resolve_start`` run on the thread that starts the instance).
+Hands decoded events (``relay.binlog.events``) to the entry builder.
+
+Start position, in precedence order (as canal's ``MysqlEventParser.findStartPosition``): the saved
+resume point; a configured GTID set; a configured file + offset; a configured timestamp (the first
+transaction at or after it, found by walking the binlog files, as canal's ``findByStartTimeStamp``);
+otherwise the server's current end. Before streaming the server is checked and refused, with what to
+change, when it cannot give a loss-free ROW stream, or when its TIMESTAMP rendering cannot be followed.
+
+After a lost connection the source reconnects with backoff (one ``RetryPolicy`` budget, renewed once
+the new connection delivers) at the start of the transaction it was in, and drops what the new
+connection repeats, so the consumer sees the same event sequence as from one uninterrupted connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pymysql
+
+from relay.binlog import rows
+from relay.binlog.events import (
+    BinlogEvent,
+    GtidEvent,
+    HeartbeatEvent,
+    QueryEvent,
+    RotateEvent,
+    XaPrepareEvent,
+    XidEvent,
+)
+from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.retry import Backoff, RetryPolicy
+from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
+from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
+from relay.positions.store import ResumePoint, SourceIdentity
+
+log = logging.getLogger(__name__)
+
+ER_PARSE_ERROR = 1064
+_VARIABLES = (
+    "log_bin",
+    "binlog_format",
+    "binlog_row_image",
+    "binlog_row_metadata",
+    "log_bin_compress",
+    "binlog_transaction_compression",
+    "binlog_row_value_options",
+    "server_id",
+    "server_uuid",
+    "gtid_binlog_pos",
+    "time_zone",
+    "system_time_zone",
+)
+
+
+@dataclass(frozen=True)
+class StartConfig:
+    """Where to start when no position is saved. ``timestamp`` is in ms since the epoch."""
+
+    gtid: str | None = None
+    journal: str | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class StandbyConfig:
+    """The server to fail over to (``relay.source.failover``).
+
+    host "": none; empty user/password: the master's.
+    """
+
+    host: str = ""
+    port: int = 3306
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class FailoverConfig:
+    """When and how to switch to the standby (``relay.source.failover``)."""
+
+    attempts: int = 3  # failed reconnects to the master before switching
+    mode: str = "auto"  # auto (GTID where the servers have it, else timestamp), gtid, timestamp
+    fallback_interval_seconds: float = 60.0  # timestamp mode: re-read from this long before the last change
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "relay"
+    password: str = field(default="", repr=False)
+    server_id: int = 6543  # our id as a replica: must be unique among the server's replicas
+    start: StartConfig = StartConfig()
+    heartbeat_seconds: float = 5.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
+    # How TIMESTAMP values are rendered: "server" (the server's time_zone, followed across DST),
+    # "UTC", an IANA name ("Asia/Shanghai") or a fixed offset ("+08:00").
+    timezone: str = "server"
+    standby: StandbyConfig = StandbyConfig()
+    failover: FailoverConfig = FailoverConfig()
+    tls: TlsConfig = field(default_factory=TlsConfig)  # MySQL TLS for every connection (relay.tls)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the server said about itself when the source checked it."""
+
+    version: str
+    mariadb: bool
+    server_id: int
+    server_uuid: str
+    time_zone_offset: str  # "+HH:MM" of the server's session time zone now
+    binlogs: tuple[tuple[str, int], ...]  # (file, size), oldest first
+    end: tuple[str, int]  # current write position
+    gtid_executed: str  # MySQL Executed_Gtid_Set / MariaDB gtid_binlog_pos ("" when none)
+    # The zone TIMESTAMP values are rendered in: an IANA name or "+HH:MM" ("" when not resolved).
+    time_zone: str = ""
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    journal: str
+    offset: int
+    skip: int = 0
+    gtid_set: str | None = None
+    reason: str = ""
+
+
+# --- talking to the server -------------------------------------------------------------------------
+
+
+def _connect(cfg: SourceConfig) -> pymysql.connections.Connection:
+    try:
+        conn = pymysql.connect(
+            host=cfg.host,
+            port=cfg.port,
+            user=cfg.user,
+            password=cfg.password,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            autocommit=True,
+            charset="utf8mb4",
+            **connect_arguments(cfg.tls),
+        )
+    except pymysql.err.OperationalError as exc:
+        raise SourceConnectionError(f"cannot connect to MySQL at {cfg.address}: {exc}") from exc
+    ensure_encrypted(conn, cfg.tls, cfg.address)
+    return conn
+
+
+def _query(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def _client_side(exc: pymysql.err.MySQLError) -> bool:
+    """CR_* codes (2000-2999) are the client's: the connection failed, not the statement."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    return 2000 <= code < 3000
+
+
+def _translate(cfg: SourceConfig, exc: pymysql.err.MySQLError, doing: str) -> SourceError:
+    if _client_side(exc):
+        return SourceConnectionError(f"{cfg.address}: lost the connection {doing}: {exc}")
+    return SourceError(f"{cfg.address}: {doing} failed: {exc}")
+
+
+def _variables(conn: Any, names: tuple[str, ...]) -> dict[str, str]:
+    like = " OR ".join(f"Variable_name = '{n}'" for n in names)
+    return {str(k).lower(): str(v) for k, v in _query(conn, f"SHOW GLOBAL VARIABLES WHERE {like}")}
+
+
+def inspect_server(cfg: SourceConfig) -> ServerInfo:
+    """Read what the source needs to know about the server, and refuse a server that would lose data."""
+    conn = _connect(cfg)
+    try:
+        version = str(_query(conn, "SELECT VERSION()")[0][0])
+        mariadb = "mariadb" in version.lower()
+        var = _variables(conn, _VARIABLES)
+        _refuse_unfit(cfg, var)
+        binlogs, status = _binlog_state(cfg, conn)
+        gtid = var.get("gtid_binlog_pos", "") if mariadb else str(status[4] if len(status) > 4 else "")
+        offset = str(_query(conn, "SELECT TIME_FORMAT(TIMEDIFF(NOW(), UTC_TIMESTAMP()), '%H:%i')")[0][0])
+        return ServerInfo(
+            version=version,
+            mariadb=mariadb,
+            server_id=int(var.get("server_id", "0")),
+            server_uuid=var.get("server_uuid", ""),
+            time_zone_offset=offset if offset.startswith("-") else "+" + offset,
+            binlogs=binlogs,
+            end=(str(status[0]), int(status[1])),
+            gtid_executed="".join(gtid.split()),
+            time_zone=_server_zone(cfg, conn, var) if cfg.timezone == "server" else cfg.timezone,
+        )
+    except pymysql.err.MySQLError as exc:
+        raise _translate(cfg, exc, "checking the server") from exc
+    finally:
+        conn.close()
+
+
+def _binlog_state(cfg: SourceConfig, conn: Any) -> tuple[tuple[tuple[str, int], ...], tuple[Any, ...]]:
+    """The binlog files (oldest first) and the binlog status row (file, position, …, GTID set)."""
+    try:
+        binlogs = tuple((str(r[0]), int(r[1])) for r in _query(conn, "SHOW BINARY LOGS"))
+        try:
+            status = _query(conn, "SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError as exc:
+            if exc.args[0] != ER_PARSE_ERROR:
+                raise
+            status = _query(conn, "SHOW BINARY LOG STATUS")  # MySQL >= 8.4 removed the old name
+    except pymysql.err.MySQLError as exc:
+        if _client_side(exc):
+            raise
+        raise SourceError(
+            f"{cfg.address}: user {cfg.user!r} cannot list binary logs ({exc}); grant it "
+            "REPLICATION CLIENT (MySQL) or BINLOG MONITOR (MariaDB), and REPLICATION SLAVE"
+        ) from exc
+    if not status:
+        raise SourceError(f"{cfg.address}: SHOW MASTER STATUS is empty: binary logging is off")
+    return binlogs, status[0]
+
+
+def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
+    where = cfg.address
+
+    def bad(setting: str, value: str, fix: str) -> SourceError:
+        return SourceError(
+            f"{where}: {setting} is {value}; {fix} — the relay refuses to start, it would lose data"
+        )
+
+    if var.get("log_bin", "OFF").upper() != "ON":
+        raise bad("log_bin", var.get("log_bin", "OFF"), "start the server with --log-bin")
+    if var.get("binlog_format", "").upper() != "ROW":
+        raise bad("binlog_format", var.get("binlog_format", "?"), "set binlog_format=ROW")
+    if var.get("binlog_row_image", "").upper() != "FULL":
+        raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
+    if var.get("log_bin_compress", "OFF").upper() == "ON":
+        raise bad("log_bin_compress", "ON", "set log_bin_compress=OFF (compressed events cannot be decoded)")
+    if var.get("binlog_transaction_compression", "OFF").upper() == "ON":
+        raise bad("binlog_transaction_compression", "ON", "set binlog_transaction_compression=OFF")
+    if "PARTIAL_JSON" in var.get("binlog_row_value_options", "").upper():
+        raise bad("binlog_row_value_options", "PARTIAL_JSON", "set binlog_row_value_options=''")
+    metadata = var.get("binlog_row_metadata")
+    if metadata is None or metadata.upper() != "FULL":
+        raise bad(
+            "binlog_row_metadata",
+            metadata or "unsupported by this server",
+            "set binlog_row_metadata=FULL (MySQL >= 8.0.1, MariaDB >= 10.5) so column names and keys travel "
+            "with each change",
+        )
+
+
+# --- the server's time zone ------------------------------------------------------------------------
+
+
+def _zone(name: str) -> tzinfo | None:
+    """``name`` as a tzinfo: "+HH:MM", "UTC" or an IANA name; None when Python does not know it."""
+    if name[:1] in ("+", "-"):
+        hours, _, minutes = name[1:].partition(":")
+        if not (hours.isdigit() and minutes.isdigit()):
+            return None
+        offset = timedelta(hours=int(hours), minutes=int(minutes))
+        return timezone(-offset if name[0] == "-" else offset)
+    if name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError):  # ZoneInfoNotFoundError is a KeyError; ValueError: not a zone key
+        return None
+
+
+def _probe_instants() -> list[int]:
+    """Noon UTC on the 1st and 15th of each month of this year and the next: both sides of DST changes."""
+    year = datetime.now(UTC).year
+    return [
+        int(datetime(y, m, d, 12, tzinfo=UTC).timestamp())
+        for y in (year, year + 1)
+        for m in range(1, 13)
+        for d in (1, 15)
+    ]
+
+
+def _server_zone(cfg: SourceConfig, conn: Any, var: dict[str, str]) -> str:
+    """The zone the server renders TIMESTAMP values in, checked against the server itself.
+
+    ``@@time_zone`` is an offset, a named zone (from the server's tz tables) or SYSTEM, which means
+    the server process's zone, known to us only as ``@@system_time_zone`` — an abbreviation such as
+    CET or EST. A zone name is only trusted when it renders the same wall-clock times as the server
+    on both sides of this year's and next year's DST changes; a fixed offset taken at start would
+    shift half of the year's values by the DST hour, so it is refused rather than guessed.
+    """
+    name = var.get("time_zone", "SYSTEM")
+    described = f"time_zone={name}"
+    if name.upper() == "SYSTEM":
+        name = var.get("system_time_zone", "")
+        described = f"time_zone=SYSTEM (system_time_zone={name})"
+    zone = _zone(name) if name else None
+    instants = _probe_instants()
+    if zone is not None:
+        columns = ", ".join(f"FROM_UNIXTIME({t})" for t in instants)
+        server = _query(conn, f"SELECT {columns}")[0]
+        ours = tuple(datetime.fromtimestamp(t, zone).replace(tzinfo=None) for t in instants)
+        if tuple(server) == ours:
+            return name
+    raise SourceError(
+        f"{cfg.address}: the server renders TIMESTAMP values in {described}, which the relay cannot "
+        "follow across daylight-saving changes; set source.timezone to the server's IANA zone "
+        "(e.g. Europe/Berlin), or set the server's time_zone to a named zone or a fixed offset"
+    )
+
+
+# --- where to start --------------------------------------------------------------------------------
+
+
+def _file_key(name: str) -> tuple[str, int]:
+    """Order of binlog file names: the numeric suffix grows past its zero-padded width."""
+    base, _, suffix = name.rpartition(".")
+    return (base, int(suffix)) if suffix.isdigit() else (name, 0)
+
+
+def resolve_start(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint | None) -> StartPoint:
+    """Choose where to start; the precedence is the module docstring's."""
+    files = [name for name, _ in info.binlogs]
+    if saved is not None:
+        _check_saved_available(cfg, info, saved)
+        _check_same_server(cfg, info, saved)
+        return StartPoint(saved.journal, saved.offset, saved.skip, saved.gtid_set, f"saved position {saved}")
+    start = cfg.start
+    if start.gtid:
+        return StartPoint("", 0, 0, start.gtid, f"configured GTID set {start.gtid}")
+    if start.journal:
+        if start.journal not in files:
+            raise SourceError(
+                f"source.start.journal: {start.journal} is not on the server; available: {', '.join(files)}"
+            )
+        offset = start.offset if start.offset is not None else 4
+        return StartPoint(start.journal, offset, 0, None, f"configured position {start.journal}:{offset}")
+    if start.timestamp is not None:
+        journal, offset = find_by_timestamp(cfg, info, start.timestamp)
+        return StartPoint(journal, offset, 0, None, f"first transaction at or after {start.timestamp} ms")
+    return StartPoint(info.end[0], info.end[1], 0, info.gtid_executed or None, "current end of the binlog")
+
+
+def _check_saved_available(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) -> None:
+    sizes = dict(info.binlogs)
+    sizes[info.end[0]] = info.end[1]
+    oldest = min(sizes, key=_file_key) if sizes else "none"
+    if saved.journal not in sizes:
+        if sizes and _file_key(saved.journal) > _file_key(max(sizes, key=_file_key)):
+            what = "which is newer than every binlog on the server (was the binlog reset?)"
+        else:
+            what = "which the server has purged"
+        raise SourceError(
+            f"{cfg.address}: the saved position {saved} is in {saved.journal}, {what}; the oldest binlog "
+            f"still available is {oldest}. Changes in between are lost to the relay: re-snapshot the "
+            "tables, then set a new start position (source.start) and remove the saved position"
+        )
+    if saved.offset > sizes[saved.journal]:
+        raise SourceError(
+            f"{cfg.address}: the saved position {saved} is past the end of {saved.journal} "
+            f"({sizes[saved.journal]} bytes): the binlog was reset or this is another server. "
+            "Set a start position for this server explicitly and remove the saved position"
+        )
+
+
+def _check_same_server(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) -> None:
+    src = saved.source
+    if src is None:
+        return
+    mismatch = (src.server_uuid and info.server_uuid and src.server_uuid != info.server_uuid) or (
+        src.server_id and info.server_id and src.server_id != info.server_id
+    )
+    if mismatch:
+        raise SourceError(
+            f"{cfg.address}: the saved position {saved} belongs to server id {src.server_id} "
+            f"{src.server_uuid} at {src.address}, but this server is id {info.server_id} {info.server_uuid}: "
+            "a binlog offset means nothing on another server. Set a start position for this server explicitly"
+        )
+
+
+def _stream_config(cfg: SourceConfig, info: ServerInfo) -> StreamConfig:
+    return StreamConfig(
+        host=cfg.host,
+        port=cfg.port,
+        user=cfg.user,
+        password=cfg.password,
+        server_id=cfg.server_id,
+        heartbeat_seconds=cfg.heartbeat_seconds,
+        connect_timeout=cfg.connect_timeout,
+        read_timeout=cfg.read_timeout,
+        mariadb=info.mariadb,
+        tls=cfg.tls,
+    )
+
+
+def _transactions(
+    cfg: SourceConfig, info: ServerInfo, journal: str
+) -> Generator[tuple[str, int, int], None, None]:
+    """(file, start offset, timestamp s) of each transaction from the start of ``journal`` to the end
+    of the binlog as it was when the server was checked (``info.end``), across file switches.
+
+    A transaction starts at its GTID event (MySQL >= 5.7 writes an anonymous one without GTIDs;
+    MariaDB always writes one); a server without them starts it with BEGIN or a DDL query.
+    Uses our own server id: ``resolve_start`` runs before the source's own dump is open.
+    """
+    end = (_file_key(info.end[0]), info.end[1])
+    with BinlogStream(_stream_config(cfg, info)) as stream:
+        stream.open_at(journal, 4)
+        in_txn = False
+        while True:
+            event = stream.read(timeout=cfg.read_timeout)
+            if event is None:
+                return
+            h = event.header
+            if isinstance(event, HeartbeatEvent) or h.artificial:
+                continue
+            sql = event.sql.strip().upper() if isinstance(event, QueryEvent) else None
+            if isinstance(event, GtidEvent) or (sql is not None and not in_txn and sql != "COMMIT"):
+                in_txn = sql in (None, "BEGIN")
+                yield h.log_file, h.start, h.timestamp
+            elif isinstance(event, XidEvent | XaPrepareEvent) or sql == "COMMIT":
+                in_txn = False
+            if (_file_key(h.log_file), h.log_pos) >= end:
+                return
+
+
+def find_by_timestamp(cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
+    """The first transaction at/after ``target_ms``; the current end when there is none.
+
+    Walks the binlog files newest first, reading only each file's first transaction, back to the
+    newest file whose first transaction is before the target (the earlier files hold only older
+    transactions), then scans forward from there on one connection, into later files if needed.
+    """
+    sizes = dict(info.binlogs)
+    sizes[info.end[0]] = info.end[1]
+    files = sorted(sizes, key=_file_key)
+    begin = 0
+    for i in range(len(files) - 1, -1, -1):
+        with contextlib.closing(_transactions(cfg, info, files[i])) as txns:
+            first = next(txns, None)
+        # Strictly before: a transaction in the same second may end the previous file.
+        if first is not None and first[0] == files[i] and first[2] * 1000 < target_ms:
+            begin = i
+            break
+    with contextlib.closing(_transactions(cfg, info, files[begin])) as txns:
+        for name, start, ts in txns:
+            if ts * 1000 >= target_ms:
+                log.info("first transaction at or after %d ms: %s:%d", target_ms, name, start)
+                return name, start
+    return info.end
+
+
+# --- streaming -------------------------------------------------------------------------------------
+
+
+class BinlogSource:
+    """One server's binlog as an endless, gap-free sequence of decoded events (``read``)."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+        self.info: ServerInfo | None = None
+        self._stream: BinlogStream | None = None
+        # Where to reconnect: the end of the last complete transaction (or the configured GTID set
+        # before one is known), and the end of the last event handed out.
+        self._boundary: tuple[str, int] | None = None
+        self._gtid_start: str | None = None
+        self._delivered: tuple[str, int] | None = None
+        self._in_txn = False
+        self._replaying = False  # after a reconnect, until the new connection passes ``_delivered``
+        self._backoff: Backoff | None = None
+        self._closed = False
+        self.reconnects = 0
+
+    @property
+    def identity(self) -> SourceIdentity:
+        info = self.info
+        return SourceIdentity(
+            self.config.host,
+            self.config.port,
+            info.server_id if info else 0,
+            info.server_uuid if info else "",
+        )
+
+    @property
+    def connection_id(self) -> int | None:
+        """The server's thread id of the current replication connection (None while disconnected)."""
+        return self._stream.connection_id if self._stream is not None else None
+
+    def check(self) -> ServerInfo:
+        self.info = inspect_server(self.config)
+        self._apply_timezone(self.info)
+        return self.info
+
+    def _apply_timezone(self, info: ServerInfo) -> None:
+        tz = self.config.timezone
+        rows.set_timestamp_zone((info.time_zone or info.time_zone_offset) if tz == "server" else tz)
+
+    def open(self, start: StartPoint) -> None:
+        """Start streaming at ``start`` (a GTID set when ``journal`` is empty)."""
+        if self.info is None:
+            self.check()
+        assert self.info is not None
+        self.close()
+        self._closed = False
+        self._delivered, self._in_txn, self._replaying, self._backoff = None, False, False, None
+        stream = BinlogStream(_stream_config(self.config, self.info))
+        if start.journal:
+            stream.open_at(start.journal, start.offset)
+            self._boundary, self._gtid_start = (start.journal, start.offset), None
+        else:
+            stream.open_at_gtid(start.gtid_set or "")
+            self._boundary, self._gtid_start = None, start.gtid_set or ""
+        self._stream = stream
+        log.info("binlog source %s streaming from %s", self.config.address, start.reason or start)
+
+    def read(self, timeout: float) -> BinlogEvent | None:
+        """The next event, reconnecting after a lost connection. None when nothing came within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise SourceError(f"{self.config.address}: the binlog source is closed")
+            if self._stream is None:
+                raise SourceError(f"{self.config.address}: the binlog source is not open")
+            try:
+                event = self._stream.read(max(0.0, deadline - time.monotonic()))
+            except SourceConnectionError as exc:
+                self._reconnect(exc)
+                continue
+            if event is None:
+                return None
+            if self._pass(event):
+                return event
+            if time.monotonic() >= deadline:
+                return None
+
+    def _pass(self, event: BinlogEvent) -> bool:
+        """Track an event; False for what a new connection repeats of what was already delivered."""
+        h = event.header
+        if self._replaying:
+            if not self._beyond_delivered(event):
+                return False
+            self._replaying = False
+            log.info("binlog source %s: caught up after reconnecting", self.config.address)
+        if not h.artificial and not isinstance(event, HeartbeatEvent):
+            self._delivered = (h.log_file, h.log_pos)
+            self._track_transaction(event)
+        if not h.artificial or isinstance(event, HeartbeatEvent):
+            self._backoff = None  # the connection delivers: a later loss gets a fresh retry budget
+        return True
+
+    def _beyond_delivered(self, event: BinlogEvent) -> bool:
+        if isinstance(event, HeartbeatEvent):  # says where the server is, not what it sent: no proof
+            return False
+        if self._delivered is None:  # nothing real delivered yet: only the connect-time events repeat
+            return not event.header.artificial
+        done = (_file_key(self._delivered[0]), self._delivered[1])
+        if isinstance(event, RotateEvent) and event.header.artificial:
+            # A new connection at the start of a later file announces it exactly as a file switch does.
+            return (_file_key(event.next_file), event.position) > done
+        h = event.header
+        return not h.artificial and (_file_key(h.log_file), h.log_pos) > done
+
+    def _track_transaction(self, event: BinlogEvent) -> None:
+        """Keep ``_boundary`` at the end of the last complete transaction: a reconnect starts there.
+
+        Restarting at a transaction's start (rather than at the last event) matters because a dump
+        started inside a transaction lacks the TABLE_MAP its rows events refer to.
+        """
+        h = event.header
+        if isinstance(event, GtidEvent):
+            self._in_txn = not event.standalone if event.mariadb else False
+        elif isinstance(event, QueryEvent):
+            sql = event.sql.strip().upper()
+            if sql in ("BEGIN", "XA START") or sql.startswith("XA START"):
+                self._in_txn = True
+                return
+            if self._in_txn and sql != "COMMIT" and not sql.startswith("XA END"):
+                return  # a statement inside the transaction (SAVEPOINT …)
+            self._in_txn = False
+            self._boundary = (h.log_file, h.log_pos)
+        elif isinstance(event, XidEvent | XaPrepareEvent):
+            self._in_txn = False
+            self._boundary = (h.log_file, h.log_pos)
+        elif isinstance(event, RotateEvent) and not self._in_txn:
+            self._boundary = (event.next_file, event.position)
+
+    def _reconnect(self, cause: SourceConnectionError) -> None:
+        """Open a new connection at the boundary, waiting out the backoff; SourceError when it runs out."""
+        self._drop_stream()
+        if self._backoff is None:
+            self._backoff = self.config.retry.start()
+        backoff = self._backoff
+        while True:
+            if self._closed:
+                raise SourceError(f"{self.config.address}: the binlog source was closed") from cause
+            log.warning(
+                "binlog source %s: %s; reconnecting (try %d)", self.config.address, cause, backoff.tries + 1
+            )
+            if not backoff.wait():
+                raise SourceUnavailableError(
+                    f"{self.config.address}: gave up reconnecting after {backoff.tries} tries "
+                    f"({time.monotonic() - backoff.started:.1f} s): {cause}. Check that the server is up "
+                    "and reachable; the relay resumes from its saved position when restarted"
+                ) from cause
+            try:
+                self._reopen()
+            except SourceConnectionError as exc:
+                cause = exc
+                continue
+            self.reconnects += 1
+            self._replaying = True
+            return
+
+    def _reopen(self) -> None:
+        assert self.info is not None
+        stream = BinlogStream(_stream_config(self.config, self.info))
+        try:
+            if self._boundary is not None:
+                stream.open_at(*self._boundary)
+                at = f"{self._boundary[0]}:{self._boundary[1]}"
+            elif self._gtid_start is not None:
+                stream.open_at_gtid(self._gtid_start)
+                at = f"GTID set {self._gtid_start}"
+            else:
+                raise SourceError("lost the connection before any position was known; restart the relay")
+        except BaseException:
+            stream.close()
+            raise
+        self._stream = stream
+        log.info("binlog source %s reconnected at %s", self.config.address, at)
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self._closed = True
+        self._drop_stream()

@@ -1,0 +1,368 @@
+"""MySQL failover: from the configured master to the configured standby, losing nothing, repeating nothing.
+
+The master's source reconnects ``source.failover.attempts`` times (``source.retry`` backoff); when it
+gives up (``SourceUnavailableError``) the canal instance asks ``Failover.open_standby`` for a source on
+the standby that continues right after the last entry it put into the ring store:
+
+- by GTID where both servers have GTIDs (``mode: auto`` or ``gtid``): the standby streams from the GTID
+  set after the last complete transaction put; a transaction the master left half-read is read again
+  whole and its first ``skip`` entries, already put, are dropped (``GtidSkip``) — the same resume rule
+  as a saved position, keyed by the transaction's GTID instead of its master file offset;
+- otherwise by timestamp (canal's ``fallbackIntervalInSeconds``): from the first transaction at or
+  after the last put entry's time minus ``fallback_interval_seconds``, dropping the re-read
+  transactions whose row changes match, entry for entry, the ones recently put from the master
+  (``History`` + ``FingerprintSkip``); once a transaction is newer than anything put, or the last one
+  put has been matched, everything passes.
+
+So consumers see no change twice from two servers; repeats stay exact re-publications of one server's
+records (a rolled-back batch sent again). The instance switches ``source`` only after every entry of
+the master has been acknowledged, so a saved position never mixes one server's offsets with another's
+identity.
+
+Threads: everything here runs on the instance's parser thread (``History.record`` from ``_put``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from relay.binlog.gtid import GtidSet
+from relay.canal.entry import Entry, EntryPosition, RowChange
+from relay.errors import ConfigError, SourceConnectionError, SourceError, SourceUnavailableError
+from relay.positions.store import ResumePoint
+from relay.source.binlog_source import (
+    BinlogSource,
+    ServerInfo,
+    SourceConfig,
+    StandbyConfig,
+    StartConfig,
+    StartPoint,
+    find_by_timestamp,
+    resolve_start,
+)
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "gtid", "timestamp")
+
+
+class EntryFilter(Protocol):
+    """Drops what a new server re-reads that was already put; ``done`` once nothing more can match."""
+
+    done: bool
+
+    def filter(self, entries: list[Entry]) -> list[Entry]: ...
+
+
+# --- configs ---------------------------------------------------------------------------------------
+
+
+def has_standby(cfg: SourceConfig) -> bool:
+    return bool(cfg.standby.host)
+
+
+def master_config(cfg: SourceConfig) -> SourceConfig:
+    """The master's source config: with a standby, reconnecting gives up after ``failover.attempts``."""
+    if not has_standby(cfg):
+        return cfg
+    return replace(cfg, retry=replace(cfg.retry, max_tries=cfg.failover.attempts))
+
+
+def standby_config(cfg: SourceConfig) -> SourceConfig:
+    sb = cfg.standby
+    return replace(
+        cfg,
+        host=sb.host,
+        port=sb.port,
+        user=sb.user or cfg.user,
+        password=sb.password or cfg.password,
+        start=StartConfig(),
+        standby=StandbyConfig(),
+    )
+
+
+def validate(cfg: SourceConfig) -> None:
+    f = cfg.failover
+    if f.mode not in MODES:
+        raise ConfigError("source.failover.mode", f"must be one of {', '.join(MODES)}, got {f.mode!r}")
+    if f.attempts <= 0:
+        raise ConfigError("source.failover.attempts", "must be positive")
+    if f.fallback_interval_seconds < 0:
+        raise ConfigError("source.failover.fallback_interval_seconds", "must not be negative")
+    if has_standby(cfg) and not 0 < cfg.standby.port < 65536:
+        raise ConfigError("source.standby.port", f"must be a TCP port, got {cfg.standby.port}")
+
+
+# --- what was put, for the timestamp fallback -------------------------------------------------------
+
+
+def digest(entry: Entry) -> bytes:
+    """What identifies an entry's change on any server: table, kind, row images, DDL text.
+
+    Positions, server ids and xids differ between a master and its replica; the changes do not.
+    """
+    h = entry.header
+    value = entry.store_value
+    parts: list[str] = [str(int(entry.entry_type)), h.schema_name, h.table_name]
+    if isinstance(value, RowChange):
+        parts += [str(int(value.event_type)), value.sql if value.is_ddl else ""]
+        parts += [repr((row.before, row.after)) for row in value.rows]
+    return hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogateescape"), digest_size=16).digest()
+
+
+@dataclass
+class _Txn:
+    start: EntryPosition
+    time_ms: int
+    digests: list[bytes]
+
+
+class History:
+    """The transactions recently put into the store, as digests, covering ``window_ms`` of binlog time."""
+
+    def __init__(self, window_ms: int, max_txns: int = 200_000) -> None:
+        self.window_ms = window_ms
+        self.txns: deque[_Txn] = deque(maxlen=max_txns)
+
+    def record(self, entries: list[Entry]) -> None:
+        for e in entries:
+            last = self.txns[-1] if self.txns else None
+            if last is None or last.start != e.txn.start:
+                last = _Txn(e.txn.start, e.header.execute_time, [])
+                self.txns.append(last)
+            last.digests.append(digest(e))
+        newest = self.txns[-1].time_ms if self.txns else 0
+        while self.txns and self.txns[0].time_ms < newest - self.window_ms - 1_000:
+            self.txns.popleft()
+
+
+class FingerprintSkip:
+    """Drops re-read transactions that match ``history`` entry for entry (see the module docstring).
+
+    The entries of a standby transaction are held back while they match the start of some recorded
+    transaction; a full match drops them, a divergence releases them. The last recorded transaction
+    may be partial (the master died inside it): matching its recorded entries drops just those, and
+    everything after passes. A transaction older than the oldest one recorded is dropped: it was
+    published before, or precedes where the relay started. One newer than the newest recorded ends
+    the filtering.
+    """
+
+    def __init__(self, history: History) -> None:
+        self.history = list(history.txns)
+        self.oldest_ms = self.history[0].time_ms if self.history else 0
+        self.newest_ms = self.history[-1].time_ms if self.history else 0
+        self.done = not self.history
+        self._current: EntryPosition | None = None
+        self._state = "pass"  # of the current standby transaction: match, pass or drop
+        self._held: list[Entry] = []
+        self._candidates: list[int] = []
+
+    def filter(self, entries: list[Entry]) -> list[Entry]:
+        out: list[Entry] = []
+        for e in entries:
+            if not self.done and e.txn.start != self._current:
+                out += self._begin(e)
+            if self._state == "match":
+                out += self._match(e)
+            elif self._state == "pass":
+                out.append(e)
+        return out
+
+    def _begin(self, e: Entry) -> list[Entry]:
+        """A new standby transaction: what the previous one held matched only in part: it passes."""
+        released, self._held = self._held, []
+        self._current = e.txn.start
+        t = e.header.execute_time
+        if t > self.newest_ms:
+            self._finish("a transaction newer than the last one put from the master")
+        elif t < self.oldest_ms:
+            self._state = "drop"
+        else:
+            self._state = "match"
+            self._candidates = list(range(len(self.history)))
+        return released
+
+    def _match(self, e: Entry) -> list[Entry]:
+        k = len(self._held)
+        d = digest(e)
+        hist = self.history
+        self._candidates = [
+            i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d
+        ]
+        if not self._candidates:  # diverged: a new transaction after all
+            released, self._held = [*self._held, e], []
+            self._state = "pass"
+            return released
+        self._held.append(e)
+        full = next((i for i in self._candidates if len(hist[i].digests) == len(self._held)), None)
+        if full is not None:
+            log.debug("failover: dropped %d re-read entries already put", len(self._held))
+            hist.pop(full)
+            self._held, self._state = [], "drop"
+            if full == len(hist):  # that was the last one put: everything after it is new
+                self._finish("matched the last transaction put from the master")
+        return []
+
+    def _finish(self, why: str) -> None:
+        self.done, self._state = True, "pass"
+        log.info("failover: re-read changes dropped up to here (%s)", why)
+
+
+class GtidSkip:
+    """Drops the first ``skip`` entries of the transaction ``gtid``: they were put before the switch."""
+
+    def __init__(self, gtid: str, skip: int) -> None:
+        self.gtid, self.skip = gtid, skip
+        self.done = skip == 0 or not gtid
+
+    def filter(self, entries: list[Entry]) -> list[Entry]:
+        if self.done:
+            return entries
+        kept = []
+        for e in entries:
+            if not self.done:
+                if e.txn.gtid != self.gtid:
+                    self.done = True  # the standby started at this transaction: a later one is new
+                elif e.txn_index < self.skip:
+                    continue
+            kept.append(e)
+        return kept
+
+
+class GtidTracker:
+    """MariaDB's GTID position (the last GTID of each domain) after the transactions put so far.
+
+    The entry builder knows the executed set only when it started from one; MariaDB's position is just
+    the last GTID per domain, so the transactions put since the start give it (every domain that
+    appears). MySQL needs the whole executed set: there only ``ResumePoint.gtid_set`` serves.
+    """
+
+    def __init__(self, start: str | None) -> None:
+        self.gtids = GtidSet.parse(start or "", mariadb=True)
+
+    def record(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.closes_txn and e.txn.gtid:
+                self.gtids.add(e.txn.gtid)
+
+    def position(self) -> str | None:
+        return str(self.gtids) or None
+
+
+# --- switching -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Switch:
+    """A source open on the standby, where to start, and what to drop of what it re-reads."""
+
+    source: BinlogSource
+    info: ServerInfo
+    start: StartPoint
+    drop: EntryFilter
+
+
+class Failover:
+    """The failover policy of one instance (``source.standby`` + ``source.failover``)."""
+
+    def __init__(self, cfg: SourceConfig) -> None:
+        self.config = cfg
+        self.enabled = has_standby(cfg)
+        self.history: History | None = None
+        self.gtids: GtidTracker | None = None
+
+    @property
+    def recording(self) -> bool:
+        return self.history is not None or self.gtids is not None
+
+    def stop_recording(self) -> None:
+        """Switched: there is no second failover (from the standby, reconnecting is all there is)."""
+        self.history, self.gtids = None, None
+
+    def record(self, entries: list[Entry]) -> None:
+        """What was put into the store (parser thread), for a switch later."""
+        if self.history is not None:
+            self.history.record(entries)
+        if self.gtids is not None:
+            self.gtids.record(entries)
+
+    def track(self, master: ServerInfo, start: StartPoint) -> None:
+        """Start recording what is put: digests where the timestamp fallback may be needed (a master
+        without GTIDs), the GTID position on MariaDB."""
+        if not self.enabled:
+            return
+        mode = self.config.failover.mode
+        if mode == "timestamp" or (mode == "auto" and not master.gtid_executed):
+            self.history = History(int(self.config.failover.fallback_interval_seconds * 1000))
+        if mode != "timestamp" and master.mariadb:
+            self.gtids = GtidTracker(start.gtid_set)
+
+    def check_master(self, source: BinlogSource) -> ServerInfo:
+        """Check the master at start; with a standby, ``attempts`` tries, then ``SourceUnavailableError``."""
+        if not self.enabled:
+            return source.check()
+        backoff = master_config(self.config).retry.start()
+        while True:
+            try:
+                return source.check()
+            except SourceConnectionError as exc:
+                log.warning("master %s: %s (try %d)", self.config.address, exc, backoff.tries + 1)
+                if not backoff.wait():
+                    raise SourceUnavailableError(
+                        f"{self.config.address}: not reachable after {backoff.tries} tries: {exc}"
+                    ) from exc
+
+    def on_standby(self, saved: ResumePoint | None) -> bool:
+        """True when a saved position was written reading the standby (after an earlier failover)."""
+        sb = self.config.standby
+        src = saved.source if saved is not None else None
+        return self.enabled and src is not None and (src.host, src.port) == (sb.host, sb.port)
+
+    def open_standby(self, after: ResumePoint | None, reason: str, *, saved_there: bool = False) -> Switch:
+        """A source on the standby continuing right after ``after`` (the last entry put, or the saved one).
+
+        ``saved_there``: ``after`` is a position saved while reading the standby: resume it exactly.
+        """
+        cfg = standby_config(self.config)
+        source = BinlogSource(cfg)
+        info = source.check()
+        drop: EntryFilter
+        if saved_there:
+            start, drop = resolve_start(cfg, info, after), GtidSkip("", 0)
+        else:
+            start, drop = self._where(cfg, info, after)
+        log.warning("failing over to the standby %s (%s): %s", cfg.address, reason, start.reason)
+        source.open(start)
+        return Switch(source, info, start, drop)
+
+    def _where(
+        self, cfg: SourceConfig, info: ServerInfo, after: ResumePoint | None
+    ) -> tuple[StartPoint, EntryFilter]:
+        mode = self.config.failover.mode
+        if after is None:
+            return StartPoint(
+                info.end[0], info.end[1], 0, None, "the standby's end (nothing read yet)"
+            ), GtidSkip("", 0)
+        gtid_set = after.gtid_set
+        if gtid_set is None and self.gtids is not None:
+            gtid_set = self.gtids.position()
+        use_gtid = mode == "gtid" or (mode == "auto" and bool(info.gtid_executed) and gtid_set is not None)
+        if use_gtid:
+            if gtid_set is None:
+                raise SourceError(
+                    f"{cfg.address}: failover by GTID, but the GTID position after {after} is not known "
+                    "(a master without GTIDs, or nothing read yet): set source.failover.mode to auto"
+                )
+            reason = f"GTID position {gtid_set}" + (
+                f", skipping {after.skip} entries of {after.gtid}" if after.skip else ""
+            )
+            return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
+        target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
+        journal, offset = find_by_timestamp(cfg, info, max(0, target))
+        history = self.history or History(0)
+        reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
+        return StartPoint(journal, offset, 0, None, reason), FingerprintSkip(history)

@@ -1,0 +1,251 @@
+"""One canal instance: source → entry builder → sink → ring store, served through canal's streaming API.
+
+The composition root of the canal core. Like canal's ``CanalInstanceWithSpring`` it starts the
+downstream end first (positions → store → server) and the parser last, and stops the parser first.
+
+Threads: ``start()`` checks the server and resolves the start position in the caller's thread (so a
+misconfigured server is refused before anything runs), then one parser thread reads the binlog,
+builds entries, filters them and puts them into the store (blocking while the store is full — that is
+the back-pressure that pauses parsing). Consumers call ``get_without_ack`` / ``ack`` / ``rollback``
+from their own thread; ``ack`` saves the resume point of the acknowledged prefix.
+
+With a standby configured (``source.standby``), a master that stays unreachable for
+``source.failover.attempts`` reconnects is replaced, on the parser thread, by the standby, continuing
+right after the last entry put (``relay.source.failover``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+
+from relay.canal.entry import Entry
+from relay.canal.entry_builder import BuilderConfig, EntryBuilder
+from relay.canal.ring_store import RingStore, StoreConfig
+from relay.canal.server import EmbeddedServer, Message
+from relay.canal.sink import Sink, SinkConfig
+from relay.errors import RelayError, ServerError, SourceUnavailableError
+from relay.positions.store import PositionStore, ResumePoint, resume_after
+from relay.source.binlog_source import BinlogSource, ServerInfo, SourceConfig, StartPoint, resolve_start
+from relay.source.failover import EntryFilter, Failover, master_config
+
+log = logging.getLogger(__name__)
+
+PUT_BURST = 256  # most entries put into the store in one call
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """Everything one canal instance needs; built from the YAML config by ``relay.config.load``."""
+
+    name: str = "default"
+    source: SourceConfig = field(default_factory=SourceConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    sink: SinkConfig = field(default_factory=SinkConfig)
+    poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+
+
+class CanalInstance:
+    """A running canal instance. ``start`` → ``get_without_ack``/``ack``/``rollback`` → ``stop``."""
+
+    def __init__(self, config: InstanceConfig, positions: PositionStore) -> None:
+        self.config = config
+        self.positions = positions
+        self.failover = Failover(config.source)
+        self.source = BinlogSource(master_config(config.source))
+        self.store = RingStore(config.store)
+        self.server = EmbeddedServer(self.store)
+        self.sink = Sink(config.sink)
+        self.info: ServerInfo | None = None
+        self.start_point: StartPoint | None = None
+        self.last_saved: ResumePoint | None = None
+        self._resume: dict[int, ResumePoint] = {}
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+        # Failover (``relay.source.failover``): what the standby must drop, the last entry put, the saved
+        # point.
+        self._drop: EntryFilter | None = None  # set once reading the standby
+        self._last_put: Entry | None = None
+        self._saved: ResumePoint | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        saved = self._saved = self.positions.load()
+        if self.failover.on_standby(saved):
+            self._switch(saved, "the saved position was read from the standby", saved_there=True)
+        else:
+            try:
+                self.info = self.failover.check_master(self.source)
+            except SourceUnavailableError as exc:
+                if not self.failover.enabled:
+                    raise
+                self._switch(saved, str(exc))
+            else:
+                self.start_point = resolve_start(self.config.source, self.info, saved)
+                self.source.open(self.start_point)
+                self.failover.track(self.info, self.start_point)
+        self._thread = threading.Thread(
+            target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the parser first, then the store; unacknowledged batches are simply not saved."""
+        self._stopping.set()
+        self.store.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.source.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    # -- parser thread ---------------------------------------------------------------------------
+    def _run_parser(self) -> None:
+        assert self.start_point is not None and self.info is not None
+        start = self.start_point
+        builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
+        skip_at = (start.journal, start.offset) if start.skip else None
+        # Entries of the events that are already buffered are put into the store together: one lock
+        # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
+        # have to wait, so an idle stream adds no latency.
+        burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
+        pending: list[Entry] = []
+        try:
+            while not self._stopping.is_set():
+                try:
+                    event = self.source.read(0.0 if pending else self.config.poll_seconds)
+                except SourceUnavailableError as exc:
+                    if not self.failover.enabled or self._drop is not None:
+                        raise
+                    pending = self._put(pending)
+                    self._fail_over(exc)
+                    start, skip_at = self.start_point, None
+                    builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
+                    continue
+                if event is None:
+                    pending = self._put(pending)
+                    continue
+                entries = builder.build(event)
+                if skip_at is not None and entries:
+                    entries, skip_at = _drop_published(entries, skip_at, start.skip)
+                if self._drop is not None and entries:
+                    entries = self._drop.filter(entries)
+                entries = self.sink.process(entries)
+                if entries:
+                    pending.extend(entries)
+                    if len(pending) >= burst:
+                        pending = self._put(pending)
+        except RelayError as exc:
+            if not self._stopping.is_set():
+                log.error("instance %s: parser stopped: %s", self.config.name, exc)
+                self._failure = exc
+        except BaseException as exc:
+            log.exception("instance %s: parser crashed", self.config.name)
+            self._failure = exc
+        finally:
+            self.source.close()
+
+    def _put(self, entries: list[Entry]) -> list[Entry]:
+        """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
+        while entries and not self._stopping.is_set():
+            if self.store.put(entries, timeout=self.config.poll_seconds):
+                self._last_put = entries[-1]
+                if self.failover.recording:
+                    self.failover.record(entries)
+                break
+        return []
+
+    # -- failover (parser thread) ----------------------------------------------------------------
+    def _fail_over(self, cause: SourceUnavailableError) -> None:
+        """The master is gone: continue on the standby right after the last entry put.
+
+        See ``relay.source.failover``.
+        """
+        last = self._last_put
+        after = replace(resume_after(last), source=None) if last is not None else self._saved
+        self._switch(after, str(cause), wait_acked=True)
+
+    def _switch(
+        self, after: ResumePoint | None, reason: str, *, wait_acked: bool = False, saved_there: bool = False
+    ) -> None:
+        switch = self.failover.open_standby(after, reason, saved_there=saved_there)
+        if wait_acked:
+            # Every entry of the master is acknowledged (its position saved under the master's
+            # identity) before the source changes: a position never mixes two servers.
+            self._await_acked()
+        old, self.source = self.source, switch.source
+        old.close()
+        self.failover.stop_recording()
+        self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
+
+    def _await_acked(self) -> None:
+        while not self._stopping.is_set():
+            put, get, _ = self.store.sequences
+            with self._lock:
+                outstanding = bool(self._resume)
+            if put == get and not outstanding:
+                return
+            self._stopping.wait(self.config.poll_seconds)
+
+    # -- streaming API ---------------------------------------------------------------------------
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def get_without_ack(self, batch_size: int, timeout: float | None = None) -> Message:
+        self._raise_failure()
+        message = self.server.get_without_ack(batch_size, timeout)
+        if message.entries:
+            point = replace(resume_after(message.entries[-1]), source=self.source.identity)
+            with self._lock:
+                self._resume[message.batch_id] = point
+        return message
+
+    def ack(self, batch_id: int) -> ResumePoint:
+        """Acknowledge a batch (the oldest outstanding one) and save the resume point after it."""
+        with self._lock:
+            point = self._resume.get(batch_id)
+            if point is None:
+                raise ServerError(f"batch {batch_id} is not outstanding")
+            self.server.ack(batch_id)
+            del self._resume[batch_id]
+            self.positions.save(point)
+            self.last_saved = point
+        log.debug("instance %s: batch %d acked, position %s saved", self.config.name, batch_id, point)
+        return point
+
+    def rollback(self, batch_id: int | None = None) -> None:
+        with self._lock:
+            if batch_id is None:
+                self.server.rollback()
+                self._resume.clear()
+            else:
+                self.server.rollback(batch_id)
+                for bid in [b for b in self._resume if b >= batch_id]:
+                    del self._resume[bid]
+
+
+def _drop_published(
+    entries: list[Entry], skip_at: tuple[str, int], skip: int
+) -> tuple[list[Entry], tuple[str, int] | None]:
+    """Drop the first ``skip`` entries of the transaction at ``skip_at``: they were published before."""
+    kept = []
+    done = False
+    for e in entries:
+        start = e.txn.start
+        if (start.journal, start.offset) == skip_at:
+            if e.txn_index < skip:
+                continue
+        else:
+            done = True  # a later transaction: nothing more to skip
+        kept.append(e)
+    return kept, (None if done else skip_at)
