@@ -10,14 +10,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from mapping.parts import Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
 from relay.errors import MappingError
 
-if TYPE_CHECKING:
-    from mapping.model import LogicalDb, LogicalTable, Mapping
+
+class MappingFields(Protocol):
+    """What the checks read of a ``mapping.model.Mapping`` (which calls them while it is being built)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def logical_dbs(self) -> tuple[LogicalDb, ...]: ...
+    @property
+    def defaults(self) -> Defaults: ...
+    @property
+    def unmapped(self) -> UnmappedRule: ...
+    @property
+    def topics(self) -> TopicSettings: ...
 
 CODECS = ("canal-json", "canal-protobuf")
 UNCLAIMED_CHOICES = ("own_name", "unmapped", "drop")
@@ -30,20 +43,6 @@ _FIELD = re.compile(r"\{([^{}]*)\}")
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _LOGICAL_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _REGEX_META = frozenset(".^$*+?{}[]|()")
-
-
-class InvalidMappingError(MappingError):
-    """Every problem found in a mapping at once. ``errors`` holds one ``MappingError`` per problem,
-    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``)."""
-
-    def __init__(self, source: str, errors: Iterable[MappingError]) -> None:
-        flat: list[MappingError] = []
-        for err in errors:
-            flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
-        self.errors: tuple[MappingError, ...] = tuple(flat)
-        count = len(self.errors)
-        lines = "\n".join(f"  - {err}" for err in self.errors)
-        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
 
 
 # --- key paths -------------------------------------------------------------------------------
@@ -159,7 +158,7 @@ def literal_of(pattern: str) -> str | None:
 # --- the checks ------------------------------------------------------------------------------
 
 
-def check_mapping(mapping: Mapping) -> tuple[list[MappingError], tuple[Claimant, ...]]:
+def check_mapping(mapping: MappingFields) -> tuple[list[MappingError], tuple[Claimant, ...]]:
     """Every problem of ``mapping`` (empty when valid) and the compiled index of its logical dbs."""
     errors: list[MappingError] = []
     _check_globals(mapping, errors)
@@ -181,7 +180,7 @@ def check_mapping(mapping: Mapping) -> tuple[list[MappingError], tuple[Claimant,
     return errors, tuple(index)
 
 
-def _check_globals(mapping: Mapping, errors: list[MappingError]) -> None:
+def _check_globals(mapping: MappingFields, errors: list[MappingError]) -> None:
     if isinstance(mapping.version, bool) or not isinstance(mapping.version, int) or mapping.version < 0:
         errors.append(MappingError("version", f"must be an integer >= 0, not {mapping.version!r}"))
     defaults = mapping.defaults
@@ -213,7 +212,7 @@ def _check_globals(mapping: Mapping, errors: list[MappingError]) -> None:
             _check_template(rule.topic, "unmapped.topic", errors)
 
 
-def _check_tables(mapping: Mapping, db: LogicalDb, errors: list[MappingError]) -> tuple[Claimant, ...]:
+def _check_tables(mapping: MappingFields, db: LogicalDb, errors: list[MappingError]) -> tuple[Claimant, ...]:
     out: list[Claimant] = []
     seen: set[str] = set()
     for table in db.tables:

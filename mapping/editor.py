@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from mapping.checks import InvalidMappingError, name_path
+from mapping.checks import name_path
 from mapping.load import parse_mapping
 from mapping.model import Mapping
-from relay.errors import MappingError
+from relay.errors import InvalidMappingError, MappingError
 
 __all__ = [
     "UNSET",

@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from mapping.checks import InvalidMappingError, name_path
+from mapping.checks import name_path
 from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
 from relay.common.atomic import atomic_write_text
-from relay.errors import MappingError
+from relay.errors import InvalidMappingError, MappingError
 
 TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")
 DEFAULTS_KEYS = ("codec", "topic", "unclaimed_tables")

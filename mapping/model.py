@@ -36,7 +36,6 @@ from mapping.checks import (
     PLACEHOLDERS,
     UNCLAIMED_CHOICES,
     Claimant,
-    InvalidMappingError,
     check_mapping,
     db_topic_path,
     expand_topic,
@@ -47,7 +46,8 @@ from mapping.checks import (
     table_path,
     topic_problem,
 )
-from relay.errors import MappingError
+from mapping.parts import Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
+from relay.errors import InvalidMappingError, MappingError
 
 __all__ = [
     "CODECS",
@@ -67,99 +67,6 @@ __all__ = [
 
 RESOLVE_CACHE_SIZE = 65536
 """Bound of the per-(db, table) answer cache; cleared when full (far above any real table count)."""
-
-
-@dataclass(frozen=True)
-class TopicSettings:
-    """How the relay creates a missing topic (``create: false`` makes a missing topic an error).
-
-    ``replication_factor`` -1 and ``retention_ms`` None mean the broker's defaults
-    (``default.replication.factor``, ``retention.ms``; -1 retention = keep forever). ``config`` holds
-    further topic configs as sorted (name, value) pairs, values as text, as Kafka's admin API takes them.
-    """
-
-    partitions: int = 1
-    replication_factor: int = -1
-    retention_ms: int | None = None
-    create: bool = True
-    config: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        # One canonical order, so two settings with the same configs compare equal.
-        object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
-
-    def topic_config(self) -> dict[str, str]:
-        """The config dict for a new topic: ``config`` plus ``retention.ms`` when set (a fresh dict)."""
-        out = dict(self.config)
-        if self.retention_ms is not None:
-            out["retention.ms"] = str(self.retention_ms)
-        return out
-
-
-@dataclass(frozen=True)
-class UnmappedRule:
-    """What happens to a table no mapping claims: ``action`` ``topic`` (publish to the expanded
-    ``topic`` template) or ``drop`` (``topic`` None).
-
-    Template placeholders (everywhere a topic is written): ``{db}`` and ``{table}`` the physical
-    names, ``{logical_db}`` and ``{logical_table}`` the logical ones — for unmapped tables the
-    logical names ARE the physical ones. Examples: ``{db}``, ``{db}.{table}``, ``raw.{db}``.
-    """
-
-    action: str = "topic"
-    topic: str | None = "{db}"
-
-    @classmethod
-    def drop(cls) -> UnmappedRule:
-        return cls(action="drop", topic=None)
-
-    @property
-    def drops(self) -> bool:
-        return self.action == "drop"
-
-
-@dataclass(frozen=True)
-class Defaults:
-    """Values a logical db or table inherits when it does not set its own."""
-
-    codec: str = "canal-json"
-    topic: str = "{logical_db}"
-    unclaimed_tables: str = "own_name"
-
-
-@dataclass(frozen=True)
-class LogicalTable:
-    """A logical table: the physical table patterns it claims inside its logical db.
-
-    ``topic`` None inherits the db's topic; ``key`` None means the primary key; ``codec`` None
-    inherits. ``origin`` is the YAML path where it was written (for messages only; not compared).
-    """
-
-    name: str
-    physical: tuple[str, ...]
-    topic: str | None = None
-    key: tuple[str, ...] | None = None
-    tag: str | None = None
-    codec: str | None = None
-    origin: str | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class LogicalDb:
-    """A logical db: the physical db patterns it claims, its topic template and its tables.
-
-    ``topic``, ``codec`` and ``unclaimed_tables`` None inherit from ``Mapping.defaults``.
-    """
-
-    name: str
-    physical: tuple[str, ...]
-    topic: str | None = None
-    codec: str | None = None
-    unclaimed_tables: str | None = None
-    tables: tuple[LogicalTable, ...] = ()
-
-    def table(self, name: str) -> LogicalTable | None:
-        return next((t for t in self.tables if t.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -232,9 +139,9 @@ class Mapping:
 
     version: int = 1
     logical_dbs: tuple[LogicalDb, ...] = ()
-    defaults: Defaults = Defaults()
-    unmapped: UnmappedRule = UnmappedRule()
-    topics: TopicSettings = TopicSettings()
+    defaults: Defaults = field(default_factory=Defaults)
+    unmapped: UnmappedRule = field(default_factory=UnmappedRule)
+    topics: TopicSettings = field(default_factory=TopicSettings)
     _index: tuple[Claimant, ...] = field(default=(), init=False, repr=False, compare=False)
     _cache: dict[tuple[str, str], Route | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -321,11 +228,6 @@ class Mapping:
             out["unmapped"]["topic"] = self.unmapped.topic
         out["logical_dbs"] = {db.name: _db_dict(db) for db in self.logical_dbs}
         return out
-
-    def to_yaml(self) -> str:
-        from mapping.load import dump_mapping
-
-        return dump_mapping(self)
 
     def _resolve(self, db: str, table: str) -> Route | None:
         claimants = [entry for entry in self._index if first_match(entry.patterns, db) is not None]

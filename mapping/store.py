@@ -38,7 +38,7 @@ from typing import Protocol
 from mapping.load import dump_mapping, load_mapping, parse_mapping
 from mapping.model import Mapping
 from relay.common.atomic import atomic_write_text as _atomic_write_text
-from relay.errors import MappingError
+from relay.errors import MappingConflictError, MappingError, MappingStoreError
 
 __all__ = [
     "FileMappingStore",
@@ -48,24 +48,10 @@ __all__ = [
     "VersionInfo",
     "atomic_write",
     "history_text",
-    "open_store",
     "parse_history_header",
 ]
 
 _HEADER = re.compile(r"#\s*relay-mapping\s+(\{.*\})\s*$")
-
-
-class MappingConflictError(MappingError):
-    """A compare-and-set lost: the stored mapping changed since the edit read it. Nothing was stored;
-    read the new version and edit again."""
-
-
-class MappingStoreError(MappingError):
-    """The store cannot be read or written (I/O, ZooKeeper connection, permissions)."""
-
-    def __init__(self, key: str, problem: str, *, retriable: bool = False) -> None:
-        super().__init__(key, problem)
-        self.retriable = retriable
 
 
 @dataclass(frozen=True)
@@ -284,16 +270,3 @@ def atomic_write(target: Path, text: str) -> None:
         _atomic_write_text(target, text)
     except OSError as exc:
         raise MappingStoreError(str(target), f"cannot write: {exc}") from exc
-
-
-def open_store(kind: str, file: str | os.PathLike[str], zookeeper: object = None) -> MappingStore:
-    """The store named by settings: ``file`` (the YAML file) or ``zookeeper`` (a ``ZooKeeperStoreConfig``)."""
-    if kind == "file":
-        return FileMappingStore(file)
-    if kind == "zookeeper":
-        from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
-
-        if not isinstance(zookeeper, ZooKeeperStoreConfig):
-            raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
-        return ZooKeeperMappingStore(zookeeper)
-    raise MappingStoreError("mapping.store", f"unknown store {kind!r}; known: file, zookeeper")

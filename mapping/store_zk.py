@@ -25,7 +25,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
@@ -33,19 +32,17 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from mapping.load import parse_mapping
 from mapping.model import Mapping
-from mapping.store import (
+from mapping.store import VersionInfo, conflict, history_text, parse_history_header, unknown_version
+from relay.common import zookeeper
+from relay.errors import (
     MappingConflictError,
     MappingStoreError,
-    VersionInfo,
-    conflict,
-    history_text,
-    parse_history_header,
-    unknown_version,
+    MappingStoreUnavailableError,
+    ZooKeeperUnavailableError,
 )
 
 __all__ = ["ZooKeeperMappingStore", "ZooKeeperStoreConfig"]
@@ -72,20 +69,18 @@ class ZooKeeperMappingStore:
         self.config = config
         self.path = config.path.rstrip("/") or "/"
         self._history = f"{self.path}/history"
-        auth_data = [("digest", config.auth)] if config.auth else None
-        self._client = KazooClient(hosts=config.hosts, timeout=config.timeout_seconds, auth_data=auth_data)
         self._seen: object = None
         self._watch_lock = threading.Lock()
         self._watching = False
         try:
-            self._client.start(timeout=config.timeout_seconds)
-        except (KazooTimeoutError, KazooException) as exc:
-            self._client.close()
-            raise MappingStoreError(
-                "mapping.zookeeper.hosts",
-                f"cannot connect to ZooKeeper {config.hosts}: {exc}",
-                retriable=True,
-            ) from exc
+            self._client = zookeeper.start_client(
+                config.hosts,
+                session_timeout=config.timeout_seconds,
+                connect_timeout=config.timeout_seconds,
+                auth=config.auth,
+            )
+        except ZooKeeperUnavailableError as exc:
+            raise MappingStoreUnavailableError("mapping.zookeeper.hosts", str(exc)) from exc
 
     @property
     def name(self) -> str:
@@ -228,4 +223,4 @@ class ZooKeeperMappingStore:
                 f"not authorized to {action} {self.name}: the node has a digest ACL; "
                 "give the operator identity as user:password",
             )
-        return MappingStoreError(self.name, f"cannot {action}: {type(exc).__name__} {exc}", retriable=True)
+        return MappingStoreUnavailableError(self.name, f"cannot {action}: {type(exc).__name__} {exc}")

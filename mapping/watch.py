@@ -26,11 +26,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from mapping.checks import InvalidMappingError
 from mapping.diff import logical_changes
 from mapping.model import Mapping
 from mapping.store import MappingStore
-from relay.errors import MappingError
+from relay.errors import InvalidMappingError, MappingError
 
 __all__ = ["MappingWatcher", "SwitchGate", "check_against_tables"]
 

@@ -1,11 +1,18 @@
-"""One exception root for the whole project, one subclass per stage.
+"""One exception root for the whole project, one subclass per stage — every class the project raises.
 
-Every class says whether retrying can help (``retriable``): the caller decides what to do from that
-flag alone, never from the message text. Foreign exceptions (PyMySQL, confluent-kafka, kazoo) are
-translated into these at the boundary where the foreign library is called (``raise ... from exc``).
+Every class says whether retrying can help (``retriable``, a class attribute: a retriable condition is a
+subclass of its own): the caller decides what to do from the class alone, never from the message text.
+Foreign exceptions (PyMySQL, confluent-kafka, kazoo) are translated into these at the boundary where the
+foreign library is called (``raise ... from exc``). Errors that concern a configuration or mapping key
+carry it (``key``) as given by the validator that checked it.
+
+The stages, in data-flow order: config, source (binlog), canal store and server, positions, mapping,
+Kafka (codec, publish), HA, Spark readers, development services.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 class RelayError(Exception):
@@ -14,13 +21,19 @@ class RelayError(Exception):
     retriable: bool = False
 
 
+# --- configuration -------------------------------------------------------------------------------
+
+
 class ConfigError(RelayError):
-    """A configuration value is missing or wrong; the message names the key. Never retriable."""
+    """A configuration value is missing or wrong; ``key`` names it (``source.port``). Never retriable."""
 
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"{key}: {problem}")
         self.key = key
         self.problem = problem
+
+
+# --- the MySQL source ----------------------------------------------------------------------------
 
 
 class SourceError(RelayError):
@@ -44,12 +57,29 @@ class DecodeError(SourceError):
     """A binlog event could not be decoded. Not retriable: reading it again gives the same bytes."""
 
 
+# --- canal's store and server ---------------------------------------------------------------------
+
+
 class StoreError(RelayError):
     """Misuse of the ring store (bad sizes, ack beyond what was read)."""
 
 
+class StoreClosedError(StoreError):
+    """The store was closed: the thread that got this should stop."""
+
+    def __init__(self) -> None:
+        super().__init__("closed")
+
+
 class ServerError(RelayError):
     """Misuse of the streaming API: unknown batch id, acks out of order."""
+
+
+class ProtoDecodeError(RelayError):
+    """Bytes that are not the canal message they should be. Not retriable: the bytes stay the same."""
+
+
+# --- positions ------------------------------------------------------------------------------------
 
 
 class PositionError(RelayError):
@@ -60,12 +90,11 @@ class PositionConflictError(PositionError):
     """A compare-and-set on a position lost against another writer."""
 
 
-class ServiceError(RelayError):
-    """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
+# --- mapping --------------------------------------------------------------------------------------
 
 
 class MappingError(RelayError):
-    """A mapping is invalid; the message names the offending key path. Never retriable."""
+    """A mapping is invalid; ``key`` names the offending key path. Never retriable."""
 
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"{key}: {problem}")
@@ -73,10 +102,56 @@ class MappingError(RelayError):
         self.problem = problem
 
 
+class InvalidMappingError(MappingError):
+    """Every problem found in a mapping at once. ``errors`` holds one ``MappingError`` per problem,
+    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``)."""
+
+    def __init__(self, source: str, errors: Iterable[MappingError]) -> None:
+        flat: list[MappingError] = []
+        for err in errors:
+            flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
+        self.errors: tuple[MappingError, ...] = tuple(flat)
+        count = len(self.errors)
+        lines = "\n".join(f"  - {err}" for err in self.errors)
+        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+
+
+class MappingConflictError(MappingError):
+    """A compare-and-set lost: the stored mapping changed since the edit read it. Nothing was stored;
+    read the new version and edit again."""
+
+
+class MappingStoreError(MappingError):
+    """The store cannot be read or written (I/O, permissions, a node that is not a mapping)."""
+
+
+class MappingStoreUnavailableError(MappingStoreError):
+    """The store's server (ZooKeeper) did not answer; trying again later may help."""
+
+    retriable = True
+
+
+# --- Kafka ----------------------------------------------------------------------------------------
+
+
+class CodecError(RelayError):
+    """A change cannot be encoded (a topic without partitions…). Not retriable: the input stays the same."""
+
+
+class SequenceError(CodecError):
+    """A binlog position cannot be turned into a sequence (no numeric file suffix, offset ≥ 2^32)."""
+
+
 class PublishError(RelayError):
     """Kafka did not accept a batch (broker down, timeout, leader change): retrying after a backoff helps."""
 
     retriable = True
+
+
+class ProducerFatalError(PublishError):
+    """The producer instance is unusable (fenced, an unrepairable sequence gap): stop. Not retriable."""
+
+    retriable = False
 
 
 class RecordRejectedError(PublishError):
@@ -105,5 +180,57 @@ class RecordRejectedError(PublishError):
         self.partition = partition  # None: not assigned yet when it was refused
 
 
+# --- high availability and ZooKeeper -------------------------------------------------------------
+
+
+class ZooKeeperUnavailableError(RelayError):
+    """ZooKeeper did not answer in time (connect, session); trying again later may help."""
+
+    retriable = True
+
+
 class LeadershipError(RelayError):
     """This process is not (or no longer) the active relay: stop publishing and acking."""
+
+
+class LeadershipUnavailableError(LeadershipError):
+    """Leadership cannot be decided now (ZooKeeper unreachable); a later attempt may be elected."""
+
+    retriable = True
+
+
+# --- Spark readers ---------------------------------------------------------------------------------
+
+
+class SparkSourceError(RelayError):
+    """The ``relay-kafka`` source cannot read as asked (bad option, lost data, broker trouble)."""
+
+
+class OptionError(SparkSourceError):
+    """An option value is wrong; the message names the option. Never retriable."""
+
+
+class DataLossError(SparkSourceError):
+    """Records the query needs are gone (deleted by retention, topic recreated). Never retriable;
+    ``failOnDataLoss=false`` turns it into a warning and reading goes on from what is retained."""
+
+
+# --- development services, demo, benchmark --------------------------------------------------------
+
+
+class ServiceError(RelayError):
+    """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
+
+
+class PortInUseError(ServiceError):
+    """The free port we picked was taken before the server bound it; starting again on another helps."""
+
+    retriable = True
+
+
+class DemoError(RelayError):
+    """The demo could not finish (the relay failed or did not catch up, a topic stayed short)."""
+
+
+class BenchError(RelayError):
+    """The benchmark could not measure something (a worker failed, a service did not start)."""

@@ -45,62 +45,15 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import NamedTuple, cast
 
 from relay.canal.entry import Entry, EntryPosition
-from relay.errors import StoreError
+from relay.config.sections import BatchMode, StoreConfig
+from relay.errors import StoreClosedError, StoreError
 
 log = logging.getLogger(__name__)
 
 INIT_SEQUENCE = -1
-
-
-class StoreClosedError(StoreError):
-    """The store was closed: the thread that got this should stop."""
-
-    def __init__(self) -> None:
-        super().__init__("closed")
-
-
-class BatchMode(StrEnum):
-    """How ``get`` sizes a batch and whether ``put`` also checks a memory budget."""
-
-    MEMSIZE = "MEMSIZE"
-    ITEMSIZE = "ITEMSIZE"
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """Ring store settings; canal's defaults. ``batch_mode`` also accepts the plain strings."""
-
-    buffer_size: int = 16384
-    memunit: int = 1024
-    batch_mode: BatchMode = BatchMode.MEMSIZE
-    ddl_isolation: bool = False
-
-    def __post_init__(self) -> None:
-        _positive_int("buffer_size", self.buffer_size)
-        if self.buffer_size & (self.buffer_size - 1):
-            raise StoreError(f"buffer_size: must be a power of two, got {self.buffer_size}")
-        _positive_int("memunit", self.memunit)
-        try:
-            object.__setattr__(self, "batch_mode", BatchMode(self.batch_mode))
-        except ValueError:
-            modes = ", ".join(m.value for m in BatchMode)
-            raise StoreError(f"batch_mode: must be one of {modes}, got {self.batch_mode!r}") from None
-        if not isinstance(self.ddl_isolation, bool):
-            raise StoreError(f"ddl_isolation: must be true or false, got {self.ddl_isolation!r}")
-
-    @property
-    def memory_budget(self) -> int:
-        """Bytes the store may hold before a put waits (MEMSIZE mode)."""
-        return self.buffer_size * self.memunit
-
-
-def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise StoreError(f"{name}: must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

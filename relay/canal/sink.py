@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from relay.canal.ddl import classify
 from relay.canal.entry import Entry, EntryType, EventType, RowChange
-from relay.errors import ConfigError
+from relay.config.sections import compile_filter, validate_counter
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,14 @@ class SinkConfig:
     empty_transaction_threshold: int = 8_192  # canal's emptyTransctionThresold
 
     def __post_init__(self) -> None:
-        NameFilter("sink.filter", self.filter, empty_value=True)
-        NameFilter("sink.black_filter", self.black_filter, empty_value=False)
+        self.validate("sink")
+
+    def validate(self, path: str) -> None:
+        """Raise ``ConfigError`` naming ``path.<field>`` for a bad regex or counter."""
+        compile_filter(self.filter, f"{path}.filter")
+        compile_filter(self.black_filter, f"{path}.black_filter")
         for key in ("empty_transaction_interval_ms", "empty_transaction_threshold"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"sink.{key}", f"must be a whole number >= 0, got {value!r}")
+            validate_counter(getattr(self, key), f"{path}.{key}")
 
 
 class NameFilter:
@@ -66,15 +68,7 @@ class NameFilter:
     def __init__(self, key: str, text: str, empty_value: bool) -> None:
         self.text = text
         self.empty_value = empty_value
-        self.patterns: list[re.Pattern[str]] = []
-        for raw in (text or "").split(","):
-            item = raw.strip()
-            if not item:
-                continue
-            try:
-                self.patterns.append(re.compile(item, re.IGNORECASE))
-            except re.error as exc:
-                raise ConfigError(key, f"invalid regex `{item}`: {exc}") from exc
+        self.patterns: list[re.Pattern[str]] = compile_filter(text, key)
         self._cache: dict[str, bool] = {}
 
     @property

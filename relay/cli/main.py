@@ -20,9 +20,9 @@ from relay import __version__
 from relay.canal.entry import Entry, EntryType, RowChange
 from relay.canal.sink import SinkConfig
 from relay.common.redact import RedactingFormatter, redact, redact_value
+from relay.config.sections import SourceConfig, StartConfig
 from relay.errors import LeadershipError, RelayError
 from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
-from relay.source.binlog_source import SourceConfig, StartConfig
 from relay.source.instance import CanalInstance, InstanceConfig
 
 log = logging.getLogger("relay")
@@ -157,17 +157,17 @@ def _setup_logging(level: str, fmt: str, verbose: int) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from relay.config.load import load_config
-    from relay.daemon.pipeline import Relay
+    from relay.wiring import build_relay, mapping_store
 
     config = load_config(args.config)
-    store = config.mapping_store()  # mapping.store: the file or the ZooKeeper node
+    store = mapping_store(config)  # mapping.store: the file or the ZooKeeper node
     try:
         mapping = store.read()
     finally:
         store.close()
     _setup_logging(config.logging.level, config.logging.format, args.verbose)
     log.debug("effective configuration (secrets redacted): %s", config)
-    relay = Relay(config, mapping)
+    relay = build_relay(config, mapping)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping at the next batch boundary", signum)

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mapping import editor
-from mapping.checks import InvalidMappingError
 from mapping.diff import Move, logical_changes, moves, summary, text_diff
-from mapping.load import load_mapping
+from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, Route
-from mapping.store import MappingStore, open_store
+from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
-from relay.errors import MappingError
+from relay.errors import InvalidMappingError, MappingError
+from relay.wiring import mapping_store, open_mapping_store
 
 Handler = Callable[[argparse.Namespace, MappingStore], int]
 _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -41,14 +41,14 @@ STORE_HELP = (
 def open_from_args(args: argparse.Namespace) -> MappingStore:
     if args.zookeeper:
         auth = args.zk_auth or os.environ.get("RELAY_MAPPING_ZK_AUTH") or None
-        return open_store("zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth))
+        return open_mapping_store("zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth))
     if args.file:
-        return open_store("file", args.file)
+        return open_mapping_store("file", args.file)
     if args.config:
         from relay.config.load import load_config
 
-        return load_config(args.config).mapping_store()
-    return open_store("file", "conf/mapping.yaml")
+        return mapping_store(load_config(args.config))
+    return open_mapping_store("file", "conf/mapping.yaml")
 
 
 def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -98,7 +98,7 @@ def _route_line(route: Route | None, db: str, table: str) -> str:
 def cmd_show(args: argparse.Namespace, store: MappingStore) -> int:
     mapping = store.read() if args.at is None else store.version(args.at)
     print(f"# {store.name}, version {mapping.version}")
-    print(mapping.to_yaml(), end="")
+    print(dump_mapping(mapping), end="")
     return 0
 
 

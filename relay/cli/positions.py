@@ -14,21 +14,20 @@ active relay for the instance (``relay.ha.leadership.cluster_report``), or canno
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from relay.binlog.events import GtidEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.redact import redact, redact_value
+from relay.daemon.status import pid_running, read_status
 from relay.errors import PositionError, RelayError, SourceError
-from relay.ops.status import pid_running, read_status
 from relay.positions.lock import InstanceLock, holder
-from relay.positions.store import FilePositionStore, PositionStore, ResumePoint, SourceIdentity
+from relay.positions.store import FilePositionStore, ResumePoint, SourceIdentity
 from relay.source.binlog_source import ServerInfo, find_by_timestamp, inspect_server
+from relay.wiring import open_positions
 
 if TYPE_CHECKING:
     from relay.config.load import RelayConfig
@@ -90,25 +89,9 @@ def active_holders(config: RelayConfig) -> list[str]:
     return reasons
 
 
-@contextlib.contextmanager
-def _position_store(config: RelayConfig) -> Iterator[PositionStore]:
-    if config.positions.backend == "file":
-        yield FilePositionStore(config.path(config.positions.path))
-        return
-    from relay.ha.leadership import Layout, connect
-    from relay.positions.zookeeper import ZooKeeperPositionStore
-
-    client = connect(config.ha)
-    try:
-        yield ZooKeeperPositionStore(client, Layout(config.ha.root, config.instance).position)
-    finally:
-        client.stop()
-        client.close()
-
-
 # -- show -----------------------------------------------------------------------------------------------
 def positions_report(config: RelayConfig) -> dict[str, Any]:
-    with _position_store(config) as store:
+    with open_positions(config) as store:
         point = store.load()
         where = store.describe()
     report: dict[str, Any] = {
@@ -184,7 +167,7 @@ def set_position(
             FilePositionStore(config.path(config.positions.path)).save(point)
     else:
         _refuse_if_active(config)
-        with _position_store(config) as store:
+        with open_positions(config) as store:
             store.load()  # learn the node's version for the compare-and-set
             store.save(point)
     return point

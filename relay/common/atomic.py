@@ -1,4 +1,4 @@
-"""Atomic file replacement, the one way this project writes state files (positions, mappings).
+"""Atomic file replacement, the one way this project writes state files (positions, mappings, status).
 
 ``atomic_write_text`` writes a temp file in the target's directory, fsyncs it, renames it over the
 target and fsyncs the directory: a reader (or a restart after a crash) sees the old content or the
@@ -12,18 +12,23 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_text(target: Path, text: str) -> None:
+def atomic_write_text(target: Path, text: str, *, durable: bool = True) -> None:
+    """Replace ``target`` with ``text`` atomically; ``durable`` also fsyncs (skip it only for advisory
+    files such as the status file, rewritten every second, where a lost update after a crash is harmless)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -36,11 +36,11 @@ class TlsConfig:
         """Encryption is required (the modes from ``required`` on)."""
         return self.mode not in ("disabled", "preferred")
 
-    def validate(self) -> None:
+    def validate(self, path: str = "source.tls") -> None:
         if self.mode not in MODES:
-            raise ConfigError("source.tls.mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+            raise ConfigError(f"{path}.mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if bool(self.cert) != bool(self.key):
-            raise ConfigError("source.tls.cert", "cert and key go together: set both or neither")
+            raise ConfigError(f"{path}.cert", "cert and key go together: set both or neither")
 
 
 def context(config: TlsConfig | None) -> ssl.SSLContext | None:

@@ -11,24 +11,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from relay.canal.ring_store import BatchMode, StoreConfig
-from relay.canal.sink import SinkConfig
 from relay.common.redact import register_config_secrets
 from relay.common.retry import RetryPolicy
+from relay.config.sections import (
+    BatchMode,
+    HAConfig,
+    MetricsConfig,
+    SourceConfig,
+    StoreConfig,
+    compile_filter,
+    store_problems,
+    validate_counter,
+    validate_failover,
+    validate_ha,
+    validate_kafka_settings,
+)
 from relay.config.settings import build, interpolate
-from relay.errors import ConfigError, StoreError
-from relay.ha.leadership import HAConfig
-from relay.kafka.publisher import validate_kafka_settings
-from relay.ops.metrics import MetricsConfig
-from relay.source import failover
-from relay.source.binlog_source import SourceConfig
-
-if TYPE_CHECKING:
-    from mapping.store import MappingStore
+from relay.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -130,38 +133,7 @@ class RelayConfig:
 
     def store_config(self) -> StoreConfig:
         s = self.store
-        try:
-            return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation)
-        except ValueError:
-            modes = ", ".join(m.value for m in BatchMode)
-            raise ConfigError("store.batch_mode", f"must be one of {modes}, got {s.batch_mode!r}") from None
-        except StoreError as exc:  # its message starts with the field name: "buffer_size: must be …"
-            name, _, problem = str(exc).partition(": ")
-            raise ConfigError(f"store.{name}", problem) from exc
-
-    def mapping_store(self) -> MappingStore:
-        """The mapping store ``mapping.store`` names (a ZooKeeper store connects here)."""
-        from mapping.store import open_store
-        from mapping.store_zk import ZooKeeperStoreConfig
-
-        z = self.mapping.zookeeper
-        zk = ZooKeeperStoreConfig(z.hosts, z.path, z.auth, z.timeout_seconds)
-        return open_store(self.mapping.store, self.path(self.mapping.file), zk)
-
-    def sink_config(self) -> SinkConfig:
-        f = self.filter
-        try:
-            return SinkConfig(
-                filter=f.include,
-                black_filter=f.exclude,
-                empty_transaction_interval_ms=f.empty_transaction_interval_ms,
-                empty_transaction_threshold=f.empty_transaction_threshold,
-            )
-        except ConfigError as exc:  # the sink names its own keys: sink.filter → filter.include
-            key = {"sink.filter": "filter.include", "sink.black_filter": "filter.exclude"}.get(
-                exc.key, exc.key.replace("sink.", "filter.")
-            )
-            raise ConfigError(key, exc.problem) from exc
+        return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation)
 
     def validate(self) -> None:
         """Everything that can be checked without a network, so a bad config changes nothing."""
@@ -172,8 +144,8 @@ class RelayConfig:
                 "positions.backend", f"unknown backend {self.positions.backend!r}; known: file, zookeeper"
             )
         self._validate_ha()
-        self.metrics.validate()
-        self.source.tls.validate()
+        self.metrics.validate("metrics")
+        self.source.tls.validate("source.tls")
         if self.mapping.store not in ("file", "zookeeper"):
             raise ConfigError("mapping.store", f"must be file or zookeeper, got {self.mapping.store!r}")
         if self.mapping.reload_check_seconds <= 0:
@@ -191,27 +163,22 @@ class RelayConfig:
         if self.logging.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             levels = "DEBUG, INFO, WARNING or ERROR"
             raise ConfigError("logging.level", f"must be {levels}, got {self.logging.level!r}")
-        self.store_config()
-        self.sink_config()
-        try:
-            validate_kafka_settings(self.kafka.settings)
-        except (
-            ConfigError
-        ) as exc:  # the publisher names "kafka.<setting>"; in this file it is kafka.settings.*
-            raise ConfigError("kafka.settings." + exc.key.removeprefix("kafka."), exc.problem) from exc
+        s = self.store
+        for name, problem in store_problems(s.buffer_size, s.memunit, s.batch_mode, s.ddl_isolation):
+            raise ConfigError(f"store.{name}", problem)
+        f = self.filter
+        compile_filter(f.include, "filter.include")
+        compile_filter(f.exclude, "filter.exclude")
+        validate_counter(f.empty_transaction_interval_ms, "filter.empty_transaction_interval_ms")
+        validate_counter(f.empty_transaction_threshold, "filter.empty_transaction_threshold")
+        validate_kafka_settings(self.kafka.settings, "kafka.settings")
 
     def _validate_ha(self) -> None:
-        failover.validate(self.source)
-        ha = self.ha
-        if ha.enabled and self.positions.backend != "zookeeper":
+        validate_failover(self.source, "source")
+        if self.ha.enabled and self.positions.backend != "zookeeper":
             # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch.
             raise ConfigError("positions.backend", "must be zookeeper when ha.enabled is true")
-        if not ha.root.startswith("/") or (ha.root.endswith("/") and ha.root != "/"):
-            raise ConfigError("ha.root", f"must be an absolute ZooKeeper path, got {ha.root!r}")
-        if ha.session_timeout_seconds <= 0 or ha.connect_timeout_seconds <= 0:
-            raise ConfigError("ha.session_timeout_seconds", "timeouts must be positive")
-        if ha.member_id and "/" in ha.member_id:
-            raise ConfigError("ha.member_id", f"must not contain '/', got {ha.member_id!r}")
+        validate_ha(self.ha, "ha")
 
 
 def parse_config(data: Any, base_dir: str = ".") -> RelayConfig:

@@ -36,23 +36,23 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from mapping import Mapping
 from mapping.watch import MappingWatcher, SwitchGate, check_against_tables
 from relay.canal.entry import Entry, RowChange
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
+from relay.daemon.status import RelayStats, write_status
 from relay.errors import PublishError, RecordRejectedError, RelayError
-from relay.ha.leadership import Leadership, ha_parts
+from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
-from relay.kafka.publisher import BatchHandle, KafkaPublisher, PublisherConfig, Record, TopicDefaults
-from relay.ops.metrics import MetricsExporter
-from relay.ops.status import RelayStats, write_status
+from relay.kafka.publisher import BatchHandle, KafkaPublisher, Record
 from relay.positions.lock import InstanceLock
-from relay.positions.store import FilePositionStore, PositionStore, ResumePoint
-from relay.source.instance import CanalInstance, InstanceConfig
+from relay.positions.store import PositionStore, ResumePoint
+from relay.source.instance import CanalInstance
 
 log = logging.getLogger(__name__)
 
@@ -66,63 +66,61 @@ GC_THRESHOLDS = (100_000, 50, 100)
 INFLIGHT_WAIT_SECONDS = 0.005
 
 
-def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
-    k = config.kafka
-    topics = mapping.topics
-    return PublisherConfig(
-        bootstrap_servers=k.bootstrap_servers,
-        client_id=k.client_id.format(instance=config.instance),
-        kafka=dict(k.settings),
-        delivery_timeout_s=k.delivery_timeout_seconds,
-        dead_letter_topic=k.dead_letter_topic,
-        dead_letter_value_bytes=k.dead_letter_value_bytes,
-        create_topics=topics.create,
-        topic_defaults=TopicDefaults(topics.partitions, topics.replication_factor, topics.topic_config()),
-    )
+class RelayObserver(Protocol):
+    """Watches a relay from the side (the metrics exporter): started and stopped with the publish loop,
+    told about every batch sent and acked, on the publisher thread. Must not block."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def batch_sent(self, batch_id: int) -> None: ...
+    def batch_acked(self, batch_id: int) -> None: ...
+
+
+@dataclass
+class RelayParts:
+    """A relay's collaborators, built by ``relay.wiring`` from the config.
+
+    ``leadership`` None: no HA. ``lock``: held while running (a file position: one relay per file).
+    ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no
+    hot reload).
+    """
+
+    instance: CanalInstance
+    positions: PositionStore
+    publisher: KafkaPublisher
+    leadership: Leadership | None = None
+    lock: InstanceLock | None = None
+    open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
 
 
 class Relay:
     """One relay process for one MySQL source. ``run()`` blocks until ``stop()`` or a fatal error."""
 
-    def __init__(
-        self,
-        config: RelayConfig,
-        mapping: Mapping,
-        *,
-        positions: PositionStore | None = None,
-        publisher: KafkaPublisher | None = None,
-        watcher: MappingWatcher | None = None,
-        leadership: Leadership | None = None,
-    ) -> None:
+    def __init__(self, config: RelayConfig, mapping: Mapping, parts: RelayParts) -> None:
         self.config = config
         self.mapping = mapping
-        # HA: the leadership, and the ZooKeeper position store whose writes it fences
-        # (``relay.ha.leadership``).
-        self.leadership, zk_positions = (leadership, None) if leadership is not None else ha_parts(config)
-        self.positions = positions or zk_positions or FilePositionStore(config.path(config.positions.path))
-        self.instance = CanalInstance(
-            InstanceConfig(
-                name=config.instance,
-                source=config.source,
-                store=config.store_config(),
-                sink=config.sink_config(),
-            ),
-            self.positions,
-        )
-        self.publisher = publisher or KafkaPublisher(publisher_config(config, mapping))
+        # HA: the leadership, which also fences the ZooKeeper position store's writes (relay.ha).
+        self.leadership = parts.leadership
+        self.positions = parts.positions
+        self.instance = parts.instance
+        self.publisher = parts.publisher
         self.stats = RelayStats()
-        self.metrics = MetricsExporter(config.metrics, self)
-        self._lock: InstanceLock | None = None
+        self._observers: list[RelayObserver] = []
+        self._lock = parts.lock
+        self._open_watcher = parts.open_watcher
         self._stopping = threading.Event()
         self._encoder: RecordEncoder | None = None
-        # Hot reload (mapping.watch): the watcher of mapping.store, the switch rule, a version waiting
-        # for the pipeline to be quiet. None watcher with mapping.reload on: opened by run().
-        self.watcher = watcher
-        self._own_watcher = False
+        # Hot reload (mapping.watch): the watcher of mapping.store (opened by run()), the switch rule,
+        # a version waiting for the pipeline to be quiet.
+        self.watcher: MappingWatcher | None = None
         self._gate = SwitchGate()
         self._pending: Mapping | None = None
         self._batch_rows: dict[int, tuple[int, int, int]] = {}  # batch id → (records, rows, last event ms)
         self._next_status = 0.0
+
+    def observe(self, observer: RelayObserver) -> None:
+        """Add an observer (before ``run``): it is started and stopped with the publish loop."""
+        self._observers.append(observer)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -174,11 +172,8 @@ class Relay:
 
     def _run(self) -> ResumePoint | None:
         gc.set_threshold(*GC_THRESHOLDS)
-        if self.watcher is None and self.config.mapping.reload:
-            store = self.config.mapping_store()
-            every = self.config.mapping.reload_check_seconds
-            self.watcher = MappingWatcher(store, self.mapping, interval_seconds=every)
-            self._own_watcher = True
+        if self._open_watcher is not None:
+            self.watcher = self._open_watcher(self.mapping)
         self._claim()
         try:
             self.instance.start()
@@ -218,7 +213,7 @@ class Relay:
             raise
         finally:
             self.instance.stop()
-            if self._own_watcher and self.watcher is not None:
+            if self.watcher is not None:
                 self.watcher.store.close()
             self.publisher.close(timeout=1.0)
             self._release()
@@ -228,21 +223,23 @@ class Relay:
         return self.instance.last_saved
 
     def _claim(self) -> None:
-        """Hold the instance (a file position's lock: one relay per position) and serve metrics."""
-        if self.config.positions.backend == "file" and isinstance(self.positions, FilePositionStore):
-            self._lock = InstanceLock(self.positions.path)
+        """Hold the instance (a file position's lock: one relay per position) and start the observers."""
+        if self._lock is not None:
             self._lock.acquire()
+        started: list[RelayObserver] = []
         try:
-            self.metrics.start()
+            for observer in self._observers:
+                observer.start()
+                started.append(observer)
         except BaseException:
-            self._release()
+            self._release(started)
             raise
 
-    def _release(self) -> None:
-        self.metrics.stop()
+    def _release(self, observers: Sequence[RelayObserver] | None = None) -> None:
+        for observer in self._observers if observers is None else observers:
+            observer.stop()
         if self._lock is not None:
             self._lock.release()
-            self._lock = None
 
     def _initial_topics(self) -> list[str]:
         topics = list(self.mapping.topic_names())
@@ -284,7 +281,8 @@ class Relay:
         where = _span(entries[0], entries[-1])
         self._fence()
         self.publisher.send(batch_id, records, where)
-        self.metrics.batch_sent(batch_id)
+        for observer in self._observers:
+            observer.batch_sent(batch_id)
         log.debug("batch %d (%s): sent %d records (%d rows)", batch_id, where, len(records), rows)
 
     def _ack_delivered(self) -> int:
@@ -292,7 +290,8 @@ class Relay:
         for handle in done:
             self._fence()
             point = self.instance.ack(handle.batch_id)
-            self.metrics.batch_acked(handle.batch_id)
+            for observer in self._observers:
+                observer.batch_acked(handle.batch_id)
             records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
             self.stats.acked(records, rows, str(point), last_ms)
             log.debug("%s: %d records delivered; acked, position %s saved", handle.label, records, point)
@@ -312,7 +311,7 @@ class Relay:
             self._pending = new
         if self._pending is None:
             return True
-        ack = self.instance.store.sequences[2]
+        ack = self.instance.acked_sequence
         if self._gate.may_switch(self.publisher.inflight(), ack):
             self._switch(self._pending)
             return True

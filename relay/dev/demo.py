@@ -45,7 +45,6 @@ from relay.dev.demo_sample import (
 )
 from relay.dev.demo_topics import (
     DEADLINE,
-    DemoError,
     Rec,
     check_consistency,
     holds_all,
@@ -55,7 +54,7 @@ from relay.dev.demo_topics import (
     show_audit,
     show_topic,
 )
-from relay.errors import RelayError
+from relay.errors import DemoError, RelayError
 
 if TYPE_CHECKING:
     from relay.daemon.pipeline import Relay
@@ -80,10 +79,10 @@ class RelayThread:
     def __init__(self, config_path: Path) -> None:
         from mapping import load_mapping
         from relay.config.load import load_config
-        from relay.daemon.pipeline import Relay
+        from relay.wiring import build_relay
 
         config = load_config(config_path)
-        self.relay: Relay | None = Relay(config, load_mapping(config.path(config.mapping.file)))
+        self.relay: Relay | None = build_relay(config, load_mapping(config.path(config.mapping.file)))
         self.pid = os.getpid()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="relay-demo", daemon=True)
@@ -175,7 +174,7 @@ class Progress:
 
     def published(self) -> tuple[int, int, str]:
         """(rows, records, position) the relay has published and acknowledged: one status snapshot."""
-        from relay.ops.status import read_status
+        from relay.daemon.status import read_status
 
         status = read_status(self.status_path) or {}
         rows, records = int(status.get("rows_published", 0)), int(status.get("records_published", 0))

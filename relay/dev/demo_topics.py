@@ -19,15 +19,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from relay.dev.demo_sample import DB_TOPIC, DDL_TOPIC, ORDERS_TOPIC, PARTITIONS, Written, physical_orders
-from relay.errors import RelayError
+from relay.errors import DemoError
 
 TYPES = ("INSERT", "UPDATE", "DELETE", "DDL")
 WIDTH = 100  # the longest line: a 100-column terminal shows every line whole
 DEADLINE = 90.0  # seconds for the relay to catch up, and for the topics to hold every record
-
-
-class DemoError(RelayError):
-    """The demo could not finish (the relay failed or did not catch up, a topic stayed short)."""
 
 
 def say(text: str = "") -> None:

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from relay.common.retry import RetryPolicy
-from relay.errors import ConfigError, ServiceError
+from relay.errors import ConfigError, PortInUseError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -411,18 +411,12 @@ def wait_until(
             raise ServiceError(f"{what} did not answer within {timeout:.0f}s{detail}")
 
 
-class _PortInUseError(ServiceError):
-    """The free port we picked was taken before the server bound it; starting again on another helps."""
-
-    retriable = True
-
-
 def _died(proc: ServiceProcess, what: str) -> ServiceError:
     tail = proc.log_tail()
     message = f"{what} exited during start-up\n--- {proc.log_path} ---\n{tail}"
     # mariadbd and Java say "Address already in use", Tansu says "Address in use".
     if re.search(r"address (already )?in use", tail, re.IGNORECASE):
-        return _PortInUseError(message)
+        return PortInUseError(message)
     return ServiceError(message)
 
 
@@ -464,7 +458,7 @@ class Running(Generic[S]):
 def _start_on_free_port(start_once: Callable[[int], Running[S]]) -> Running[S]:
     try:
         return start_once(free_port())
-    except _PortInUseError as exc:
+    except PortInUseError as exc:
         log.warning("port taken during start-up, retrying on another one: %s", exc)
         return start_once(free_port())
 

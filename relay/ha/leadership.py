@@ -45,32 +45,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from relay.errors import LeadershipError, RelayError
-from relay.positions.store import PositionStore, ResumePoint
-from relay.positions.zookeeper import FenceToken, ZooKeeperPositionStore, read_position_node
+from relay.common import zookeeper
+from relay.config.sections import HAConfig
+from relay.errors import LeadershipError, LeadershipUnavailableError, RelayError, ZooKeeperUnavailableError
+from relay.positions.zookeeper import FenceToken, read_position_node
 
 if TYPE_CHECKING:
     from relay.config.load import RelayConfig
 
 log = logging.getLogger(__name__)
 
-_ZK_ERRORS = (KazooException, KazooTimeoutError)
-
-
-@dataclass(frozen=True)
-class HAConfig:
-    """The ``ha:`` section of conf/relay.yaml."""
-
-    enabled: bool = False
-    zookeeper: str = "127.0.0.1:2181"  # kazoo connection string host:port[,host:port]
-    root: str = "/canal-relay"
-    session_timeout_seconds: float = 10.0
-    connect_timeout_seconds: float = 10.0
-    member_id: str = ""  # "" : hostname:pid
+_ZK_ERRORS = zookeeper.ERRORS
 
 
 @dataclass(frozen=True)
@@ -102,16 +90,15 @@ class Layout:
 
 
 def connect(config: HAConfig) -> KazooClient:
-    """A started kazoo client; ``LeadershipError`` (retriable) when ZooKeeper does not answer in time."""
-    client = KazooClient(hosts=config.zookeeper, timeout=config.session_timeout_seconds)
+    """A started kazoo client; ``LeadershipUnavailableError`` when ZooKeeper does not answer in time."""
     try:
-        client.start(timeout=config.connect_timeout_seconds)
-    except _ZK_ERRORS as exc:
-        client.close()
-        error = LeadershipError(f"cannot connect to ZooKeeper at {config.zookeeper}: {exc!r}")
-        error.retriable = True
-        raise error from exc
-    return client
+        return zookeeper.start_client(
+            config.zookeeper,
+            session_timeout=config.session_timeout_seconds,
+            connect_timeout=config.connect_timeout_seconds,
+        )
+    except ZooKeeperUnavailableError as exc:
+        raise LeadershipUnavailableError(str(exc)) from exc
 
 
 def member_id(config: HAConfig) -> str:
@@ -288,10 +275,7 @@ class Leadership:
 
     def _session_timeout(self) -> float:
         requested = self.config.session_timeout_seconds
-        negotiated = getattr(self.client, "_session_timeout", None)  # ms, set once connected
-        return (
-            min(requested, negotiated / 1000.0) if isinstance(negotiated, int) and negotiated else requested
-        )
+        return requested if self.client is None else zookeeper.session_timeout(self.client, requested)
 
     # -- membership ------------------------------------------------------------------------------
     def _info(self, **extra: Any) -> bytes:
@@ -329,35 +313,20 @@ def read_json(client: KazooClient, path: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def ha_parts(config: RelayConfig) -> tuple[Leadership | None, PositionStore | None]:
-    """The leadership (``ha.enabled``) and the ZooKeeper position store (``positions.backend: zookeeper``)
-    a relay's config asks for, sharing one ZooKeeper session: the store's writes are fenced by it."""
-    if not config.ha.enabled and config.positions.backend != "zookeeper":
-        return None, None
-    client = connect(config.ha)
-    leadership = None
-    if config.ha.enabled:
-        leadership = Leadership(config.ha, config.instance, client, owns_client=True)
-    store = None
-    if config.positions.backend == "zookeeper":
-        path = Layout(config.ha.root, config.instance).position
-        store = ZooKeeperPositionStore(client, path, fence=leadership)
-    return leadership, store
-
-
-def zookeeper_status(config: RelayConfig) -> tuple[ResumePoint | None, dict[str, Any]]:
-    """For ``relay status``: the position saved in ZooKeeper, and who is active, who stands by, the epoch."""
+def zookeeper_status(config: RelayConfig) -> dict[str, Any]:
+    """For ``relay status``: who is active, who stands by, the epoch, and the epoch that wrote the
+    position node."""
     try:
         client = connect(config.ha)
     except RelayError as exc:
-        return None, {"ha_error": str(exc)}
+        return {"ha_error": str(exc)}
     try:
         report = cluster_report(config.ha, config.instance, client)
-        point, written_by = read_position_node(client, Layout(config.ha.root, config.instance).position)
+        _, written_by = read_position_node(client, Layout(config.ha.root, config.instance).position)
         report["position_epoch"] = written_by
-        return point, report
+        return report
     except RelayError as exc:
-        return None, {"ha_error": str(exc)}
+        return {"ha_error": str(exc)}
     finally:
         client.stop()
         client.close()

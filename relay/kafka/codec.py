@@ -55,7 +55,8 @@ from functools import lru_cache
 from mapping.model import Mapping, Route
 from relay.binlog.events import ColumnMeta
 from relay.canal.entry import Entry, EntryType, EventType, RowChange
-from relay.errors import RelayError
+from relay.common import binlog_names
+from relay.errors import CodecError, SequenceError
 from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
@@ -83,23 +84,14 @@ _MISS = object()
 Headers = tuple[tuple[str, bytes], ...]
 
 
-class CodecError(RelayError):
-    """A change cannot be encoded (a topic without partitions…). Not retriable: the input stays the same."""
-
-
-class SequenceError(CodecError):
-    """A binlog position cannot be turned into a sequence (no numeric file suffix, offset ≥ 2^32)."""
-
-
 @lru_cache(maxsize=1024)
 def file_number(journal: str) -> int:
-    """The numeric suffix of a binlog file name: ``mysql-bin.000123`` → 123."""
-    match = _FILE_NUMBER.search(journal)
-    if match is None:
+    """The numeric suffix of a binlog file name: ``mysql-bin.000123`` → 123 (``SequenceError`` when none)."""
+    number = binlog_names.file_number(journal)
+    if number is None:
         raise SequenceError(
             f"binlog file name {journal!r} has no numeric suffix (expected like mysql-bin.000123)"
         )
-    number = int(match.group(1))
     if number > MAX_FILE_NUMBER:
         raise SequenceError(f"binlog file number of {journal!r} is above {MAX_FILE_NUMBER}")
     return number

@@ -32,7 +32,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from relay.common.retry import RetryPolicy
-from relay.errors import ConfigError, PublishError, RecordRejectedError, RelayError
+from relay.config.sections import validate_kafka_settings
+from relay.errors import ConfigError, ProducerFatalError, PublishError, RecordRejectedError, RelayError
 from relay.kafka.partitioner import partition_for_key
 
 log = logging.getLogger(__name__)
@@ -65,28 +66,11 @@ _SIZE: frozenset[int] = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.REC
 _FATAL: frozenset[int] = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 
 # librdkafka keys the publisher decides itself; the passthrough dict may not set them.
-_OWNED_KEYS = {
-    "bootstrap.servers": "bootstrap_servers",
-    "client.id": "client_id",
-    "message.timeout.ms": "delivery_timeout_s",
-    "delivery.timeout.ms": "delivery_timeout_s",
-    "transactional.id": "the exactly-once publisher (this one is idempotent, not transactional)",
-    "error_cb": "the publisher (it owns the callbacks)",
-    "on_delivery": "the publisher (it owns the callbacks)",
-    "dr_cb": "the publisher (it owns the callbacks)",
-    "dr_msg_cb": "the publisher (it owns the callbacks)",
-}
 _SECRET_MARKERS = ("password", "secret", "key.pem", "token")
 DEAD_LETTER_ERROR = "relay.error"
 DEAD_LETTER_TOPIC = "relay.original.topic"
 DEAD_LETTER_PARTITION = "relay.original.partition"
 DEAD_LETTER_SIZE = "relay.original.size"
-
-
-class ProducerFatalError(PublishError):
-    """The producer instance is unusable (fenced, an unrepairable sequence gap): stop. Not retriable."""
-
-    retriable = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +115,7 @@ class PublisherConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", dict(self.kafka))  # our own copy: the caller's dict stays theirs
-        validate_kafka_settings(self.kafka)
+        validate_kafka_settings(self.kafka, "kafka")
         if self.delivery_timeout_s <= 0:
             raise ConfigError("delivery_timeout_s", f"must be positive, got {self.delivery_timeout_s}")
         if self.topic_defaults.partitions <= 0:
@@ -154,33 +138,6 @@ class PublisherConfig:
     def describe(self) -> dict[str, str]:
         """The librdkafka settings for logs and error messages, secrets redacted."""
         return redacted(self.producer_settings())
-
-
-def validate_kafka_settings(settings: Mapping[str, Any]) -> None:
-    """Refuse passthrough settings that would weaken ``acks=all`` + idempotence; the error names the key."""
-    for key, owner in _OWNED_KEYS.items():
-        if key in settings:
-            raise ConfigError(f"kafka.{key}", f"is set by {owner}; remove it from the kafka settings")
-    for key in ("acks", "request.required.acks"):
-        if key in settings and str(settings[key]).strip().lower() not in ("all", "-1"):
-            raise ConfigError(
-                f"kafka.{key}",
-                f"must be 'all' (the relay acks only what every replica has), got {settings[key]!r}",
-            )
-    if "enable.idempotence" in settings and not _truthy(settings["enable.idempotence"]):
-        raise ConfigError(
-            "kafka.enable.idempotence", "must be true (per-key order and no duplicates on retry)"
-        )
-    for key in ("retries", "message.send.max.retries"):
-        if key in settings and int(settings[key]) <= 0:
-            raise ConfigError(f"kafka.{key}", "must be positive: the idempotent producer retries internally")
-    for key in ("max.in.flight.requests.per.connection", "max.in.flight"):
-        if key in settings and int(settings[key]) > 5:
-            raise ConfigError(f"kafka.{key}", "must be at most 5 with idempotence (order is kept only then)")
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
 def redacted(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -38,10 +38,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from mapping.model import Mapping, Route
 from mapping.store import atomic_write
 from relay.config.load import RelayConfig
-from relay.daemon.pipeline import publisher_config
 from relay.errors import MappingError, PublishError
 from relay.kafka.codec import H_DB, H_PHYSICAL_DB, H_PHYSICAL_TABLE, H_SEQUENCE, H_TABLE, H_TAG, H_TYPE
 from relay.kafka.publisher import KafkaPublisher, Record
+from relay.wiring import mapping_store, publisher_config
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def replay_remap(
     config: RelayConfig, options: ReplayOptions, progress: Callable[[str], None] = log.info
 ) -> ReplayReport:
     """Move the retained history of ``options.topics`` under the current mapping; see the module doc."""
-    store = config.mapping_store()
+    store = mapping_store(config)
     try:
         mapping = store.read()
     finally:

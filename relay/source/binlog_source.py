@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -39,8 +39,10 @@ from relay.binlog.events import (
     XidEvent,
 )
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.common.retry import Backoff, RetryPolicy
-from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
+from relay.common.binlog_names import file_order
+from relay.common.retry import Backoff
+from relay.common.tls import connect_arguments, ensure_encrypted
+from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint, SourceIdentity
 
@@ -61,62 +63,6 @@ _VARIABLES = (
     "time_zone",
     "system_time_zone",
 )
-
-
-@dataclass(frozen=True)
-class StartConfig:
-    """Where to start when no position is saved. ``timestamp`` is in ms since the epoch."""
-
-    gtid: str | None = None
-    journal: str | None = None
-    offset: int | None = None
-    timestamp: int | None = None
-
-
-@dataclass(frozen=True)
-class StandbyConfig:
-    """The server to fail over to (``relay.source.failover``).
-
-    host "": none; empty user/password: the master's.
-    """
-
-    host: str = ""
-    port: int = 3306
-    user: str = ""
-    password: str = field(default="", repr=False)
-
-
-@dataclass(frozen=True)
-class FailoverConfig:
-    """When and how to switch to the standby (``relay.source.failover``)."""
-
-    attempts: int = 3  # failed reconnects to the master before switching
-    mode: str = "auto"  # auto (GTID where the servers have it, else timestamp), gtid, timestamp
-    fallback_interval_seconds: float = 60.0  # timestamp mode: re-read from this long before the last change
-
-
-@dataclass(frozen=True)
-class SourceConfig:
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "relay"
-    password: str = field(default="", repr=False)
-    server_id: int = 6543  # our id as a replica: must be unique among the server's replicas
-    start: StartConfig = StartConfig()
-    heartbeat_seconds: float = 5.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
-    # How TIMESTAMP values are rendered: "server" (the server's time_zone, followed across DST),
-    # "UTC", an IANA name ("Asia/Shanghai") or a fixed offset ("+08:00").
-    timezone: str = "server"
-    standby: StandbyConfig = StandbyConfig()
-    failover: FailoverConfig = FailoverConfig()
-    tls: TlsConfig = field(default_factory=TlsConfig)  # MySQL TLS for every connection (relay.tls)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -331,12 +277,6 @@ def _server_zone(cfg: SourceConfig, conn: Any, var: dict[str, str]) -> str:
 # --- where to start --------------------------------------------------------------------------------
 
 
-def _file_key(name: str) -> tuple[str, int]:
-    """Order of binlog file names: the numeric suffix grows past its zero-padded width."""
-    base, _, suffix = name.rpartition(".")
-    return (base, int(suffix)) if suffix.isdigit() else (name, 0)
-
-
 def resolve_start(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint | None) -> StartPoint:
     """Choose where to start; the precedence is the module docstring's."""
     files = [name for name, _ in info.binlogs]
@@ -363,9 +303,9 @@ def resolve_start(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint | None
 def _check_saved_available(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) -> None:
     sizes = dict(info.binlogs)
     sizes[info.end[0]] = info.end[1]
-    oldest = min(sizes, key=_file_key) if sizes else "none"
+    oldest = min(sizes, key=file_order) if sizes else "none"
     if saved.journal not in sizes:
-        if sizes and _file_key(saved.journal) > _file_key(max(sizes, key=_file_key)):
+        if sizes and file_order(saved.journal) > file_order(max(sizes, key=file_order)):
             what = "which is newer than every binlog on the server (was the binlog reset?)"
         else:
             what = "which the server has purged"
@@ -422,7 +362,7 @@ def _transactions(
     MariaDB always writes one); a server without them starts it with BEGIN or a DDL query.
     Uses our own server id: ``resolve_start`` runs before the source's own dump is open.
     """
-    end = (_file_key(info.end[0]), info.end[1])
+    end = (file_order(info.end[0]), info.end[1])
     with BinlogStream(_stream_config(cfg, info)) as stream:
         stream.open_at(journal, 4)
         in_txn = False
@@ -439,7 +379,7 @@ def _transactions(
                 yield h.log_file, h.start, h.timestamp
             elif isinstance(event, XidEvent | XaPrepareEvent) or sql == "COMMIT":
                 in_txn = False
-            if (_file_key(h.log_file), h.log_pos) >= end:
+            if (file_order(h.log_file), h.log_pos) >= end:
                 return
 
 
@@ -452,7 +392,7 @@ def find_by_timestamp(cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tu
     """
     sizes = dict(info.binlogs)
     sizes[info.end[0]] = info.end[1]
-    files = sorted(sizes, key=_file_key)
+    files = sorted(sizes, key=file_order)
     begin = 0
     for i in range(len(files) - 1, -1, -1):
         with contextlib.closing(_transactions(cfg, info, files[i])) as txns:
@@ -572,12 +512,12 @@ class BinlogSource:
             return False
         if self._delivered is None:  # nothing real delivered yet: only the connect-time events repeat
             return not event.header.artificial
-        done = (_file_key(self._delivered[0]), self._delivered[1])
+        done = (file_order(self._delivered[0]), self._delivered[1])
         if isinstance(event, RotateEvent) and event.header.artificial:
             # A new connection at the start of a later file announces it exactly as a file switch does.
-            return (_file_key(event.next_file), event.position) > done
+            return (file_order(event.next_file), event.position) > done
         h = event.header
-        return not h.artificial and (_file_key(h.log_file), h.log_pos) > done
+        return not h.artificial and (file_order(h.log_file), h.log_pos) > done
 
     def _track_transaction(self, event: BinlogEvent) -> None:
         """Keep ``_boundary`` at the end of the last complete transaction: a reconnect starts there.

@@ -32,18 +32,10 @@ from typing import Protocol
 
 from relay.binlog.gtid import GtidSet
 from relay.canal.entry import Entry, EntryPosition, RowChange
-from relay.errors import ConfigError, SourceConnectionError, SourceError, SourceUnavailableError
+from relay.config.sections import SourceConfig, StandbyConfig, StartConfig
+from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import (
-    BinlogSource,
-    ServerInfo,
-    SourceConfig,
-    StandbyConfig,
-    StartConfig,
-    StartPoint,
-    find_by_timestamp,
-    resolve_start,
-)
+from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, find_by_timestamp, resolve_start
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +75,6 @@ def standby_config(cfg: SourceConfig) -> SourceConfig:
         start=StartConfig(),
         standby=StandbyConfig(),
     )
-
-
-def validate(cfg: SourceConfig) -> None:
-    f = cfg.failover
-    if f.mode not in MODES:
-        raise ConfigError("source.failover.mode", f"must be one of {', '.join(MODES)}, got {f.mode!r}")
-    if f.attempts <= 0:
-        raise ConfigError("source.failover.attempts", "must be positive")
-    if f.fallback_interval_seconds < 0:
-        raise ConfigError("source.failover.fallback_interval_seconds", "must not be negative")
-    if has_standby(cfg) and not 0 < cfg.standby.port < 65536:
-        raise ConfigError("source.standby.port", f"must be a TCP port, got {cfg.standby.port}")
 
 
 # --- what was put, for the timestamp fallback -------------------------------------------------------

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field, replace
 
 from relay.canal.entry import Entry
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
-from relay.canal.ring_store import RingStore, StoreConfig
+from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
+from relay.config.sections import SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, resume_after
-from relay.source.binlog_source import BinlogSource, ServerInfo, SourceConfig, StartPoint, resolve_start
+from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class CanalInstance:
         self._drop: EntryFilter | None = None  # set once reading the standby
         self._last_put: Entry | None = None
         self._saved: ResumePoint | None = None
+        self.started = threading.Event()  # set once the server is checked and the parser thread runs
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -91,6 +93,17 @@ class CanalInstance:
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
         self._thread.start()
+        self.started.set()
+
+    @property
+    def saved_point(self) -> ResumePoint | None:
+        """The position saved last: by this run's acks, else the one it started from."""
+        return self.last_saved or self._saved
+
+    @property
+    def acked_sequence(self) -> int:
+        """The store's ack sequence (the last entry acknowledged); -1 before any."""
+        return self.store.sequences[2]
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the parser first, then the store; unacknowledged batches are simply not saved."""

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from relay.spark.offsets import SparkSourceError
+from relay.errors import SparkSourceError
 from relay.spark.types import spark_type_sql
 
 _S = StringType()

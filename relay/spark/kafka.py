@@ -27,7 +27,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from relay.spark.offsets import DataLossError, SparkSourceError, TopicPartition
+from relay.errors import DataLossError, SparkSourceError
+from relay.spark.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class Broker:
 def _parse_json_assign(text: str) -> set[TopicPartition]:
     import json
 
-    from relay.spark.offsets import OptionError
+    from relay.errors import OptionError
 
     try:
         data = json.loads(text)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.spark.offsets import OptionError
+from relay.errors import OptionError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relay.errors import RelayError
+from relay.errors import DataLossError, OptionError
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +26,6 @@ LATEST = -1
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
 OffsetJson = dict[str, dict[str, int]]
-
-
-class SparkSourceError(RelayError):
-    """The ``relay-kafka`` source cannot read as asked (bad option, lost data, broker trouble)."""
-
-
-class OptionError(SparkSourceError):
-    """An option value is wrong; the message names the option. Never retriable."""
-
-
-class DataLossError(SparkSourceError):
-    """Records the query needs are gone (deleted by retention, topic recreated). Never retriable;
-    ``failOnDataLoss=false`` turns it into a warning and reading goes on from what is retained."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from relay.canal.entry import Column, RowChange
-from relay.canal.proto.convert import ProtoDecodeError, decode_messages_packet
+from relay.canal.proto.convert import decode_messages_packet
+from relay.errors import ProtoDecodeError
 
 
 def _image(columns: list[Column]) -> dict[str, str | None] | None:

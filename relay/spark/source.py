@@ -32,9 +32,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from relay.errors import OptionError, SparkSourceError
 from relay.spark import offsets as off
 from relay.spark.kafka import Broker, read_range
-from relay.spark.offsets import OptionError, SparkSourceError, StartSpec, TopicPartition
+from relay.spark.offsets import StartSpec, TopicPartition
 from relay.spark.schema import spark_schema
 
 log = logging.getLogger(__name__)

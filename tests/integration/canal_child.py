@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 
 from relay.canal.entry import Entry, EntryType, RowChange
-from relay.canal.ring_store import StoreConfig
 from relay.canal.sink import SinkConfig
+from relay.config.sections import SourceConfig, StartConfig, StoreConfig
 from relay.positions.store import FilePositionStore
-from relay.source.binlog_source import SourceConfig, StartConfig
 from relay.source.instance import CanalInstance, InstanceConfig
 
 

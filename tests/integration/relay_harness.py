@@ -449,15 +449,15 @@ class RelayThread:
 
     def __init__(self, config_path: Path) -> None:
         from relay.config.load import load_config
-        from relay.daemon.pipeline import Relay
+        from relay.wiring import build_relay, mapping_store
 
         config = load_config(config_path)
-        store = config.mapping_store()
+        store = mapping_store(config)
         try:
             mapping = store.read()
         finally:
             store.close()
-        self.relay = Relay(config, mapping)
+        self.relay = build_relay(config, mapping)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 

@@ -28,13 +28,12 @@ from relay.binlog import events as ev
 from relay.binlog import rows as rows_module
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.retry import RetryPolicy
+from relay.config.sections import SourceConfig, StartConfig
 from relay.dev.services import MySQLService
 from relay.errors import ServiceError, SourceError
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import (
     BinlogSource,
-    SourceConfig,
-    StartConfig,
     StartPoint,
     find_by_timestamp,
     inspect_server,

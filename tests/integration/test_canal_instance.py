@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from relay.canal.entry import Entry, EntryType, RowChange
-from relay.canal.ring_store import StoreConfig
 from relay.canal.sink import SinkConfig
+from relay.config.sections import SourceConfig, StartConfig, StoreConfig
 from relay.positions.store import FilePositionStore, ResumePoint
-from relay.source.binlog_source import SourceConfig, StartConfig
 from relay.source.instance import CanalInstance, InstanceConfig
 from tests.integration.relay_harness import master_position
 

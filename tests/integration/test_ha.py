@@ -31,9 +31,10 @@ import pytest
 from kazoo.client import KazooClient
 
 import relay.dev.services as embedded
+from relay.config.sections import HAConfig
 from relay.dev.services import KafkaService, ZooKeeperService
 from relay.errors import LeadershipError, ServiceError
-from relay.ha.leadership import HAConfig, Layout, Leadership
+from relay.ha.leadership import Layout, Leadership
 from relay.positions.zookeeper import read_position_node
 from tests.integration.relay_harness import (
     REPO_ROOT,

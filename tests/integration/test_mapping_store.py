@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from mapping import InvalidMappingError, Mapping, MappingError, editor, parse_mapping
-from mapping.store import FileMappingStore, MappingConflictError, MappingStore, MappingStoreError
+from mapping import Mapping, editor, parse_mapping
+from mapping.store import FileMappingStore, MappingStore
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
+from relay.errors import InvalidMappingError, MappingConflictError, MappingError, MappingStoreError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from relay.config.sections import HAConfig
 from relay.dev.services import ZooKeeperService
 from relay.errors import LeadershipError, PositionConflictError
-from relay.ha.leadership import HAConfig, Leadership
+from relay.ha.leadership import Leadership
 from relay.positions.store import PositionStore, ResumePoint
 from relay.positions.zookeeper import FenceToken, ZooKeeperPositionStore, read_position_node
 from tests.position_contract import (  # noqa: F401  (the shared contract, run against the ZooKeeper store)

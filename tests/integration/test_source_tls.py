@@ -15,9 +15,10 @@ import pytest
 
 from relay.binlog.events import RowsEvent
 from relay.common.tls import TlsConfig
+from relay.config.sections import SourceConfig
 from relay.errors import ConfigError, SourceError
-from relay.ops.retention import RetentionProbe
-from relay.source.binlog_source import BinlogSource, SourceConfig, StartPoint, inspect_server
+from relay.source.binlog_source import BinlogSource, StartPoint, inspect_server
+from relay.source.retention import RetentionProbe
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from relay.canal.entry import (
     TxnContext,
 )
 from relay.canal.proto.convert import decode_messages_packet
-from relay.errors import MappingError, RelayError
-from relay.kafka.codec import MAX_OFFSET, CodecError, RecordEncoder, SequenceError, sequence
+from relay.errors import CodecError, MappingError, RelayError, SequenceError
+from relay.kafka.codec import MAX_OFFSET, RecordEncoder, sequence
 from relay.kafka.publisher import Record
 from relay.positions.store import SourceIdentity
 

@@ -15,7 +15,7 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
-from relay.source.binlog_source import SourceConfig, StandbyConfig
+from relay.config.sections import SourceConfig, StandbyConfig
 from relay.source.failover import FingerprintSkip, GtidSkip, History, master_config, standby_config
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from mapping import InvalidMappingError, MappingError, editor, parse_mapping
+from mapping import editor, parse_mapping
 from mapping.diff import logical_changes, moves, summary, text_diff
+from relay.errors import InvalidMappingError, MappingError
 
 BASE: dict[str, Any] = {
     "version": 3,

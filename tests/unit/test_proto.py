@@ -25,13 +25,13 @@ from relay.canal.entry import (
 )
 from relay.canal.proto import entry_pb2, packet_pb2
 from relay.canal.proto.convert import (
-    ProtoDecodeError,
     decode_messages_packet,
     entry_from_pb,
     entry_to_bytes,
     entry_to_pb,
     messages_packet,
 )
+from relay.errors import ProtoDecodeError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,7 +307,7 @@ def test_generated_modules_match_the_proto_files(tmp_path: Path) -> None:
     """The committed *_pb2.py describe exactly what the .proto files say (regenerate: scripts/gen-proto)."""
     pytest.importorskip("grpc_tools")
     out = tmp_path / "set.pb"
-    protos = ["relay/proto/entry.proto", "relay/proto/packet.proto"]
+    protos = ["relay/canal/proto/entry.proto", "relay/canal/proto/packet.proto"]
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--descriptor_set_out={out}", *protos],
         cwd=ROOT,

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from relay.errors import ConfigError, PublishError, RecordRejectedError
+from relay.errors import ConfigError, ProducerFatalError, PublishError, RecordRejectedError
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import (
     DEAD_LETTER_ERROR,
     DEAD_LETTER_PARTITION,
     DEAD_LETTER_TOPIC,
     KafkaPublisher,
-    ProducerFatalError,
     PublisherConfig,
     Record,
     classify,

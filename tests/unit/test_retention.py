@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from relay.ops.retention import Retention, expire_seconds
+from relay.source.retention import Retention, expire_seconds
 
 
 @pytest.mark.parametrize(

@@ -22,15 +22,9 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
-from relay.canal.ring_store import (
-    BatchMode,
-    Events,
-    Fill,
-    RingStore,
-    StoreClosedError,
-    StoreConfig,
-)
-from relay.errors import StoreError
+from relay.canal.ring_store import Events, Fill, RingStore
+from relay.config.sections import BatchMode, StoreConfig
+from relay.errors import StoreClosedError, StoreError
 
 JOURNAL = "mysql-bin.000001"
 ITEM = BatchMode.ITEMSIZE

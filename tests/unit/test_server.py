@@ -20,8 +20,9 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
-from relay.canal.ring_store import BatchMode, Events, Fill, RingStore, StoreConfig
+from relay.canal.ring_store import Events, Fill, RingStore
 from relay.canal.server import EMPTY_BATCH_ID, EmbeddedServer, Message
+from relay.config.sections import BatchMode, StoreConfig
 from relay.errors import ServerError
 
 JOURNAL = "mysql-bin.000007"

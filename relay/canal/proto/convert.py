@@ -41,14 +41,10 @@ from relay.canal.entry import (
 )
 from relay.canal.proto import entry_pb2 as pb
 from relay.canal.proto import packet_pb2 as pk
-from relay.errors import RelayError
+from relay.errors import ProtoDecodeError
 
 PACKET_VERSION = 1
 _ROW_EVENTS = frozenset({EventType.INSERT, EventType.UPDATE, EventType.DELETE})
-
-
-class ProtoDecodeError(RelayError):
-    """Bytes that are not the canal message they should be. Not retriable: the bytes stay the same."""
 
 
 # -- model → protobuf ------------------------------------------------------------------------------

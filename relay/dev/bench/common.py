@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from relay.errors import RelayError
+from relay.errors import BenchError
 
 Progress = Callable[[str], None]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +29,6 @@ QUICK_ROWS = {"W1": 4_000, "W2": 10_000, "W3": 10_000, "W4": 2_000}
 W3_POPULATION = 10_000
 LIVE_BASE_ID = 100_000_000  # ids of the latency phase, above every backlog id
 STALL_CHUNK_ROWS = 2_000
-
-
-class BenchError(RelayError):
-    """The benchmark could not measure something (a worker failed, a service did not start)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from relay.dev.bench import workloads as wl
 from relay.dev.bench.common import (
     LIVE_BASE_ID,
     W3_POPULATION,
-    BenchError,
     BenchOptions,
     Context,
     LiveWorker,
@@ -42,7 +41,7 @@ from relay.dev.bench.common import (
 )
 from relay.dev.bench.stall import run_stall
 from relay.dev.bench.stats import Latency, StallResult, WorkloadResult
-from relay.errors import RelayError
+from relay.errors import BenchError, RelayError
 
 __all__ = ["BenchError", "BenchOptions", "BenchReport", "run_bench"]
 

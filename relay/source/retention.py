@@ -1,7 +1,7 @@
 """Retention runway: how long until the server's binlog expiry could purge the file holding our position.
 
 Owned here: reading the server's expiry settings and the times of its binlog files, and the runway
-arithmetic. Called from the metrics exporter's HTTP thread (``relay.ops.metrics``), at most once per
+arithmetic. Called from the metrics exporter's HTTP thread (``relay.daemon.metrics``), at most once per
 ``metrics.server_check_seconds``; it hands back a ``Retention`` value.
 
 The method (MySQL 8 and MariaDB purge the same way, by file modification time): a binlog file is
@@ -34,8 +34,8 @@ import pymysql
 from relay.binlog.events import HeartbeatEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.tls import connect_arguments, ensure_encrypted
+from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError
-from relay.source.binlog_source import SourceConfig
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -29,11 +28,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from relay.common.binlog_names import bytes_behind, file_number
 from relay.common.redact import redact
+from relay.config.sections import MetricsConfig
 from relay.errors import ConfigError, RelayError
-from relay.ops.retention import RetentionProbe
-from relay.ops.status import binlog_bytes_behind
 from relay.source.binlog_source import inspect_server
+from relay.source.retention import RetentionProbe
 
 if TYPE_CHECKING:
     from relay.daemon.pipeline import Relay
@@ -42,22 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-
-
-@dataclass(frozen=True)
-class MetricsConfig:
-    port: int = 0  # 0: no exporter
-    host: str = "127.0.0.1"
-    server_check_seconds: float = 10.0
-    ready_max_lag_seconds: float = 60.0
-
-    def validate(self) -> None:
-        if not 0 <= self.port < 65536:
-            raise ConfigError("metrics.port", f"must be a TCP port or 0 (off), got {self.port}")
-        if self.server_check_seconds <= 0:
-            raise ConfigError("metrics.server_check_seconds", "must be positive")
-        if self.ready_max_lag_seconds < 0:
-            raise ConfigError("metrics.ready_max_lag_seconds", "must not be negative")
 
 
 @dataclass
@@ -162,7 +146,7 @@ class RelayCollector(Collector):
 
     def saved(self) -> ResumePoint | None:
         inst = self.relay.instance
-        return inst.last_saved or getattr(inst, "_saved", None)
+        return inst.saved_point
 
     def leader(self) -> bool:
         leadership = getattr(self.relay, "leadership", None)
@@ -188,7 +172,7 @@ class RelayCollector(Collector):
             info = inspect_server(self.relay.config.source)
             view = ServerView(checked=now, up=True)
             if journal:
-                view.lag_bytes = binlog_bytes_behind(info.binlogs, journal, offset)
+                view.lag_bytes = bytes_behind(info.binlogs, journal, offset)
                 retention = self._probe.check(journal)
                 view.runway, view.expire_seconds = retention.runway(), retention.expire_seconds
             return view
@@ -304,8 +288,8 @@ def _number(version: Any) -> float:
 
 
 def _file_index(journal: str) -> float:
-    m = re.search(r"\.(\d+)$", journal)
-    return float(m.group(1)) if m else math.nan
+    number = file_number(journal)
+    return float(number) if number is not None else math.nan
 
 
 def _handler(exporter: MetricsExporter) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,103 @@
+"""The plain values a mapping is made of: logical dbs and tables, defaults, the unmapped rule, topic settings.
+
+No rules here: ``mapping.checks`` validates these values and ``mapping.model.Mapping`` holds them valid
+by construction. Kept apart so the checks can name these types without importing the model that calls
+them (no import cycle). Frozen dataclasses; safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """How the relay creates a missing topic (``create: false`` makes a missing topic an error).
+
+    ``replication_factor`` -1 and ``retention_ms`` None mean the broker's defaults
+    (``default.replication.factor``, ``retention.ms``; -1 retention = keep forever). ``config`` holds
+    further topic configs as sorted (name, value) pairs, values as text, as Kafka's admin API takes them.
+    """
+
+    partitions: int = 1
+    replication_factor: int = -1
+    retention_ms: int | None = None
+    create: bool = True
+    config: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # One canonical order, so two settings with the same configs compare equal.
+        object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
+
+    def topic_config(self) -> dict[str, str]:
+        """The config dict for a new topic: ``config`` plus ``retention.ms`` when set (a fresh dict)."""
+        out = dict(self.config)
+        if self.retention_ms is not None:
+            out["retention.ms"] = str(self.retention_ms)
+        return out
+
+
+@dataclass(frozen=True)
+class UnmappedRule:
+    """What happens to a table no mapping claims: ``action`` ``topic`` (publish to the expanded
+    ``topic`` template) or ``drop`` (``topic`` None).
+
+    Template placeholders (everywhere a topic is written): ``{db}`` and ``{table}`` the physical
+    names, ``{logical_db}`` and ``{logical_table}`` the logical ones — for unmapped tables the
+    logical names ARE the physical ones. Examples: ``{db}``, ``{db}.{table}``, ``raw.{db}``.
+    """
+
+    action: str = "topic"
+    topic: str | None = "{db}"
+
+    @classmethod
+    def drop(cls) -> UnmappedRule:
+        return cls(action="drop", topic=None)
+
+    @property
+    def drops(self) -> bool:
+        return self.action == "drop"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Values a logical db or table inherits when it does not set its own."""
+
+    codec: str = "canal-json"
+    topic: str = "{logical_db}"
+    unclaimed_tables: str = "own_name"
+
+
+@dataclass(frozen=True)
+class LogicalTable:
+    """A logical table: the physical table patterns it claims inside its logical db.
+
+    ``topic`` None inherits the db's topic; ``key`` None means the primary key; ``codec`` None
+    inherits. ``origin`` is the YAML path where it was written (for messages only; not compared).
+    """
+
+    name: str
+    physical: tuple[str, ...]
+    topic: str | None = None
+    key: tuple[str, ...] | None = None
+    tag: str | None = None
+    codec: str | None = None
+    origin: str | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class LogicalDb:
+    """A logical db: the physical db patterns it claims, its topic template and its tables.
+
+    ``topic``, ``codec`` and ``unclaimed_tables`` None inherit from ``Mapping.defaults``.
+    """
+
+    name: str
+    physical: tuple[str, ...]
+    topic: str | None = None
+    codec: str | None = None
+    unclaimed_tables: str | None = None
+    tables: tuple[LogicalTable, ...] = ()
+
+    def table(self, name: str) -> LogicalTable | None:
+        return next((t for t in self.tables if t.name == name), None)

@@ -1,0 +1,254 @@
+"""The typed sections of ``conf/relay.yaml`` that runtime stages take as their own configuration.
+
+Each stage imports its settings from here (the source its ``SourceConfig``, HA its ``HAConfig``, the
+metrics exporter its ``MetricsConfig``, the ring store its ``StoreConfig``), so configuration never
+imports a runtime module. Validators take the key path they check (``path``) and raise ``ConfigError``
+naming it; nothing parses a key back out of a message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from relay.common.retry import RetryPolicy
+from relay.common.tls import TlsConfig
+from relay.errors import ConfigError, StoreError
+
+FAILOVER_MODES = ("auto", "gtid", "timestamp")
+
+# --- source ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartConfig:
+    """Where to start when no position is saved. ``timestamp`` is in ms since the epoch."""
+
+    gtid: str | None = None
+    journal: str | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class StandbyConfig:
+    """The server to fail over to (``relay.source.failover``).
+
+    host "": none; empty user/password: the master's.
+    """
+
+    host: str = ""
+    port: int = 3306
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class FailoverConfig:
+    """When and how to switch to the standby (``relay.source.failover``)."""
+
+    attempts: int = 3  # failed reconnects to the master before switching
+    mode: str = "auto"  # auto (GTID where the servers have it, else timestamp), gtid, timestamp
+    fallback_interval_seconds: float = 60.0  # timestamp mode: re-read from this long before the last change
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "relay"
+    password: str = field(default="", repr=False)
+    server_id: int = 6543  # our id as a replica: must be unique among the server's replicas
+    start: StartConfig = StartConfig()
+    heartbeat_seconds: float = 5.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
+    # How TIMESTAMP values are rendered: "server" (the server's time_zone, followed across DST),
+    # "UTC", an IANA name ("Asia/Shanghai") or a fixed offset ("+08:00").
+    timezone: str = "server"
+    standby: StandbyConfig = StandbyConfig()
+    failover: FailoverConfig = FailoverConfig()
+    tls: TlsConfig = field(default_factory=TlsConfig)  # MySQL TLS for every connection (relay.tls)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def validate_failover(cfg: SourceConfig, path: str = "source") -> None:
+    f = cfg.failover
+    if f.mode not in FAILOVER_MODES:
+        modes = ", ".join(FAILOVER_MODES)
+        raise ConfigError(f"{path}.failover.mode", f"must be one of {modes}, got {f.mode!r}")
+    if f.attempts <= 0:
+        raise ConfigError(f"{path}.failover.attempts", "must be positive")
+    if f.fallback_interval_seconds < 0:
+        raise ConfigError(f"{path}.failover.fallback_interval_seconds", "must not be negative")
+    if bool(cfg.standby.host) and not 0 < cfg.standby.port < 65536:
+        raise ConfigError(f"{path}.standby.port", f"must be a TCP port, got {cfg.standby.port}")
+
+
+# --- ring store --------------------------------------------------------------------------------------
+
+
+class BatchMode(StrEnum):
+    """How ``get`` sizes a batch and whether ``put`` also checks a memory budget (canal's ``batchMode``)."""
+
+    MEMSIZE = "MEMSIZE"
+    ITEMSIZE = "ITEMSIZE"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Ring store settings; canal's defaults. ``batch_mode`` also accepts the plain strings.
+
+    Built directly (tests, ``relay entries``) a wrong value raises ``StoreError``; the config file's
+    validation asks ``store_problems`` and names the key path.
+    """
+
+    buffer_size: int = 16384
+    memunit: int = 1024
+    batch_mode: BatchMode = BatchMode.MEMSIZE
+    ddl_isolation: bool = False
+
+    def __post_init__(self) -> None:
+        for name, problem in store_problems(
+            self.buffer_size, self.memunit, self.batch_mode, self.ddl_isolation
+        ):
+            raise StoreError(f"{name}: {problem}")
+        object.__setattr__(self, "batch_mode", BatchMode(str(self.batch_mode).upper()))
+
+    @property
+    def memory_budget(self) -> int:
+        """Bytes the store may hold before a put waits (MEMSIZE mode)."""
+        return self.buffer_size * self.memunit
+
+
+def store_problems(
+    buffer_size: object, memunit: object, batch_mode: object, ddl_isolation: object
+) -> list[tuple[str, str]]:
+    """(field, problem) for every wrong store setting; empty when they are usable."""
+    out: list[tuple[str, str]] = []
+    for name, value in (("buffer_size", buffer_size), ("memunit", memunit)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            out.append((name, f"must be a positive integer, got {value!r}"))
+    if isinstance(buffer_size, int) and buffer_size > 0 and buffer_size & (buffer_size - 1):
+        out.append(("buffer_size", f"must be a power of two, got {buffer_size}"))
+    if str(batch_mode).upper() not in BatchMode.__members__:
+        modes = ", ".join(m.value for m in BatchMode)
+        out.append(("batch_mode", f"must be one of {modes}, got {batch_mode!r}"))
+    if not isinstance(ddl_isolation, bool):
+        out.append(("ddl_isolation", f"must be true or false, got {ddl_isolation!r}"))
+    return out
+
+
+# --- sink filters -------------------------------------------------------------------------------------
+
+
+def compile_filter(text: str, key: str) -> list[re.Pattern[str]]:
+    """canal's filter syntax: comma-separated regexes over ``schema.table``, case-insensitive."""
+    patterns: list[re.Pattern[str]] = []
+    for raw in (text or "").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            patterns.append(re.compile(item, re.IGNORECASE))
+        except re.error as exc:
+            raise ConfigError(key, f"invalid regex `{item}`: {exc}") from exc
+    return patterns
+
+
+def validate_counter(value: object, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(key, f"must be a whole number >= 0, got {value!r}")
+
+
+# --- high availability ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HAConfig:
+    """The ``ha:`` section of conf/relay.yaml."""
+
+    enabled: bool = False
+    zookeeper: str = "127.0.0.1:2181"  # kazoo connection string host:port[,host:port]
+    root: str = "/canal-relay"
+    session_timeout_seconds: float = 10.0
+    connect_timeout_seconds: float = 10.0
+    member_id: str = ""  # "" : hostname:pid
+
+
+def validate_ha(ha: HAConfig, path: str = "ha") -> None:
+    if not ha.root.startswith("/") or (ha.root.endswith("/") and ha.root != "/"):
+        raise ConfigError(f"{path}.root", f"must be an absolute ZooKeeper path, got {ha.root!r}")
+    if ha.session_timeout_seconds <= 0 or ha.connect_timeout_seconds <= 0:
+        raise ConfigError(f"{path}.session_timeout_seconds", "timeouts must be positive")
+    if ha.member_id and "/" in ha.member_id:
+        raise ConfigError(f"{path}.member_id", f"must not contain '/', got {ha.member_id!r}")
+
+
+# --- metrics ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 0  # 0: no exporter
+    host: str = "127.0.0.1"
+    server_check_seconds: float = 10.0
+    ready_max_lag_seconds: float = 60.0
+
+    def validate(self, path: str = "metrics") -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"{path}.port", f"must be a TCP port or 0 (off), got {self.port}")
+        if self.server_check_seconds <= 0:
+            raise ConfigError(f"{path}.server_check_seconds", "must be positive")
+        if self.ready_max_lag_seconds < 0:
+            raise ConfigError(f"{path}.ready_max_lag_seconds", "must not be negative")
+
+
+# --- kafka --------------------------------------------------------------------------------------------
+
+# librdkafka settings the publisher sets itself; a config that sets them is refused.
+OWNED_KAFKA_KEYS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "message.timeout.ms": "delivery_timeout_s",
+    "delivery.timeout.ms": "delivery_timeout_s",
+    "transactional.id": "the exactly-once publisher (this one is idempotent, not transactional)",
+    "error_cb": "the publisher (it owns the callbacks)",
+    "on_delivery": "the publisher (it owns the callbacks)",
+    "dr_cb": "the publisher (it owns the callbacks)",
+    "dr_msg_cb": "the publisher (it owns the callbacks)",
+}
+
+
+def validate_kafka_settings(settings: Mapping[str, Any], path: str = "kafka.settings") -> None:
+    """Refuse passthrough settings that would weaken ``acks=all`` + idempotence; the error names the key."""
+    for key, owner in OWNED_KAFKA_KEYS.items():
+        if key in settings:
+            raise ConfigError(f"{path}.{key}", f"is set by {owner}; remove it from the kafka settings")
+    for key in ("acks", "request.required.acks"):
+        if key in settings and str(settings[key]).strip().lower() not in ("all", "-1"):
+            raise ConfigError(
+                f"{path}.{key}",
+                f"must be 'all' (the relay acks only what every replica has), got {settings[key]!r}",
+            )
+    if "enable.idempotence" in settings and not _truthy(settings["enable.idempotence"]):
+        raise ConfigError(
+            f"{path}.enable.idempotence", "must be true (per-key order and no duplicates on retry)"
+        )
+    for key in ("retries", "message.send.max.retries"):
+        if key in settings and int(settings[key]) <= 0:
+            raise ConfigError(f"{path}.{key}", "must be positive: the idempotent producer retries internally")
+    for key in ("max.in.flight.requests.per.connection", "max.in.flight"):
+        if key in settings and int(settings[key]) > 5:
+            raise ConfigError(f"{path}.{key}", "must be at most 5 with idempotence (order is kept only then)")
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "on")

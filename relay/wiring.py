@@ -1,0 +1,158 @@
+"""The composition root: the only place that builds the relay's parts from its configuration.
+
+Every choice a config makes between implementations is made here and nowhere else: which position store
+(a file, or a ZooKeeper node fenced by the leadership), which mapping store (the YAML file or a ZooKeeper
+node), the ZooKeeper session they share, the Kafka producer's settings, the canal instance, the metrics
+exporter. ``build_relay`` hands them, built, to ``relay.daemon.pipeline.Relay``, which creates nothing
+of its own. Runs on the thread that starts the relay (the CLI's, a test's, the benchmark worker's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+
+from mapping.model import Mapping
+from mapping.store import FileMappingStore, MappingStore
+from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
+from mapping.watch import MappingWatcher
+from relay.canal.sink import SinkConfig
+from relay.config.load import RelayConfig
+from relay.daemon.metrics import MetricsExporter
+from relay.daemon.pipeline import Relay, RelayParts
+from relay.errors import MappingStoreError
+from relay.ha.leadership import Layout, Leadership, connect
+from relay.kafka.publisher import KafkaPublisher, PublisherConfig, TopicDefaults
+from relay.positions.lock import InstanceLock
+from relay.positions.store import FilePositionStore, PositionStore
+from relay.positions.zookeeper import ZooKeeperPositionStore
+from relay.source.instance import CanalInstance, InstanceConfig
+
+
+# --- mapping store ---------------------------------------------------------------------------------
+def open_mapping_store(kind: str, file: str, zookeeper: ZooKeeperStoreConfig | None = None) -> MappingStore:
+    """The mapping store named by ``kind``: ``file`` (the YAML file) or ``zookeeper`` (a node)."""
+    if kind == "file":
+        return FileMappingStore(file)
+    if kind == "zookeeper":
+        if zookeeper is None:
+            raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
+        return ZooKeeperMappingStore(zookeeper)
+    raise MappingStoreError("mapping.store", f"unknown store {kind!r}; known: file, zookeeper")
+
+
+def mapping_store(config: RelayConfig) -> MappingStore:
+    """The mapping store ``mapping.store`` names (a ZooKeeper store connects here)."""
+    z = config.mapping.zookeeper
+    zk = ZooKeeperStoreConfig(z.hosts, z.path, z.auth, z.timeout_seconds)
+    return open_mapping_store(config.mapping.store, str(config.path(config.mapping.file)), zk)
+
+
+# --- positions -------------------------------------------------------------------------------------
+def position_node(config: RelayConfig) -> str:
+    return Layout(config.ha.root, config.instance).position
+
+
+@contextlib.contextmanager
+def open_positions(config: RelayConfig) -> Iterator[PositionStore]:
+    """The position store ``positions.backend`` names, unfenced: for operators (show, set, status)."""
+    if config.positions.backend == "file":
+        yield FilePositionStore(config.path(config.positions.path))
+        return
+    client = connect(config.ha)
+    try:
+        yield ZooKeeperPositionStore(client, position_node(config))
+    finally:
+        client.stop()
+        client.close()
+
+
+@dataclass
+class _Coordination:
+    """What a relay's config asks of ZooKeeper: leadership (``ha.enabled``) and/or the position node,
+    sharing one session so the position writes are fenced by the leadership's epoch."""
+
+    leadership: Leadership | None
+    positions: PositionStore
+
+
+def _coordination(config: RelayConfig) -> _Coordination:
+    file_store = FilePositionStore(config.path(config.positions.path))
+    if not config.ha.enabled and config.positions.backend != "zookeeper":
+        return _Coordination(None, file_store)
+    client: KazooClient = connect(config.ha)
+    leadership = None
+    if config.ha.enabled:
+        leadership = Leadership(config.ha, config.instance, client, owns_client=True)
+    positions: PositionStore = file_store
+    if config.positions.backend == "zookeeper":
+        positions = ZooKeeperPositionStore(client, position_node(config), fence=leadership)
+    return _Coordination(leadership, positions)
+
+
+# --- the canal instance and Kafka ------------------------------------------------------------------
+def sink_config(config: RelayConfig) -> SinkConfig:
+    f = config.filter
+    return SinkConfig(
+        filter=f.include,
+        black_filter=f.exclude,
+        empty_transaction_interval_ms=f.empty_transaction_interval_ms,
+        empty_transaction_threshold=f.empty_transaction_threshold,
+    )
+
+
+def instance_config(config: RelayConfig) -> InstanceConfig:
+    return InstanceConfig(
+        name=config.instance, source=config.source, store=config.store_config(), sink=sink_config(config)
+    )
+
+
+def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
+    k = config.kafka
+    topics = mapping.topics
+    return PublisherConfig(
+        bootstrap_servers=k.bootstrap_servers,
+        client_id=k.client_id.format(instance=config.instance),
+        kafka=dict(k.settings),
+        delivery_timeout_s=k.delivery_timeout_seconds,
+        dead_letter_topic=k.dead_letter_topic,
+        dead_letter_value_bytes=k.dead_letter_value_bytes,
+        create_topics=topics.create,
+        topic_defaults=TopicDefaults(topics.partitions, topics.replication_factor, topics.topic_config()),
+    )
+
+
+# --- the relay -------------------------------------------------------------------------------------
+def build_relay(
+    config: RelayConfig,
+    mapping: Mapping,
+    *,
+    publisher: KafkaPublisher | None = None,
+    positions: PositionStore | None = None,
+) -> Relay:
+    """The relay the config describes, every part built (``publisher``/``positions``: use these instead)."""
+    coordination = _coordination(config)
+    store = positions or coordination.positions
+    lock = InstanceLock(store.path) if isinstance(store, FilePositionStore) else None
+
+    def watcher(current: Mapping) -> MappingWatcher | None:
+        if not config.mapping.reload:
+            return None
+        return MappingWatcher(
+            mapping_store(config), current, interval_seconds=config.mapping.reload_check_seconds
+        )
+
+    parts = RelayParts(
+        instance=CanalInstance(instance_config(config), store),
+        positions=store,
+        publisher=publisher or KafkaPublisher(publisher_config(config, mapping)),
+        leadership=coordination.leadership,
+        lock=lock,
+        open_watcher=watcher,
+    )
+    relay = Relay(config, mapping, parts)
+    relay.observe(MetricsExporter(config.metrics, relay))
+    return relay
