@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
+from datetime import UTC, tzinfo
 
 from relay.binlog import events as ev
 from relay.binlog import rows
@@ -88,11 +89,15 @@ class BinlogParser:
 
     ``checksum`` is whether events carry a CRC32 trailer until the next FORMAT_DESCRIPTION says
     otherwise (the negotiated ``@master_binlog_checksum``); ``log_file`` the file the first event
-    belongs to when known. Not thread-safe: one reader thread owns it.
+    belongs to when known; ``timestamp_zone`` the zone TIMESTAMP values are rendered in (the server's).
+    Not thread-safe: one reader thread owns it.
     """
 
-    def __init__(self, *, checksum: bool, mariadb: bool, log_file: str = "") -> None:
+    def __init__(
+        self, *, checksum: bool, mariadb: bool, log_file: str = "", timestamp_zone: tzinfo | str = UTC
+    ) -> None:
         self.checksum = checksum
+        self.rows = rows.RowDecoder(timestamp_zone)  # TIMESTAMP rendered in this connection's zone
         self.mariadb = mariadb
         self.log_file = log_file
         self._post_header: dict[int, int] = dict(_DEFAULT_POST_HEADER)
@@ -311,7 +316,7 @@ class BinlogParser:
                 f"{self.log_file}:{header.start}: rows event for table id {table_id} without its TABLE_MAP "
                 "(the stream started inside a transaction?); resume from the transaction's start"
             )
-        decoded = rows.decode_rows(_ROWS_KIND[code], data, p, end, table)
+        decoded = self.rows.decode_rows(_ROWS_KIND[code], data, p, end, table)
         if flags & STMT_END_F:
             # Table ids are valid until the end of the statement; a server re-maps them before the
             # next one, so a stale entry can only hide a missing TABLE_MAP.

@@ -25,8 +25,8 @@ Text forms (canal's, which equal what SELECT returns except where noted):
 * BIT(n): the unsigned decimal integer (canal's ``String.valueOf(long)``; equals ``SELECT col+0``);
 * DATE, DATETIME(fsp), TIME(fsp): as SELECT shows them, exactly fsp fraction digits, negative and
   fractional TIME included (``-00:00:00.500000``), zero dates as ``0000-00-00[ 00:00:00[.000]]``;
-* TIMESTAMP(fsp): stored as seconds since the epoch (UTC); rendered in the zone set with
-  ``set_timestamp_zone`` (default UTC; the binlog source sets the server's ``time_zone`` so the
+* TIMESTAMP(fsp): stored as seconds since the epoch (UTC); rendered in the decoder's zone
+  (``RowDecoder(zone)``, default UTC; the binlog source passes the server's ``time_zone`` so the
   text equals SELECT on the server; canal renders it in the JVM's zone); 0 is ``0000-00-00 00:00:00``;
 * YEAR: ``0000`` for 0, else 1901…2155;
 * CHAR/VARCHAR/TEXT: decoded with the column's charset (``relay.binlog.charsets``); UTF-8 when unknown;
@@ -52,29 +52,43 @@ from relay.errors import DecodeError
 # A value decoder: (event bytes, offset of the value) → (text, offset after it).
 ValueDecoder = Callable[[bytes, int], tuple[str, int]]
 
-_ZONE: tzinfo = UTC
-# The zone's fixed UTC offset in seconds, when it has one (UTC, "+08:00"): a fast path without tzinfo.
-_ZONE_OFFSET: int | None = 0
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DATE_CACHE: dict[int, str] = {}  # days since the epoch → "YYYY-MM-DD" (few distinct days per stream)
 
 
-def set_timestamp_zone(zone: tzinfo | str) -> None:
-    """Choose the zone TIMESTAMP values are rendered in (process-wide; default UTC).
+class TimestampZone:
+    """The zone TIMESTAMP values are rendered in, with a fast path for fixed offsets (UTC, ``+08:00``).
 
-    ``zone`` is a tzinfo, an IANA name (``Asia/Shanghai``) or a MySQL offset (``+08:00``); the
-    binlog source sets the server's ``@@time_zone`` here before it decodes rows (resolving
-    ``SYSTEM`` to the server's ``@@system_time_zone`` itself). Fixed offsets take a fast path.
+    One per decoder (``RowDecoder``): each replication connection renders in its own server's zone, so a
+    failover to a standby in another zone, or two instances in one process, never share it. ``zone`` is
+    a tzinfo, an IANA name (``Asia/Shanghai``) or a MySQL offset (``+08:00``); the binlog source passes
+    the server's ``@@time_zone`` (``SYSTEM`` resolved to ``@@system_time_zone``) or ``source.timezone``.
     """
-    global _ZONE, _ZONE_OFFSET
-    _ZONE = _parse_zone(zone) if isinstance(zone, str) else zone
-    offset = _ZONE.utcoffset(None) if isinstance(_ZONE, timezone) else None
-    _ZONE_OFFSET = int(offset.total_seconds()) if offset is not None else None
 
+    __slots__ = ("offset", "zone")
 
-def timestamp_zone() -> tzinfo:
-    """The zone TIMESTAMP values are currently rendered in."""
-    return _ZONE
+    def __init__(self, zone: tzinfo | str = UTC) -> None:
+        self.zone: tzinfo = _parse_zone(zone) if isinstance(zone, str) else zone
+        fixed = self.zone.utcoffset(None) if isinstance(self.zone, timezone) else None
+        # The zone's fixed UTC offset in seconds when it has one; None: follow its rules (DST).
+        self.offset: int | None = int(fixed.total_seconds()) if fixed is not None else None
+
+    def text(self, seconds: int) -> str:
+        """``YYYY-MM-DD hh:mm:ss`` of a TIMESTAMP's seconds since the epoch, in this zone."""
+        if seconds == 0:
+            return "0000-00-00 00:00:00"
+        if self.offset is None:  # a zone with daylight saving: the slow, general path
+            d = datetime.fromtimestamp(seconds, self.zone)
+            return _DATETIME % (d.year, d.month, d.day, d.hour, d.minute, d.second)
+        days, rest = divmod(seconds + self.offset, 86400)
+        day = _DATE_CACHE.get(days)
+        if day is None:
+            if len(_DATE_CACHE) >= 4096:
+                _DATE_CACHE.clear()
+            day = date.fromordinal(_EPOCH_ORDINAL + days).isoformat()
+            _DATE_CACHE[days] = day
+        hours, rest = divmod(rest, 3600)
+        return _TIME % (day, hours, rest // 60, rest % 60)
 
 
 def _parse_zone(text: str) -> tzinfo:
@@ -190,25 +204,9 @@ def _ymd_text(ymd: int) -> str:
     return text
 
 
-def _timestamp_text(seconds: int) -> str:
-    if seconds == 0:
-        return "0000-00-00 00:00:00"
-    if _ZONE_OFFSET is None:  # a zone with daylight saving: the slow, general path
-        d = datetime.fromtimestamp(seconds, _ZONE)
-        return _DATETIME % (d.year, d.month, d.day, d.hour, d.minute, d.second)
-    days, rest = divmod(seconds + _ZONE_OFFSET, 86400)
-    day = _DATE_CACHE.get(days)
-    if day is None:
-        if len(_DATE_CACHE) >= 4096:
-            _DATE_CACHE.clear()
-        day = date.fromordinal(_EPOCH_ORDINAL + days).isoformat()
-        _DATE_CACHE[days] = day
-    hours, rest = divmod(rest, 3600)
-    return _TIME % (day, hours, rest // 60, rest % 60)
-
-
-def _timestamp2(fsp: int) -> ValueDecoder:
+def _timestamp2(fsp: int, zone: TimestampZone) -> ValueDecoder:
     size, frac = _frac_reader(fsp)
+    _timestamp_text = zone.text
 
     def decode(data: bytes, pos: int) -> tuple[str, int]:
         seconds = int.from_bytes(data[pos : pos + 4], "big")
@@ -267,9 +265,11 @@ def _datetime_old(data: bytes, pos: int) -> tuple[str, int]:
     return text, pos + 8
 
 
-def _timestamp_old(data: bytes, pos: int) -> tuple[str, int]:
-    """Pre-5.6 TIMESTAMP: 4-byte little-endian seconds since the epoch."""
-    return _timestamp_text(int.from_bytes(data[pos : pos + 4], "little")), pos + 4
+def _timestamp_old(zone: TimestampZone) -> ValueDecoder:
+    def decode(data: bytes, pos: int) -> tuple[str, int]:
+        return zone.text(int.from_bytes(data[pos : pos + 4], "little")), pos + 4
+
+    return decode
 
 
 # ---- strings, binaries, enum, set, json -----------------------------------------------------------
@@ -362,15 +362,15 @@ _SIMPLE: dict[int, ValueDecoder] = {
     t.YEAR: _year,
     t.TIME: _time_old,
     t.DATETIME: _datetime_old,
-    t.TIMESTAMP: _timestamp_old,
 }
 _INTS = {t.TINY: "b", t.SHORT: "h", t.LONG: "i", t.LONGLONG: "q"}
 # One shared decoder per integer format: compiled row readers recognise them (``_INLINE``).
 _INT_DECODERS = {f"<{c}": _fixed(f"<{c}") for code in _INTS.values() for c in (code, code.upper())}
 
 
-def value_decoder(column: ColumnMeta) -> ValueDecoder:
-    """The decoder for one column's values, chosen once per table map."""
+def value_decoder(column: ColumnMeta, zone: TimestampZone | None = None) -> ValueDecoder:
+    """The decoder for one column's values, chosen once per table map (TIMESTAMP in ``zone``, UTC if None)."""
+    zone = zone or _UTC
     code, meta = column.type_code, column.meta
     if code in _INTS:
         fmt = _INTS[code]
@@ -383,7 +383,8 @@ def value_decoder(column: ColumnMeta) -> ValueDecoder:
         t.NEWDECIMAL: lambda: _newdecimal(meta),
         t.BIT: lambda: _bit(meta),
         t.DATETIME2: lambda: _datetime2(meta),
-        t.TIMESTAMP2: lambda: _timestamp2(meta),
+        t.TIMESTAMP2: lambda: _timestamp2(meta, zone),
+        t.TIMESTAMP: lambda: _timestamp_old(zone),
         t.TIME2: lambda: _time2(meta),
         t.STRING: lambda: _string(column),
         t.VARCHAR: lambda: _prefixed(1 if meta < 256 else 2, _text_render(column)),
@@ -419,8 +420,8 @@ class _Plan:
 
     __slots__ = ("by_bitmap", "decoders", "full", "ncols", "readers")
 
-    def __init__(self, columns: tuple[ColumnMeta, ...]) -> None:
-        self.decoders = tuple(value_decoder(c) for c in columns)
+    def __init__(self, columns: tuple[ColumnMeta, ...], zone: TimestampZone) -> None:
+        self.decoders = tuple(value_decoder(c, zone) for c in columns)
         self.ncols = len(columns)
         self.full = (1 << self.ncols) - 1
         self.by_bitmap: dict[int, Steps] = {self.full: tuple(enumerate(self.decoders))}
@@ -487,28 +488,50 @@ def _compile_reader(steps: Steps, nulls: int, ncols: int) -> ImageReader:
 
 
 _MAX_CACHED = 2048
-# id(columns) → (columns, plan): the parser shares one columns tuple between the table maps of an
-# unchanged table, so identity finds the plan without hashing; holding the tuple keeps its id from
-# being reused while cached. Equal tuples of other origin are found by value.
-_BY_ID: dict[int, tuple[tuple[ColumnMeta, ...], _Plan]] = {}
-_BY_VALUE: dict[tuple[ColumnMeta, ...], _Plan] = {}
 
 
-def _plan(table: TableMapEvent) -> _Plan:
-    columns = table.columns
-    hit = _BY_ID.get(id(columns))
-    if hit is not None and hit[0] is columns:
-        return hit[1]
-    plan = _BY_VALUE.get(columns)
-    if plan is None:
-        if len(_BY_VALUE) >= _MAX_CACHED:
-            _BY_VALUE.clear()
-        plan = _Plan(columns)
-        _BY_VALUE[columns] = plan
-    if len(_BY_ID) >= _MAX_CACHED:
-        _BY_ID.clear()
-    _BY_ID[id(columns)] = (columns, plan)
-    return plan
+_UTC = TimestampZone(UTC)
+
+
+class RowDecoder:
+    """Decodes the rows of rows events for one replication connection, TIMESTAMP in its ``zone``.
+
+    Holds the compiled plans per table map. The parser shares one columns tuple between the table
+    maps of an unchanged table, so identity (``id``) finds the plan without hashing; holding the tuple
+    keeps its id from being reused while cached. Equal tuples of other origin are found by value. Not
+    thread-safe: owned by the parser, on the reader thread.
+    """
+
+    def __init__(self, zone: TimestampZone | tzinfo | str = UTC) -> None:
+        self.zone = zone if isinstance(zone, TimestampZone) else TimestampZone(zone)
+        self._by_id: dict[int, tuple[tuple[ColumnMeta, ...], _Plan]] = {}
+        self._by_value: dict[tuple[ColumnMeta, ...], _Plan] = {}
+
+    def plan(self, table: TableMapEvent) -> _Plan:
+        columns = table.columns
+        hit = self._by_id.get(id(columns))
+        if hit is not None and hit[0] is columns:
+            return hit[1]
+        plan = self._by_value.get(columns)
+        if plan is None:
+            if len(self._by_value) >= _MAX_CACHED:
+                self._by_value.clear()
+            plan = _Plan(columns, self.zone)
+            self._by_value[columns] = plan
+        if len(self._by_id) >= _MAX_CACHED:
+            self._by_id.clear()
+        self._by_id[id(columns)] = (columns, plan)
+        return plan
+
+    def decode_rows(
+        self, kind: str, data: bytes, pos: int, end: int, table: TableMapEvent
+    ) -> tuple[RowImage, ...]:
+        """Decode the rows part of a rows event.
+
+        ``data[pos:end]`` starts at the column count (after the post-header and, for v2 events, the
+        extra-data block) and ends before the checksum. ``kind`` is INSERT / UPDATE / DELETE.
+        """
+        return _decode_rows(kind, data, pos, end, table, self.plan(table))
 
 
 def _packed_int(data: bytes, pos: int) -> tuple[int, int]:
@@ -539,13 +562,9 @@ def _image(data: bytes, pos: int, steps: Steps, ncols: int) -> tuple[tuple[str |
     return tuple(values), pos
 
 
-def decode_rows(kind: str, data: bytes, pos: int, end: int, table: TableMapEvent) -> tuple[RowImage, ...]:
-    """Decode the rows part of a rows event.
-
-    ``data[pos:end]`` starts at the column count (after the post-header and, for v2 events, the
-    extra-data block) and ends before the checksum. ``kind`` is INSERT / UPDATE / DELETE.
-    """
-    plan = _plan(table)
+def _decode_rows(
+    kind: str, data: bytes, pos: int, end: int, table: TableMapEvent, plan: _Plan
+) -> tuple[RowImage, ...]:
     try:
         ncols, pos = _packed_int(data, pos)
         if ncols > plan.ncols:

@@ -29,7 +29,8 @@ import pymysql
 from relay.binlog.events import BinlogEvent
 from relay.binlog.gtid import GtidSet
 from relay.binlog.parse import BinlogParser
-from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
+from relay.common import mysql
+from relay.common.tls import TlsConfig
 from relay.errors import ConfigError, SourceConnectionError, SourceError
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ BINLOG_THROUGH_GTID = 0x04  # COM_BINLOG_DUMP_GTID flag: the GTID set follows
 # stream has holes (an event's start is not the previous event's end), which hides real gaps.
 BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
 MARIA_SLAVE_CAPABILITY_GTID = 4  # MariaDB: the replica understands GTID events (MARIA_SLAVE_CAPABILITY_MINE)
-ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
-ER_ACCESS_DENIED_ERROR = 1045
 _MAX_PACKET = 0xFFFFFF
 _BUFFER_SIZE = 1 << 20
 _UUID_NAMESPACE = uuid.UUID("6f1c0f5e-2b52-4c33-9a52-0d5c1f0e7a11")
@@ -62,7 +61,9 @@ class StreamConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 30.0  # silence longer than this (no event, no heartbeat) = connection lost
     mariadb: bool | None = None
-    tls: TlsConfig | None = None  # source.tls (relay.tls); None: plain
+    tls: TlsConfig | None = None  # source.tls (relay.common.tls); None: plain
+    # The zone TIMESTAMP values are rendered in: the server's time_zone, or source.timezone.
+    timestamp_zone: str = "UTC"
 
     def __post_init__(self) -> None:
         if not 0 < self.server_id < 2**32:
@@ -83,23 +84,16 @@ class _PyMySQLLink:
     """
 
     def __init__(self, config: StreamConfig) -> None:
-        where = f"{config.host}:{config.port}"
-        try:
-            self._conn = pymysql.connect(
-                host=config.host,
-                port=config.port,
-                user=config.user,
-                password=config.password,
-                connect_timeout=config.connect_timeout,
-                read_timeout=config.read_timeout,
-                write_timeout=config.read_timeout,
-                autocommit=True,
-                charset="utf8mb4",
-                **connect_arguments(config.tls),
-            )
-        except pymysql.err.MySQLError as exc:
-            raise _translate(exc, f"connecting to {where}") from exc
-        ensure_encrypted(self._conn, config.tls, where)
+        self._conn = mysql.connect(
+            config.host,
+            config.port,
+            config.user,
+            config.password,
+            tls=config.tls,
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+            write_timeout=config.read_timeout,
+        )
 
     @property
     def thread_id(self) -> int:
@@ -111,7 +105,7 @@ class _PyMySQLLink:
                 cur.execute(sql, args)
                 return list(cur.fetchall())
         except pymysql.err.MySQLError as exc:
-            raise _translate(exc, f"running {sql!r}") from exc
+            raise mysql.translate(exc, f"running {sql!r}") from exc
 
     def command(self, command: int, payload: bytes) -> None:
         """Send a command that the server answers with OK (COM_REGISTER_SLAVE)."""
@@ -119,7 +113,7 @@ class _PyMySQLLink:
             self._conn._execute_command(command, payload)
             packet = self._conn._read_packet()
         except pymysql.err.MySQLError as exc:
-            raise _translate(exc, f"command 0x{command:02x}") from exc
+            raise mysql.translate(exc, f"command 0x{command:02x}") from exc
         if not packet.is_ok_packet():
             raise SourceError(f"command 0x{command:02x}: the server did not answer OK")
 
@@ -128,7 +122,7 @@ class _PyMySQLLink:
         try:
             self._conn._execute_command(command, payload)
         except pymysql.err.MySQLError as exc:
-            raise _translate(exc, f"dump command 0x{command:02x}") from exc
+            raise mysql.translate(exc, f"dump command 0x{command:02x}") from exc
         sock: socket.socket = self._conn._sock
         return sock
 
@@ -136,14 +130,6 @@ class _PyMySQLLink:
         # Already closed by a lost connection: nothing left to release.
         with contextlib.suppress(pymysql.err.Error):
             self._conn.close()
-
-
-def _translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    message = f"{doing}: {exc.args[1] if len(exc.args) > 1 else exc}"
-    if code in (ER_ACCESS_DENIED_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG):
-        return SourceError(message)
-    return SourceConnectionError(message)
 
 
 class _PacketReader:
@@ -355,7 +341,12 @@ class BinlogStream:
             self.close()
             raise
         self._reader = _PacketReader(sock, self.config.read_timeout)
-        self._parser = BinlogParser(checksum=self._checksum, mariadb=self.mariadb, log_file=file)
+        self._parser = BinlogParser(
+            checksum=self._checksum,
+            mariadb=self.mariadb,
+            log_file=file,
+            timestamp_zone=self.config.timestamp_zone,
+        )
 
     def _stream_error(self, packet: bytes) -> SourceError:
         self.close()
@@ -365,7 +356,7 @@ class BinlogStream:
             if text[:1] == b"#":  # '#' + 5-character SQL state
                 text = text[6:]
             message = f"binlog dump: server error {code}: {text.decode('utf-8', 'replace')}"
-            if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+            if code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG:
                 return SourceError(message)
             return SourceConnectionError(message)
         if packet[0] == 0xFE and len(packet) < 9:

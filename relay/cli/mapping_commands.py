@@ -23,7 +23,8 @@ from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
-from relay.errors import InvalidMappingError, MappingError
+from relay.common import mysql
+from relay.errors import InvalidMappingError, MappingError, SourceError
 from relay.wiring import mapping_store, open_mapping_store
 
 Handler = Callable[[argparse.Namespace, MappingStore], int]
@@ -59,17 +60,17 @@ def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
 
     if args.mysql:
         s = MySQLService.parse(args.mysql)
-        host, port, user, password = s.host, s.port, s.user, s.password
+        host, port, user, password, tls = s.host, s.port, s.user, s.password, None
     elif args.config:
         from relay.config.load import load_config
 
         src = load_config(args.config).source
-        host, port, user, password = src.host, src.port, src.user, src.password
+        host, port, user, password, tls = src.host, src.port, src.user, src.password, src.tls
     else:
         raise MappingError("--mysql", "name a server: --mysql mysql://user:pass@host:port or -c CONFIG")
     marks = ", ".join(["%s"] * len(_SYSTEM_SCHEMAS))
     try:
-        conn = pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=10)
+        conn = mysql.connect(host, port, user, password, tls=tls, connect_timeout=10)
         with contextlib.closing(conn), conn.cursor() as cur:
             cur.execute(
                 "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
@@ -77,7 +78,7 @@ def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
                 _SYSTEM_SCHEMAS,
             )
             return [(str(db), str(table)) for db, table in cur.fetchall()]
-    except pymysql.MySQLError as exc:
+    except (pymysql.MySQLError, SourceError) as exc:
         raise MappingError("--mysql", f"cannot list the tables of {host}:{port}: {exc}") from exc
 
 

@@ -93,6 +93,21 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+def redact_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Client settings (librdkafka's dotted keys) as text, every secret one masked: secret-named keys,
+    every ``sasl.*`` value and private-key material (``ssl.key.*``, ``*.key.pem``)."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        lowered = key.lower()
+        secret = (
+            _is_secret_key(lowered)
+            or lowered.startswith(("sasl.", "ssl.key."))
+            or "key.pem" in lowered
+        )
+        out[key] = MASK if secret else redact(str(value))
+    return out
+
+
 def _is_secret_key(key: str) -> bool:
     return re.search(_SECRET_KEY + r"$", key, re.IGNORECASE) is not None
 

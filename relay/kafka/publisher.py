@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -31,6 +31,7 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from relay.common.redact import redact_settings
 from relay.common.retry import RetryPolicy
 from relay.config.sections import validate_kafka_settings
 from relay.errors import ConfigError, ProducerFatalError, PublishError, RecordRejectedError, RelayError
@@ -66,7 +67,6 @@ _SIZE: frozenset[int] = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.REC
 _FATAL: frozenset[int] = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 
 # librdkafka keys the publisher decides itself; the passthrough dict may not set them.
-_SECRET_MARKERS = ("password", "secret", "key.pem", "token")
 DEAD_LETTER_ERROR = "relay.error"
 DEAD_LETTER_TOPIC = "relay.original.topic"
 DEAD_LETTER_PARTITION = "relay.original.partition"
@@ -137,17 +137,7 @@ class PublisherConfig:
 
     def describe(self) -> dict[str, str]:
         """The librdkafka settings for logs and error messages, secrets redacted."""
-        return redacted(self.producer_settings())
-
-
-def redacted(settings: Mapping[str, Any]) -> dict[str, str]:
-    """``settings`` as text with passwords, secrets and every ``sasl.*`` value replaced by ``***``."""
-    out: dict[str, str] = {}
-    for key, value in settings.items():
-        lowered = key.lower()
-        secret = lowered.startswith("sasl.") or any(m in lowered for m in _SECRET_MARKERS)
-        out[key] = "***" if secret else str(value)
-    return out
+        return redact_settings(self.producer_settings())
 
 
 def classify(error: KafkaError, *, create_topics: bool) -> Verdict:

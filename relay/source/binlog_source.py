@@ -28,7 +28,6 @@ from zoneinfo import ZoneInfo
 
 import pymysql
 
-from relay.binlog import rows
 from relay.binlog.events import (
     BinlogEvent,
     GtidEvent,
@@ -39,9 +38,9 @@ from relay.binlog.events import (
     XidEvent,
 )
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
-from relay.common.tls import connect_arguments, ensure_encrypted
 from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint, SourceIdentity
@@ -94,22 +93,15 @@ class StartPoint:
 
 
 def _connect(cfg: SourceConfig) -> pymysql.connections.Connection:
-    try:
-        conn = pymysql.connect(
-            host=cfg.host,
-            port=cfg.port,
-            user=cfg.user,
-            password=cfg.password,
-            connect_timeout=cfg.connect_timeout,
-            read_timeout=cfg.read_timeout,
-            autocommit=True,
-            charset="utf8mb4",
-            **connect_arguments(cfg.tls),
-        )
-    except pymysql.err.OperationalError as exc:
-        raise SourceConnectionError(f"cannot connect to MySQL at {cfg.address}: {exc}") from exc
-    ensure_encrypted(conn, cfg.tls, cfg.address)
-    return conn
+    return mysql.connect(
+        cfg.host,
+        cfg.port,
+        cfg.user,
+        cfg.password,
+        tls=cfg.tls,
+        connect_timeout=cfg.connect_timeout,
+        read_timeout=cfg.read_timeout,
+    )
 
 
 def _query(conn: Any, sql: str) -> list[tuple[Any, ...]]:
@@ -349,7 +341,15 @@ def _stream_config(cfg: SourceConfig, info: ServerInfo) -> StreamConfig:
         read_timeout=cfg.read_timeout,
         mariadb=info.mariadb,
         tls=cfg.tls,
+        timestamp_zone=timestamp_zone(cfg, info),
     )
+
+
+def timestamp_zone(cfg: SourceConfig, info: ServerInfo) -> str:
+    """The zone TIMESTAMP values are rendered in: the server's (``source.timezone: server``) or the one
+    configured."""
+    tz = cfg.timezone
+    return (info.time_zone or info.time_zone_offset) if tz == "server" else tz
 
 
 def _transactions(
@@ -447,12 +447,7 @@ class BinlogSource:
 
     def check(self) -> ServerInfo:
         self.info = inspect_server(self.config)
-        self._apply_timezone(self.info)
         return self.info
-
-    def _apply_timezone(self, info: ServerInfo) -> None:
-        tz = self.config.timezone
-        rows.set_timestamp_zone((info.time_zone or info.time_zone_offset) if tz == "server" else tz)
 
     def open(self, start: StartPoint) -> None:
         """Start streaming at ``start`` (a GTID set when ``journal`` is empty)."""

@@ -33,9 +33,9 @@ import pymysql
 
 from relay.binlog.events import HeartbeatEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
-from relay.common.tls import connect_arguments, ensure_encrypted
+from relay.common import mysql
 from relay.config.sections import SourceConfig
-from relay.errors import SourceConnectionError, SourceError
+from relay.errors import SourceError
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +92,15 @@ class RetentionProbe:
 
     def _server_state(self) -> tuple[dict[str, str], list[str]]:
         cfg = self.source
-        try:
-            conn = pymysql.connect(
-                host=cfg.host,
-                port=cfg.port,
-                user=cfg.user,
-                password=cfg.password,
-                connect_timeout=cfg.connect_timeout,
-                read_timeout=cfg.read_timeout,
-                autocommit=True,
-                **connect_arguments(cfg.tls),
-            )
-        except pymysql.err.MySQLError as exc:
-            raise SourceConnectionError(f"cannot connect to MySQL at {cfg.address}: {exc}") from exc
-        ensure_encrypted(conn, cfg.tls, cfg.address)
+        conn = mysql.connect(
+            cfg.host,
+            cfg.port,
+            cfg.user,
+            cfg.password,
+            tls=cfg.tls,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+        )
         try:
             with conn.cursor() as cur:
                 cur.execute(

@@ -25,7 +25,6 @@ import pytest
 
 import relay.dev.services as embedded
 from relay.binlog import events as ev
-from relay.binlog import rows as rows_module
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.retry import RetryPolicy
 from relay.config.sections import SourceConfig, StartConfig
@@ -75,14 +74,6 @@ def tuned_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MySQLServ
     directory = tmp_path_factory.mktemp("tuned")
     with start_server(directory, "--default-time-zone=+08:00", tz="Europe/Berlin") as running:
         yield running.service
-
-
-@pytest.fixture(autouse=True)
-def _keep_timestamp_zone() -> Iterator[None]:
-    """``BinlogSource.check`` sets the process-wide TIMESTAMP zone: give other tests theirs back."""
-    old = rows_module.timestamp_zone()
-    yield
-    rows_module.set_timestamp_zone(old)
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from typing import Any
 import pymysql
 import pytest
 
-from relay.binlog import rows as rows_module
 from relay.binlog.events import DELETE, INSERT, UPDATE, RowsEvent, TableMapEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.dev.services import MySQLService
@@ -276,6 +275,7 @@ def _read_rows_events(service: MySQLService, captured: Captured) -> list[RowsEve
         user=service.replication_user,
         password=service.replication_password,
         server_id=4242,
+        timestamp_zone=ZONE,
     )
     events: list[RowsEvent] = []
     deadline = time.monotonic() + 60
@@ -295,12 +295,7 @@ def _read_rows_events(service: MySQLService, captured: Captured) -> list[RowsEve
 
 @pytest.fixture(scope="module")
 def decoded(mysql_service: MySQLService, captured: Captured) -> Iterator[dict[str, list[RowsEvent]]]:
-    old_zone = rows_module.timestamp_zone()
-    rows_module.set_timestamp_zone(ZONE)
-    try:
-        events = _read_rows_events(mysql_service, captured)
-    finally:
-        rows_module.set_timestamp_zone(old_zone)
+    events = _read_rows_events(mysql_service, captured)
     by_kind: dict[str, list[RowsEvent]] = {INSERT: [], UPDATE: [], DELETE: []}
     for event in events:
         by_kind[event.kind].append(event)

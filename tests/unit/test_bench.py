@@ -217,7 +217,7 @@ def test_compiled_row_reader_equals_the_generic_loop() -> None:
         _col(5, t.TINY, unsigned=True),
         _col(6, t.DATE),
     )
-    plan = rows_mod._Plan(columns)
+    plan = rows_mod._Plan(columns, rows_mod.TimestampZone())
     steps = plan.steps(plan.full)
     values: dict[int, bytes] = {
         0: struct.pack("<q", -(2**62)),

@@ -16,6 +16,7 @@ from relay.binlog import events as ev
 from relay.binlog import tablemap
 from relay.binlog.gtid import GtidSet
 from relay.binlog.parse import BinlogParser
+from relay.binlog.rows import RowDecoder
 from relay.binlog.stream import StreamConfig, _PacketReader, encode_mysql_gtid_set
 from relay.errors import ConfigError, DecodeError, SourceConnectionError, SourceError
 
@@ -348,6 +349,20 @@ def rows_body(table_id: int, flags: int, v2: bool, extra: bytes = b"") -> bytes:
     return head + b"ROWS"
 
 
+class FakeRows(RowDecoder):
+    """Records what the parser hands its row decoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, bytes, ev.TableMapEvent]] = []
+
+    def decode_rows(
+        self, kind: str, data: bytes, pos: int, end: int, table: ev.TableMapEvent
+    ) -> tuple[ev.RowImage, ...]:
+        self.seen.append((kind, data[pos:end], table))
+        return (ev.RowImage(None, ("1",)),)
+
+
 @pytest.mark.parametrize(
     ("code", "kind", "v2"),
     [
@@ -358,17 +373,10 @@ def rows_body(table_id: int, flags: int, v2: bool, extra: bytes = b"") -> bytes:
         (25, ev.DELETE, False),
     ],
 )
-def test_rows_event_hands_the_row_part_to_decode_rows(
-    monkeypatch: pytest.MonkeyPatch, code: int, kind: str, v2: bool
-) -> None:
-    seen: list[tuple[str, bytes, ev.TableMapEvent]] = []
-
-    def fake(kind: str, data: bytes, pos: int, end: int, table: ev.TableMapEvent) -> tuple[ev.RowImage, ...]:
-        seen.append((kind, data[pos:end], table))
-        return (ev.RowImage(None, ("1",)),)
-
-    monkeypatch.setattr("relay.binlog.rows.decode_rows", fake)
+def test_rows_event_hands_the_row_part_to_decode_rows(code: int, kind: str, v2: bool) -> None:
     p = parser()
+    p.rows = fake = FakeRows()
+    seen = fake.seen
     tm = p.parse(event(ev.TABLE_MAP_EVENT, table_map_body()), 1)
     e = p.parse(event(code, rows_body(22, 0, v2, extra=b"\x00\x01\x02")), 1)
     assert isinstance(e, ev.RowsEvent) and e.kind == kind and e.table is tm
@@ -376,9 +384,9 @@ def test_rows_event_hands_the_row_part_to_decode_rows(
     assert seen == [(kind, b"ROWS", tm)]
 
 
-def test_rows_event_without_table_map_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("relay.binlog.rows.decode_rows", lambda *a: ())
+def test_rows_event_without_table_map_is_refused() -> None:
     p = parser()
+    p.rows = FakeRows()
     with pytest.raises(SourceError, match="table id 99 without its TABLE_MAP"):
         p.parse(event(ev.WRITE_ROWS_EVENT, rows_body(99, 1, True)), 1)
     # The table map lives until the end of the statement (STMT_END_F), not beyond.

@@ -4,7 +4,7 @@ documented storage formats of each type)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC
 
 import pytest
@@ -20,12 +20,7 @@ HEADER = ev.EventHeader(1_700_000_000, ev.TABLE_MAP_EVENT, 1, 100, 1000, 0, "mys
 UTF8MB4, LATIN1, BINARY = 45, 8, 63
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    old = rows.timestamp_zone()
-    rows.set_timestamp_zone(UTC)
-    yield
-    rows.set_timestamp_zone(old)
+UTC_DECODER = rows.RowDecoder(UTC)
 
 
 def col(
@@ -80,10 +75,10 @@ def body(ncols: int, *images: Sequence[bytes | None], update: bool = False) -> b
     return bytes([ncols]) + cols + (cols if update else b"") + b"".join(image(i) for i in images)
 
 
-def decode_one(column: ColumnMeta, raw: bytes | None) -> str | None:
+def decode_one(column: ColumnMeta, raw: bytes | None, decoder: rows.RowDecoder = UTC_DECODER) -> str | None:
     """The text of one value of one column, through a full INSERT rows body."""
     data = b"\xee" + body(1, [raw]) + b"\xcc\xcc\xcc\xcc"  # a leading byte and a checksum around it
-    (row,) = rows.decode_rows(ev.INSERT, data, 1, len(data) - 4, table(column))
+    (row,) = decoder.decode_rows(ev.INSERT, data, 1, len(data) - 4, table(column))
     assert row.before is None and row.after is not None
     return row.after[0]
 
@@ -186,18 +181,21 @@ def test_zero_datetime2() -> None:
 def test_timestamp2_in_the_chosen_zone() -> None:
     raw = struct.pack(">I", 1_709_210_096) + (123456).to_bytes(3, "big")  # 2024-02-29 12:34:56.123456 UTC
     assert decode_one(col(t.TIMESTAMP2, 6), raw) == "2024-02-29 12:34:56.123456"
-    rows.set_timestamp_zone("+08:00")
-    assert decode_one(col(t.TIMESTAMP2, 6), raw) == "2024-02-29 20:34:56.123456"
-    rows.set_timestamp_zone("-05:30")
-    assert decode_one(col(t.TIMESTAMP2, 0), raw[:4]) == "2024-02-29 07:04:56"
-    rows.set_timestamp_zone("Europe/Berlin")
-    assert decode_one(col(t.TIMESTAMP2, 0), struct.pack(">I", 1_719_662_400)) == "2024-06-29 14:00:00"  # CEST
-    assert decode_one(col(t.TIMESTAMP2, 2), b"\x00\x00\x00\x00\x00") == "0000-00-00 00:00:00.00"
+    shanghai, india = rows.RowDecoder("+08:00"), rows.RowDecoder("-05:30")
+    berlin = rows.RowDecoder("Europe/Berlin")
+    assert decode_one(col(t.TIMESTAMP2, 6), raw, shanghai) == "2024-02-29 20:34:56.123456"
+    assert decode_one(col(t.TIMESTAMP2, 0), raw[:4], india) == "2024-02-29 07:04:56"
+    summer = struct.pack(">I", 1_719_662_400)
+    assert decode_one(col(t.TIMESTAMP2, 0), summer, berlin) == "2024-06-29 14:00:00"  # CEST
+    assert decode_one(col(t.TIMESTAMP2, 2), b"\x00\x00\x00\x00\x00", berlin) == "0000-00-00 00:00:00.00"
+    # Each decoder keeps its own zone: two connections in one process never share it.
+    assert decode_one(col(t.TIMESTAMP2, 6), raw) == "2024-02-29 12:34:56.123456"
+    assert decode_one(col(t.TIMESTAMP2, 6), raw, shanghai) == "2024-02-29 20:34:56.123456"
 
 
 def test_bad_zone_name() -> None:
     with pytest.raises(DecodeError):
-        rows.set_timestamp_zone("Nowhere/Atlantis")
+        rows.RowDecoder("Nowhere/Atlantis")
 
 
 def time2(negative: bool, hms: tuple[int, int, int], usec: int, fsp: int) -> bytes:
@@ -335,7 +333,7 @@ def test_insert_several_rows_with_nulls() -> None:
     r1 = [struct.pack("<i", 1), b"\x03abc", encode_decimal("19.90", 12, 2)]
     r2 = [struct.pack("<i", 2), None, None]
     data = body(3, r1, r2)
-    decoded = rows.decode_rows(ev.INSERT, data, 0, len(data), tbl)
+    decoded = UTC_DECODER.decode_rows(ev.INSERT, data, 0, len(data), tbl)
     assert [r.after for r in decoded] == [("1", "abc", "19.90"), ("2", None, None)]
     assert all(r.before is None for r in decoded)
 
@@ -345,7 +343,7 @@ def test_update_has_before_and_after_images() -> None:
     before = [struct.pack("<i", 1), b"\x03NEW", encode_decimal("1.00", 12, 2)]
     after = [struct.pack("<i", 1), b"\x04PAID", None]
     data = body(3, before, after, update=True)
-    (row,) = rows.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
+    (row,) = UTC_DECODER.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
     assert row.before == ("1", "NEW", "1.00")
     assert row.after == ("1", "PAID", None)
 
@@ -353,7 +351,7 @@ def test_update_has_before_and_after_images() -> None:
 def test_delete_has_only_before() -> None:
     tbl = three_columns()
     data = body(3, [struct.pack("<i", 9), b"\x00", encode_decimal("-0.01", 12, 2)])
-    (row,) = rows.decode_rows(ev.DELETE, data, 0, len(data), tbl)
+    (row,) = UTC_DECODER.decode_rows(ev.DELETE, data, 0, len(data), tbl)
     assert row == ev.RowImage(("9", "", "-0.01"), None)
 
 
@@ -361,7 +359,7 @@ def test_minimal_image_null_bitmap_counts_present_columns_only() -> None:
     tbl = three_columns()
     # Only columns 0 and 2 present; the null bitmap has 2 bits, the 2nd set (column 2 NULL).
     data = bytes([3]) + bitmap([True, False, True]) + bitmap([False, True]) + struct.pack("<i", 5)
-    (row,) = rows.decode_rows(ev.DELETE, data, 0, len(data), tbl)
+    (row,) = UTC_DECODER.decode_rows(ev.DELETE, data, 0, len(data), tbl)
     assert row.before == ("5", None, None)
     # UPDATE with different bitmaps for the two images (before: PK only; after: all columns).
     data = (
@@ -369,7 +367,7 @@ def test_minimal_image_null_bitmap_counts_present_columns_only() -> None:
         + bitmap([False]) + struct.pack("<i", 5)
         + bitmap([False, False, True]) + struct.pack("<i", 5) + b"\x01x"
     )  # fmt: skip
-    (row,) = rows.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
+    (row,) = UTC_DECODER.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
     assert row == ev.RowImage(("5", None, None), ("5", "x", None))
 
 
@@ -378,7 +376,7 @@ def test_wide_table_with_many_nulls() -> None:
     tbl = table(*columns)
     values: list[bytes | None] = [None if i % 3 else bytes([i]) for i in range(70)]
     data = bytes([70]) + bitmap([True] * 70) + image(values)
-    (row,) = rows.decode_rows(ev.INSERT, data, 0, len(data), tbl)
+    (row,) = UTC_DECODER.decode_rows(ev.INSERT, data, 0, len(data), tbl)
     assert row.after == tuple(None if i % 3 else str(i) for i in range(70))
 
 
@@ -386,16 +384,16 @@ def test_truncated_and_overlong_bodies_are_decode_errors() -> None:
     tbl = three_columns()
     good = body(3, [struct.pack("<i", 1), b"\x03abc", encode_decimal("19.90", 12, 2)])
     with pytest.raises(DecodeError):
-        rows.decode_rows(ev.INSERT, good[:-3], 0, len(good) - 3, tbl)
+        UTC_DECODER.decode_rows(ev.INSERT, good[:-3], 0, len(good) - 3, tbl)
     with pytest.raises(DecodeError):
-        rows.decode_rows(ev.INSERT, good + b"\x00", 0, len(good) + 1, tbl)
+        UTC_DECODER.decode_rows(ev.INSERT, good + b"\x00", 0, len(good) + 1, tbl)
     with pytest.raises(DecodeError):
-        rows.decode_rows(ev.INSERT, b"\x05" + good[1:], 0, len(good), tbl)  # more columns than the map
+        UTC_DECODER.decode_rows(ev.INSERT, b"\x05" + good[1:], 0, len(good), tbl)  # more columns than the map
 
 
 def test_plans_are_cached_per_columns_tuple() -> None:
     tbl = three_columns()
     again = TableMapEvent(HEADER, 8, "db", "tbl", tbl.columns)
-    assert rows._plan(tbl) is rows._plan(again)
+    assert UTC_DECODER.plan(tbl) is UTC_DECODER.plan(again)
     equal = TableMapEvent(HEADER, 9, "db", "tbl", tuple(list(tbl.columns)))
-    assert rows._plan(equal) is rows._plan(tbl)
+    assert UTC_DECODER.plan(equal) is UTC_DECODER.plan(tbl)

@@ -1,0 +1,68 @@
+"""The one way this project opens an SQL connection to the source server (PyMySQL), TLS included.
+
+Every connection the relay opens to MySQL — the binlog dump, server checks, the timestamp search, the
+retention probe, ``relay mapping resolve --all`` — goes through ``connect``: ``source.tls`` is honoured
+and verified (``relay.common.tls``), and PyMySQL's errors become the source's own. Runs on the caller's
+thread; the connection belongs to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
+from relay.errors import SourceConnectionError, SourceError
+
+ER_ACCESS_DENIED_ERROR = 1045
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+# Errors that reconnecting cannot repair: a person has to change the account or the position.
+PERMANENT_ERRORS = frozenset({ER_ACCESS_DENIED_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG})
+
+
+def connect(
+    host: str,
+    port: int,
+    user: str,
+    password: str,
+    *,
+    tls: TlsConfig | None,
+    connect_timeout: float = 10.0,
+    read_timeout: float | None = None,
+    write_timeout: float | None = None,
+) -> pymysql.connections.Connection:
+    """An autocommit utf8mb4 connection, encrypted as ``tls`` demands; ``SourceError`` when refused."""
+    where = f"{host}:{port}"
+    try:
+        conn = pymysql.connect(
+            host=host,
+            port=port,
+            user=user,
+            password=password,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            write_timeout=write_timeout,
+            autocommit=True,
+            charset="utf8mb4",
+            **connect_arguments(tls),
+        )
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc, f"cannot connect to MySQL at {where}") from exc
+    ensure_encrypted(conn, tls, where)
+    return conn
+
+
+def translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:
+    """PyMySQL's error as the source's: retriable (``SourceConnectionError``) unless reconnecting
+    cannot help (access denied, the server refusing the binlog position)."""
+    code = error_code(exc)
+    message = f"{doing}: {exc.args[1] if len(exc.args) > 1 else exc}"
+    if code in PERMANENT_ERRORS:
+        return SourceError(message)
+    return SourceConnectionError(message)
+
+
+def error_code(exc: BaseException) -> int:
+    args: Any = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else 0
