@@ -2,7 +2,7 @@
 
 Owns the immutable, versioned ``Mapping`` value and the routing decision ``Mapping.resolve(db, table)``
 that hands a ``Route`` (logical names, topic, key columns, tag, codec) to the relay's router and
-publisher. Pure data, no I/O and no threads of its own: the relay's router thread calls ``resolve``
+publisher. Pure data, no I/O and no threads of its own: the relay's publisher thread calls ``resolve``
 once per row event (answers are cached), the Spark readers use the same value to name topics.
 YAML loading and saving live in ``mapping.load``; templates and static checks in ``mapping.checks``.
 

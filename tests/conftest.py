@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ServiceError
 
@@ -77,7 +77,7 @@ def mysql_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MySQLSer
     elif docker_available():
         yield from _mysql_container()
     else:
-        with embedded.start_mysql(embedded.StartOptions(tmp_path_factory.mktemp("mysql"))) as running:
+        with services.start_mysql(services.StartOptions(tmp_path_factory.mktemp("mysql"))) as running:
             yield running.service
 
 
@@ -87,13 +87,13 @@ def _mysql_container() -> Iterator[MySQLService]:
     except ImportError:
         from testcontainers.mysql import MySqlContainer
 
-    container = MySqlContainer("mysql:8.4", root_password=embedded.ROOT_PASSWORD).with_command(_MYSQL8_FLAGS)
+    container = MySqlContainer("mysql:8.4", root_password=services.ROOT_PASSWORD).with_command(_MYSQL8_FLAGS)
     container.start()
     try:
         port = int(container.get_exposed_port(3306))
-        root = MySQLService(container.get_container_host_ip(), port, "root", embedded.ROOT_PASSWORD, "mysql")
-        embedded.wait_until(lambda: embedded.mysql_answers(root), _READY_TIMEOUT, "MySQL container")
-        yield embedded.create_replication_user(root).with_server_info()
+        root = MySQLService(container.get_container_host_ip(), port, "root", services.ROOT_PASSWORD, "mysql")
+        services.wait_until(lambda: services.mysql_answers(root), _READY_TIMEOUT, "MySQL container")
+        yield services.create_replication_user(root).with_server_info()
     finally:
         container.stop()
 
@@ -119,15 +119,15 @@ def mysql_server_factory(tmp_path: Path) -> Iterator[Callable[..., MySQLService]
     ``mysql_server_factory("--binlog-format=STATEMENT")``. Stopped at the end of the test. Skips the test
     where no ``mariadbd`` is installed (e.g. when the suite runs against servers named in the environment).
     """
-    started: list[embedded.Running[MySQLService]] = []
+    started: list[services.Running[MySQLService]] = []
 
     def start(*extra_args: str) -> MySQLService:
         directory = tmp_path / f"mysql{len(started)}"
         try:
-            embedded.find_binary("mariadbd", "mariadb-server-core")
+            services.find_binary("mariadbd", "mariadb-server-core")
         except ServiceError as exc:
             pytest.skip(str(exc))
-        running = embedded.start_mysql(embedded.StartOptions(directory, extra_args=tuple(extra_args)))
+        running = services.start_mysql(services.StartOptions(directory, extra_args=tuple(extra_args)))
         started.append(running)
         return running.service
 
@@ -149,12 +149,12 @@ def kafka_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSer
     named = os.environ.get("RELAY_TEST_KAFKA")
     if named:
         service = KafkaService.parse(named)
-        embedded.wait_until(lambda: embedded.kafka_answers(service), 30.0, f"broker {named}")
+        services.wait_until(lambda: services.kafka_answers(service), 30.0, f"broker {named}")
         yield service
     elif docker_available():
         yield from _kafka_container()
     else:
-        with embedded.start_kafka(embedded.StartOptions(tmp_path_factory.mktemp("kafka"))) as running:
+        with services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("kafka"))) as running:
             yield running.service
 
 
@@ -168,7 +168,7 @@ def _kafka_container() -> Iterator[KafkaService]:
     container.start(timeout=int(_READY_TIMEOUT))
     try:
         service = KafkaService(container.get_bootstrap_server())
-        embedded.wait_until(lambda: embedded.kafka_answers(service), _READY_TIMEOUT, "Kafka container")
+        services.wait_until(lambda: services.kafka_answers(service), _READY_TIMEOUT, "Kafka container")
         yield service
     finally:
         container.stop()
@@ -185,12 +185,12 @@ def zk_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSe
     named = os.environ.get("RELAY_TEST_ZK")
     if named:
         service = ZooKeeperService.parse(named)
-        embedded.wait_until(lambda: embedded.zookeeper_answers(service), 30.0, f"ZooKeeper {named}")
+        services.wait_until(lambda: services.zookeeper_answers(service), 30.0, f"ZooKeeper {named}")
         yield service
     elif docker_available():
         yield from _zookeeper_container()
     else:
-        with embedded.start_zookeeper(embedded.StartOptions(tmp_path_factory.mktemp("zk"))) as running:
+        with services.start_zookeeper(services.StartOptions(tmp_path_factory.mktemp("zk"))) as running:
             yield running.service
 
 
@@ -202,8 +202,8 @@ def _zookeeper_container() -> Iterator[ZooKeeperService]:
     try:
         port = int(container.get_exposed_port(2181))
         service = ZooKeeperService(f"{container.get_container_host_ip()}:{port}")
-        embedded.wait_until(
-            lambda: embedded.zookeeper_answers(service), _READY_TIMEOUT, "ZooKeeper container"
+        services.wait_until(
+            lambda: services.zookeeper_answers(service), _READY_TIMEOUT, "ZooKeeper container"
         )
         yield service
     finally:

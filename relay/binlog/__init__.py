@@ -4,5 +4,5 @@ framing and parsing (``events``), row images to canal's text values (``rows``, `
 Why our own decoder rather than python-mysql-replication's event classes: canal's text form must be
 exact for every column type (that library mis-decodes negative fractional TIME and empty SET and drops
 compressed events silently), and the per-row path must be fast (it rebuilds every TABLE_MAP and is
-the rate ceiling measured in ENVIRONMENT.md). python-mysql-replication stays the benchmark baseline.
+the rate ceiling ``relay bench`` measures). python-mysql-replication stays the benchmark baseline.
 """

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.errors import RelayError, ServiceError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ _STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True)
-class Record:
+class ServiceRecord:
     """One detached server as ``state.json`` remembers it; ``address`` is the service's text form."""
 
     name: str
@@ -44,20 +44,20 @@ class Record:
     log: str
 
     def alive(self) -> bool:
-        return embedded.pid_alive(self.pid, self.start_time)
+        return services.pid_alive(self.pid, self.start_time)
 
     def answers(self) -> bool:
         if self.name == "mysql":
-            return embedded.mysql_answers(embedded.MySQLService.parse(self.address))
+            return services.mysql_answers(services.MySQLService.parse(self.address))
         if self.name == "kafka":
-            return embedded.kafka_answers(embedded.KafkaService.parse(self.address))
-        return embedded.zookeeper_answers(embedded.ZooKeeperService.parse(self.address))
+            return services.kafka_answers(services.KafkaService.parse(self.address))
+        return services.zookeeper_answers(services.ZooKeeperService.parse(self.address))
 
     def describe(self) -> dict[str, Any]:
         """What a user needs to connect, by service kind."""
         out: dict[str, Any] = {"pid": self.pid, "directory": self.directory, "log": self.log}
         if self.name == "mysql":
-            svc = embedded.MySQLService.parse(self.address)
+            svc = services.MySQLService.parse(self.address)
             out.update(
                 url=svc.url, replication_url=svc.replication_url, flavor=svc.flavor, version=svc.version
             )
@@ -73,18 +73,18 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(chosen).absolute()
 
 
-def load_state(directory: Path) -> dict[str, Record]:
+def load_state(directory: Path) -> dict[str, ServiceRecord]:
     path = directory / _STATE_FILE
     if not path.exists():
         return {}
     try:
         raw = json.loads(path.read_text())
-        return {name: Record(**fields) for name, fields in raw["services"].items()}
+        return {name: ServiceRecord(**fields) for name, fields in raw["services"].items()}
     except (ValueError, KeyError, TypeError) as exc:
         raise ServiceError(f"{path} is not a relay dev state file ({exc}); remove it by hand") from exc
 
 
-def save_state(directory: Path, records: dict[str, Record]) -> None:
+def save_state(directory: Path, records: dict[str, ServiceRecord]) -> None:
     path = directory / _STATE_FILE
     if not records:
         path.unlink(missing_ok=True)
@@ -104,25 +104,27 @@ def locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _starter(name: str) -> Callable[[embedded.StartOptions], embedded.Running[Any]]:
-    starters: dict[str, Callable[[embedded.StartOptions], embedded.Running[Any]]] = {
-        "mysql": embedded.start_mysql,
-        "kafka": embedded.start_kafka,
-        "zk": embedded.start_zookeeper,
+def _starter(name: str) -> Callable[[services.StartOptions], services.Running[Any]]:
+    starters: dict[str, Callable[[services.StartOptions], services.Running[Any]]] = {
+        "mysql": services.start_mysql,
+        "kafka": services.start_kafka,
+        "zk": services.start_zookeeper,
     }
     return starters[name]
 
 
-def _start_one(name: str, directory: Path) -> Record:
+def _start_one(name: str, directory: Path) -> ServiceRecord:
     service_dir = directory / name
     shutil.rmtree(service_dir, ignore_errors=True)  # left over from a server that died without `down`
-    running = _starter(name)(embedded.StartOptions(service_dir, detached=True))
+    running = _starter(name)(services.StartOptions(service_dir, detached=True))
     proc = running.process
-    return Record(name, proc.pid, proc.start_time, str(running.service), str(service_dir), str(proc.log_path))
+    return ServiceRecord(
+        name, proc.pid, proc.start_time, str(running.service), str(service_dir), str(proc.log_path)
+    )
 
 
-def _stop_record(record: Record) -> None:
-    embedded.stop_pid(record.pid, record.start_time)
+def _stop_record(record: ServiceRecord) -> None:
+    services.stop_pid(record.pid, record.start_time)
     shutil.rmtree(record.directory, ignore_errors=True)
 
 
@@ -135,7 +137,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(max_workers=len(SERVICES)) as pool:
             futures = {name: pool.submit(_start_one, name, directory) for name in missing}
         errors: list[str] = []
-        started: dict[str, Record] = {}
+        started: dict[str, ServiceRecord] = {}
         for name, future in futures.items():
             # exception() rather than result(): whatever went wrong, the servers that did start must be
             # stopped below, never left running unrecorded.
@@ -168,10 +170,12 @@ def _parse_only(text: str | None) -> list[str]:
     return [name for name in SERVICES if name in names]
 
 
-def _report(directory: Path, records: dict[str, Record], started: dict[str, Record], as_json: bool) -> None:
+def _report(
+    directory: Path, records: dict[str, ServiceRecord], started: dict[str, ServiceRecord], as_json: bool
+) -> None:
     if as_json:
-        services = {n: {"started": n in started, **r.describe()} for n, r in records.items()}
-        print(json.dumps({"state_dir": str(directory), "services": services}, indent=2))
+        described = {n: {"started": n in started, **r.describe()} for n, r in records.items()}
+        print(json.dumps({"state_dir": str(directory), "services": described}, indent=2))
         return
     for name, record in records.items():
         info = record.describe()
@@ -183,7 +187,7 @@ def _report(directory: Path, records: dict[str, Record], started: dict[str, Reco
     print("\nTo run the tests against these servers:")
     env = {"mysql": "RELAY_TEST_MYSQL", "kafka": "RELAY_TEST_KAFKA", "zk": "RELAY_TEST_ZK"}
     for name, record in records.items():
-        value = embedded.MySQLService.parse(record.address).url if name == "mysql" else record.address
+        value = services.MySQLService.parse(record.address).url if name == "mysql" else record.address
         print(f"  export {env[name]}='{value}'")
     print(f"\nState in {directory}; stop everything with: relay dev down")
 
@@ -208,7 +212,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_dev_status(args: argparse.Namespace) -> int:
     directory = state_dir(args)
     records = load_state(directory)  # no lock: state.json is replaced atomically, and status writes nothing
     rows: dict[str, dict[str, Any]] = {}
@@ -266,7 +270,7 @@ def add_dev_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         description="Show each recorded server and whether it answers. Exit status: 0 all answer, "
         "1 some server is dead or not answering, 3 nothing is recorded.",
     )
-    status.set_defaults(func=cmd_status)
+    status.set_defaults(func=cmd_dev_status)
     for sub in (up, down, status):
         sub.add_argument("--json", action="store_true", help="print one machine-readable JSON object")
 

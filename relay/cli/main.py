@@ -1,7 +1,8 @@
-"""The ``relay`` command line. The only place that prints to the terminal and handles signals.
+"""The ``relay`` command line: the parser and the ``run``, ``status``, ``entries`` and ``demo`` commands.
 
-Subcommands: ``demo`` (the README's main command), ``entries`` (read a server's binlog as canal
-entries), ``dev`` (local services for development and tests).
+The CLI is the only code that handles signals, and the only production code that prints for people (the
+demo and the benchmarks in ``relay.dev`` print their own progress). Command groups live beside it:
+``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
     bench.add_argument("--records", type=int, default=200_000)
     bench.add_argument("--runs", type=int, default=5)
-    bench.set_defaults(func=cmd_bench)
+    bench.set_defaults(func=cmd_spark_bench)
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
@@ -88,7 +88,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_spark_bench(args: argparse.Namespace) -> int:
     from relay.spark.bench import main as bench_main
 
     return bench_main(["--records", str(args.records), "--runs", str(args.runs)])

@@ -1,6 +1,7 @@
 """Prometheus metrics and the ``/health`` and ``/ready`` endpoints of a running relay.
 
-Owned here: ``MetricsConfig`` (the ``metrics:`` section), ``MetricsExporter`` and its collector.
+Owned here: ``MetricsExporter`` (a ``RelayObserver``) and its collector; the ``metrics:`` settings are
+``relay.config.sections.MetricsConfig``.
 Threads: ``Relay.run`` (the publisher thread) starts and stops the exporter and reports each batch sent
 and acknowledged (``batch_sent`` / ``batch_acked``: the publish latency histogram). The HTTP server
 runs on a thread of its own; every scrape reads the relay's live state there — ``RelayStats``, the

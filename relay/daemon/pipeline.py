@@ -1,10 +1,12 @@
-"""The relay: the one place that wires the canal instance, the mapping, the codecs and Kafka together.
+"""The relay's publish loop: canal instance → mapping → codecs → Kafka → ack → saved position.
+
+It builds none of its parts: ``relay.wiring`` makes them from the config and hands them in (``RelayParts``).
 
 Threads: the canal instance's parser thread fills the ring store; ``Relay.run`` is the publisher
 thread. It takes batches from the store (``get_without_ack``), encodes every row change into records
 under the current mapping, sends them, and acknowledges a batch to the store — which saves the
 resume point — only once Kafka has accepted every record of it and of every batch before it
-(``KafkaPublisher.completed_prefix``). That is the relay contract of ARCHITECTURE.md:
+(``KafkaPublisher.completed_prefix``). That is the relay contract (docs/architecture.md, "Invariants"):
 
 - no loss: nothing is acked past an undelivered record; a retriable failure aborts the batches in
   flight, rolls the store back and resends after a backoff (``publish.retry``);

@@ -5,7 +5,7 @@ every row of a table (logical names, ``pkNames``, ``sqlType``, ``mysqlType``, th
 source block) is serialized once per (route, columns) into a ``JsonTable``; what is the same for every row
 of one entry (type, event time, GTID, binlog position) once per entry into a ``JsonEntry``; per row only
 the row's values (one C-encoder call), the previous values of an UPDATE, the sequence and the row index
-are encoded. ``relay.kafka.codec`` calls this on the router thread and hands the bytes to the publisher.
+are encoded. ``relay.kafka.codec`` calls this on the publisher thread and hands the bytes to the publisher.
 
 Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
 

@@ -2,7 +2,7 @@
 
 Owned here: turning one row (or one DDL) of an Entry into the bytes canal's own Kafka consumer decodes —
 ``Packet{type=MESSAGES, version=1, compression=NONE, body=Messages{batch_id, messages=[Entry]}}``.
-``relay.kafka.codec`` calls this on the router thread and hands the bytes to the publisher.
+``relay.kafka.codec`` calls this on the publisher thread and hands the bytes to the publisher.
 
 - ``batch_id`` is our sequence (stable across re-publication; canal's restarts at 1).
 - The Entry is the row's entry narrowed to that one row: a RowChange with one RowData, the header's

@@ -2,7 +2,7 @@
 
 Owns one idempotent confluent-kafka ``Producer`` (always ``enable.idempotence=true``, ``acks=all``), an
 ``AdminClient`` for topic checks and creation, the cache of known topics and their partition counts, and
-the window of batches in flight. The relay contract it serves (ARCHITECTURE.md): a batch may be acked to
+the window of batches in flight. The relay contract it serves (docs/architecture.md): a batch may be acked to
 the ring store, and its position saved, only once EVERY record of it has been delivered; batches may be
 pipelined, but only a *prefix* of fully delivered batches is ever handed back (``completed_prefix``).
 

@@ -8,7 +8,7 @@ entry builder numbers a transaction's entries the same way every time (``Entry.t
 
 ``resume_after(entry)`` computes the point after an acknowledged entry. ``FilePositionStore`` writes
 it atomically (temp file, fsync, rename, fsync of the directory) as readable JSON. Other backends
-(ZooKeeper, Kafka) implement the same ``PositionStore`` protocol and pass the same contract tests.
+(ZooKeeper) implement the same ``PositionStore`` protocol and pass the same contract tests.
 """
 
 from __future__ import annotations

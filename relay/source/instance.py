@@ -38,7 +38,7 @@ PUT_BURST = 256  # most entries put into the store in one call
 
 @dataclass(frozen=True)
 class InstanceConfig:
-    """Everything one canal instance needs; built from the YAML config by ``relay.config.load``."""
+    """Everything one canal instance needs; built from the YAML config by ``relay.wiring``."""
 
     name: str = "default"
     source: SourceConfig = field(default_factory=SourceConfig)

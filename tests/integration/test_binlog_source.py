@@ -23,11 +23,11 @@ from typing import Any
 import pymysql
 import pytest
 
-import relay.dev.services as embedded
 from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.retry import RetryPolicy
 from relay.config.sections import SourceConfig, StartConfig
+from relay.dev import services
 from relay.dev.services import MySQLService
 from relay.errors import ServiceError, SourceError
 from relay.positions.store import ResumePoint
@@ -46,15 +46,15 @@ FAST_RETRY = RetryPolicy(initial=0.05, maximum=0.5, jitter=0.0, deadline=30.0)
 # --- servers ---------------------------------------------------------------------------------------
 
 
-def start_server(directory: Path, *args: str, tz: str | None = None) -> embedded.Running[MySQLService]:
+def start_server(directory: Path, *args: str, tz: str | None = None) -> services.Running[MySQLService]:
     try:
-        embedded.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd", "mariadb-server-core")
     except ServiceError as exc:
         pytest.skip(str(exc))
     with pytest.MonkeyPatch.context() as mp:
         if tz is not None:
             mp.setenv("TZ", tz)  # inherited by mariadbd: its SYSTEM zone (this process never calls tzset)
-        return embedded.start_mysql(embedded.StartOptions(directory, extra_args=args))
+        return services.start_mysql(services.StartOptions(directory, extra_args=args))
 
 
 @pytest.fixture(scope="module")
@@ -630,7 +630,7 @@ WINTER, SUMMER = "2024-01-15 12:00:00", "2024-07-15 12:00:00"
 
 def load_zone(svc: MySQLService, file: str, name: str) -> None:
     """Load one zone from the system tz database into the server's tz tables, under ``name``."""
-    tool = embedded.find_binary("mariadb-tzinfo-to-sql", "mariadb-server-core")
+    tool = services.find_binary("mariadb-tzinfo-to-sql", "mariadb-server-core")
     sql = subprocess.run([tool, f"/usr/share/zoneinfo/{file}", name], capture_output=True, check=True).stdout
     client_flag = pymysql.constants.CLIENT.MULTI_STATEMENTS
     with (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import MySQLService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import read_topic
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def _servers_installed() -> None:
     try:
-        embedded.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd", "mariadb-server-core")
     except ServiceError as exc:
         pytest.skip(str(exc))
 
@@ -108,7 +108,7 @@ def test_demo_relays_the_sharded_sample_shows_every_topic_and_leaves_nothing_beh
         pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", out)]
         assert len(pids) == 2, out  # MariaDB and the broker; the relay ran in the demo's own process
         assert processes_in(workdirs[0]) == []
-        assert [pid for pid in pids if embedded.proc_start_time(pid) is not None] == []
+        assert [pid for pid in pids if services.proc_start_time(pid) is not None] == []
         assert not workdirs[0].exists()
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import (
@@ -38,8 +38,8 @@ SHARDS, TABLES = 2, 2
 
 @dataclass
 class Pair:
-    primary: embedded.Running[MySQLService]
-    replica: embedded.Running[MySQLService]
+    primary: services.Running[MySQLService]
+    replica: services.Running[MySQLService]
 
 
 def _gtid_pos(service: MySQLService, variable: str) -> str:
@@ -58,12 +58,12 @@ def caught_up(pair: Pair) -> bool:
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[Pair]:
     try:
-        embedded.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd", "mariadb-server-core")
     except ServiceError as exc:
         pytest.skip(str(exc))
-    primary = embedded.start_mysql(embedded.StartOptions(tmp_path / "primary"))
-    replica = embedded.start_mysql(
-        embedded.StartOptions(tmp_path / "replica", extra_args=("--server-id=2", "--log-slave-updates"))
+    primary = services.start_mysql(services.StartOptions(tmp_path / "primary"))
+    replica = services.start_mysql(
+        services.StartOptions(tmp_path / "replica", extra_args=("--server-id=2", "--log-slave-updates"))
     )
     try:
         p = primary.service

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-import relay.dev.services as embedded
 from relay.config.sections import HAConfig
+from relay.dev import services
 from relay.dev.services import KafkaService, ZooKeeperService
 from relay.errors import LeadershipError, ServiceError
 from relay.ha.leadership import Layout, Leadership
@@ -192,7 +192,7 @@ def relay_status(cfg: Path) -> dict[str, Any]:
 
 def test_a_suspended_session_fences_the_leader_before_anyone_else_can_lead(tmp_path: Path) -> None:
     try:
-        running = embedded.start_zookeeper(embedded.StartOptions(tmp_path / "zk"))
+        running = services.start_zookeeper(services.StartOptions(tmp_path / "zk"))
     except ServiceError as exc:
         pytest.skip(f"no embedded ZooKeeper to freeze: {exc}")
     try:

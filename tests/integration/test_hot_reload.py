@@ -216,11 +216,11 @@ def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
 @pytest.fixture()
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A broker of this test alone: freezing it must not stall the session's shared broker."""
-    import relay.dev.services as embedded
+    from relay.dev import services
     from relay.errors import ServiceError
 
     try:
-        running = embedded.start_kafka(embedded.StartOptions(tmp_path_factory.mktemp("reload-broker")))
+        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("reload-broker")))
     except ServiceError as exc:
         pytest.skip(f"no embedded broker to freeze: {exc}")
     yield running

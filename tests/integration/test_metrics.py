@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.errors import ServiceError
 from tests.integration.relay_harness import (
@@ -96,10 +96,10 @@ def relay_account(mysql_service: Any) -> Iterator[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.Running[KafkaService]]:
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Running[KafkaService]]:
     """A broker for this module alone: freezing it must not stall the session's shared broker."""
     try:
-        running = embedded.start_kafka(embedded.StartOptions(tmp_path_factory.mktemp("metrics-broker")))
+        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("metrics-broker")))
     except ServiceError as exc:
         pytest.skip(f"no embedded broker to freeze: {exc}")
     yield running
@@ -112,7 +112,7 @@ def _configure(
     prefix, user, password = account
     monkeypatch.setenv("RELAY_TEST_MYSQL_PASSWORD", password)  # the relay child inherits it
     monkeypatch.setenv("RELAY_TEST_KAFKA_PASSWORD", KAFKA_SECRET)
-    port = embedded.free_port()
+    port = services.free_port()
     cfg = write_configs(
         tmp,
         mysql=mysql,
@@ -153,7 +153,7 @@ def _mapping(prefix: str) -> dict[str, Any]:
 
 def test_lag_rises_while_the_broker_is_frozen_and_falls_after_and_no_secret_leaks(
     mysql_service: Any,
-    own_broker: embedded.Running[KafkaService],
+    own_broker: services.Running[KafkaService],
     relay_account: tuple[str, str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

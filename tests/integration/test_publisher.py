@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.errors import ConfigError, PublishError, RecordRejectedError, ServiceError
 from relay.kafka.partitioner import partition_for_key
@@ -125,7 +125,7 @@ def topics_on(service: KafkaService) -> set[str]:
 def create_topic(service: KafkaService, topic: str, partitions: int) -> None:
     admin = AdminClient(service.client_config())  # kept referenced until the result is in
     admin.create_topics([NewTopic(topic, partitions, -1)])[topic].result(30)
-    embedded.wait_until(lambda: topic in topics_on(service), 30, f"topic {topic}")
+    services.wait_until(lambda: topic in topics_on(service), 30, f"topic {topic}")
 
 
 def keyed(topic: str, batch: int, n: int) -> list[Record]:
@@ -290,17 +290,17 @@ class OwnTansu:
         except (ImportError, RuntimeError, OSError) as exc:
             pytest.skip(f"no Tansu broker: {exc}")
         self.directory = directory
-        self.port = embedded.free_port()
-        self.service = KafkaService(f"{embedded.LOOPBACK}:{self.port}")
-        self.process: embedded.ServiceProcess | None = None
+        self.port = services.free_port()
+        self.service = KafkaService(f"{services.LOOPBACK}:{self.port}")
+        self.process: services.ServiceProcess | None = None
 
     def start(self) -> None:
-        url = f"tcp://{embedded.LOOPBACK}:{self.port}"
+        url = f"tcp://{services.LOOPBACK}:{self.port}"
         argv = [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
         argv += ["--storage-engine", "memory://tansu/"]
-        self.process = embedded.spawn("tansu", argv, self.directory / "broker.log", detached=False,
+        self.process = services.spawn("tansu", argv, self.directory / "broker.log", detached=False,
                                       cwd=self.directory)  # fmt: skip
-        embedded.wait_until(lambda: embedded.kafka_answers(self.service), 60, "tansu", self.process)
+        services.wait_until(lambda: services.kafka_answers(self.service), 60, "tansu", self.process)
 
     def kill(self) -> None:
         assert self.process is not None

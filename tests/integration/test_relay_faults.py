@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-import relay.dev.services as embedded
 from relay.config.load import load_config
+from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.errors import ServiceError
 from relay.kafka.codec import sequence
@@ -149,10 +149,10 @@ def case(mysql_service: Any, kafka_service: KafkaService, tmp_path: Path) -> Ite
 
 
 @pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.Running[KafkaService]]:
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Running[KafkaService]]:
     """A Tansu broker for this module alone: freezing it must not stall the session's shared broker."""
     try:
-        running = embedded.start_kafka(embedded.StartOptions(tmp_path_factory.mktemp("frozen-broker")))
+        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("frozen-broker")))
     except ServiceError as exc:
         pytest.skip(f"no embedded broker to freeze: {exc}")
     yield running
@@ -292,7 +292,7 @@ def test_sigterm_under_load_exits_0_at_a_boundary_fully_in_kafka(case: Case, sig
 
 
 def test_a_frozen_broker_is_waited_out_with_a_full_store_and_nothing_lost(
-    case: Case, own_broker: embedded.Running[KafkaService]
+    case: Case, own_broker: services.Running[KafkaService]
 ) -> None:
     case = replace(case, bootstrap=own_broker.service.bootstrap_servers)
     # Deliveries time out during the freeze: the relay rolls back and resends, and still loses nothing.

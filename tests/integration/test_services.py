@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from kazoo.client import KazooClient
 
-import relay.dev.services as embedded
+from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ConfigError, ServiceError
 
@@ -119,12 +119,12 @@ def test_extra_server_options_make_a_misconfigured_server(
 
 def test_failed_start_reports_the_server_log(tmp_path: Path) -> None:
     try:
-        embedded.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd", "mariadb-server-core")
     except ServiceError as exc:
         pytest.skip(str(exc))
-    opts = embedded.StartOptions(tmp_path / "bad", extra_args=("--no-such-option=1",))
+    opts = services.StartOptions(tmp_path / "bad", extra_args=("--no-such-option=1",))
     with pytest.raises(ServiceError, match="no-such-option"):
-        embedded.start_mysql(opts)
+        services.start_mysql(opts)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -189,9 +189,9 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert set(services) == {"mysql", "kafka", "zk"}
         recorded = json.loads((state_dir / "state.json").read_text())["services"]
         pids = [(rec["pid"], rec["start_time"]) for rec in recorded.values()]
-        assert all(embedded.pid_alive(pid, start) for pid, start in pids)
+        assert all(services.pid_alive(pid, start) for pid, start in pids)
         # The servers outlive `up`, are in their own sessions, and answer.
-        assert embedded.mysql_answers(MySQLService.parse(services["mysql"]["replication_url"]))
+        assert services.mysql_answers(MySQLService.parse(services["mysql"]["replication_url"]))
 
         status = _dev(state_dir, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
@@ -201,27 +201,27 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         down = _dev(state_dir, "down", "--json")
         assert down.returncode == 0, down.stderr
         assert sorted(json.loads(down.stdout)["stopped"]) == ["kafka", "mysql", "zk"]
-        assert not any(embedded.pid_alive(pid, start) for pid, start in pids)
+        assert not any(services.pid_alive(pid, start) for pid, start in pids)
         assert not state_dir.exists() or not any(state_dir.iterdir())
         assert _dev(state_dir, "status").returncode == 3
     finally:
         for pid, start in pids:  # never leave servers behind, even when an assertion failed
-            embedded.stop_pid(pid, start, timeout=5.0)
+            services.stop_pid(pid, start, timeout=5.0)
 
 
-@pytest.mark.parametrize("start", [embedded.start_mysql, embedded.start_kafka, embedded.start_zookeeper])
+@pytest.mark.parametrize("start", [services.start_mysql, services.start_kafka, services.start_zookeeper])
 def test_a_port_taken_before_the_server_binds_it_is_retried(
-    start: Callable[[embedded.StartOptions], embedded.Running[Any]],
+    start: Callable[[services.StartOptions], services.Running[Any]],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with socket.socket() as squatter:
-        squatter.bind((embedded.LOOPBACK, 0))
+        squatter.bind((services.LOOPBACK, 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
-        ports = iter([taken, embedded.free_port()])
-        monkeypatch.setattr(embedded, "free_port", lambda: next(ports))
-        with start(embedded.StartOptions(tmp_path / "svc")) as running:
+        ports = iter([taken, services.free_port()])
+        monkeypatch.setattr(services, "free_port", lambda: next(ports))
+        with start(services.StartOptions(tmp_path / "svc")) as running:
             assert str(taken) not in str(running.service)
             assert running.process.alive()
         assert not running.process.alive()

@@ -264,7 +264,7 @@ def _stock_stream(spec: dict[str, Any]) -> Any:
         log_pos=int(spec["start"][1]),
         resume_stream=True,
         blocking=True,
-        is_mariadb=False,  # file/pos resume works on MariaDB only this way (ENVIRONMENT.md)
+        is_mariadb=False,  # file/pos resume works on MariaDB only this way (found by trying)
     )
 
 
