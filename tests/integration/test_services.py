@@ -185,13 +185,13 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     pids: list[tuple[int, int]] = []
     try:
         assert up.returncode == 0, up.stderr
-        services = json.loads(up.stdout)["services"]
-        assert set(services) == {"mysql", "kafka", "zk"}
+        started = json.loads(up.stdout)["services"]
+        assert set(started) == {"mysql", "kafka", "zk"}
         recorded = json.loads((state_dir / "state.json").read_text())["services"]
         pids = [(rec["pid"], rec["start_time"]) for rec in recorded.values()]
         assert all(services.pid_alive(pid, start) for pid, start in pids)
         # The servers outlive `up`, are in their own sessions, and answer.
-        assert services.mysql_answers(MySQLService.parse(services["mysql"]["replication_url"]))
+        assert services.mysql_answers(MySQLService.parse(started["mysql"]["replication_url"]))
 
         status = _dev(state_dir, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
