@@ -19,8 +19,10 @@ from collections.abc import Callable
 
 from relay.binlog import events as ev
 from relay.binlog import rows
+from relay.binlog.serialization import Kind, read_message, read_varlen
 from relay.binlog.tablemap import TableMapBody, parse_table_map, read_lenenc
 from relay.errors import DecodeError, SourceError
+from relay.gtid import GtidSet
 
 HEADER_LEN = 19
 _HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, log_pos, flags
@@ -36,6 +38,18 @@ CHECKSUM_CRC32 = 1
 STMT_END_F = 0x0001  # rows event flag: last rows event of a statement (MySQL Rows_event::STMT_END_F)
 _FL_STANDALONE = 0x01  # MariaDB GTID flags2 (MariaDB "GTID_EVENT" page)
 _FL_DDL = 0x20
+
+# GTID_TAGGED_LOG_EVENT fields by id (mysql-server control_events.h, Gtid_event::define_fields):
+# flags, uuid, gno, tag, last_committed, sequence_number, immediate/original commit timestamps,
+# transaction_length, immediate/original server versions, commit group ticket.
+_TAGGED_GTID_FIELDS = (
+    Kind.UNSIGNED, Kind.BYTES16, Kind.SIGNED, Kind.STRING, Kind.SIGNED, Kind.SIGNED,
+    Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED,
+)  # fmt: skip
+_TAG_MAX = 32  # mysql::gtid::tag_max_length
+# The 8-byte sid count of an encoded GTID set (rpl_gtid_set.cc encode_nsids_format): the format in
+# the high byte; the tagged format (1) repeats it in the low byte and keeps the count in between.
+_GTID_FORMAT_UNTAGGED, _GTID_FORMAT_TAGGED = 0, 1
 
 # Post-header lengths of binlog v4 for the events we read; a FORMAT_DESCRIPTION replaces them.
 _DEFAULT_POST_HEADER = {
@@ -103,6 +117,7 @@ class BinlogParser:
             ev.QUERY_EVENT: self._query,
             ev.XID_EVENT: self._xid,
             ev.GTID_LOG_EVENT: self._mysql_gtid,
+            ev.GTID_TAGGED_LOG_EVENT: self._tagged_gtid,
             ev.ANONYMOUS_GTID_LOG_EVENT: self._anonymous_gtid,
             ev.PREVIOUS_GTIDS_LOG_EVENT: self._previous_gtids,
             ev.MARIADB_GTID_EVENT: self._mariadb_gtid,
@@ -217,21 +232,17 @@ class BinlogParser:
         # A transaction start on a server with gtid_mode=OFF: a GTID event with no GTID.
         return ev.GtidEvent(header, "", mariadb=False)
 
+    def _tagged_gtid(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
+        # MySQL 8.3+ writes a GTID with a tag as a serialized message (no post-header).
+        values = read_message(data, body, end, _TAGGED_GTID_FIELDS)
+        uuid, gno, tag = values[1], values[2], values[3]
+        if not isinstance(uuid, bytes) or not isinstance(gno, int) or not isinstance(tag, bytes):
+            raise DecodeError("GTID_TAGGED_LOG_EVENT lacks its uuid, number or tag")
+        text = f"{format_uuid(uuid)}:{_tag_text(tag)}:{gno}" if tag else f"{format_uuid(uuid)}:{gno}"
+        return ev.GtidEvent(header, text, mariadb=False)
+
     def _previous_gtids(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
-        (n_sids,) = _U64.unpack_from(data, body)
-        p = body + 8
-        parts = []
-        for _ in range(n_sids):
-            uuid = format_uuid(data[p : p + 16])
-            (n_intervals,) = _U64.unpack_from(data, p + 16)
-            p += 24
-            ranges = []
-            for _ in range(n_intervals):
-                lo, hi = struct.unpack_from("<QQ", data, p)  # hi is exclusive
-                p += 16
-                ranges.append(str(lo) if hi - 1 == lo else f"{lo}-{hi - 1}")
-            parts.append(":".join([uuid, *ranges]))
-        return ev.GtidSetEvent(header, ",".join(parts), mariadb=False)
+        return ev.GtidSetEvent(header, str(decode_mysql_gtid_set(data, body, end)), mariadb=False)
 
     def _mariadb_gtid(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
         seq_no, domain, flags2 = _MARIA_GTID.unpack_from(data, body)
@@ -317,6 +328,52 @@ class BinlogParser:
             # next one, so a stale entry can only hide a missing TABLE_MAP.
             self._tables.clear()
         return ev.RowsEvent(header, _ROWS_KIND[code], table, decoded)
+
+
+def _tag_text(raw: bytes) -> str:
+    """A GTID tag as MySQL validates it (``Tag::from_cstring``): letters, digits, '_', lower-cased."""
+    tag = raw.decode("ascii", "replace").lower()
+    if len(tag) > _TAG_MAX or not GtidSet.is_tag(tag):
+        raise DecodeError(f"invalid GTID tag {raw!r}")
+    return tag
+
+
+def decode_mysql_gtid_set(data: bytes, pos: int, end: int) -> GtidSet:
+    """An encoded MySQL GTID set (PREVIOUS_GTIDS body, COM_BINLOG_DUMP_GTID) at ``data[pos:end]``.
+
+    Layout (rpl_gtid_set.cc ``Gtid_set::encode``): the sid count word, then per (uuid, tag): the
+    16-byte uuid, in the tagged format the tag (varlen length + bytes; empty for untagged GTIDs),
+    the interval count (8 bytes), and the intervals as (start, end exclusive), 8 bytes each.
+    """
+    (word,) = _U64.unpack_from(data, pos)
+    gtid_format = word >> 56
+    if gtid_format == _GTID_FORMAT_TAGGED:
+        count = (word >> 8) & 0xFFFFFFFFFFFF
+    elif gtid_format == _GTID_FORMAT_UNTAGGED:
+        count = word & 0x00FFFFFFFFFFFFFF
+    else:
+        raise DecodeError(f"unknown GTID set format {gtid_format}")
+    p = pos + 8
+    out = GtidSet(mariadb=False)
+    for _ in range(count):
+        uuid = format_uuid(data[p : p + 16])
+        p += 16
+        tag = ""
+        if gtid_format == _GTID_FORMAT_TAGGED:
+            size, p = read_varlen(data, p, end)
+            tag = _tag_text(data[p : p + size]) if size else ""
+            p += size
+        (n_intervals,) = _U64.unpack_from(data, p)
+        p += 8
+        for _ in range(n_intervals):
+            lo, hi = struct.unpack_from("<QQ", data, p)  # hi is exclusive
+            p += 16
+            if not 0 < lo < hi:
+                raise DecodeError(f"bad GTID interval [{lo}, {hi}) for {uuid}")
+            out.add_interval((uuid, tag), lo, hi - 1)
+    if p > end:
+        raise DecodeError("encoded GTID set runs past the end of the event")
+    return out
 
 
 def _checksum_aware(version: str) -> bool:
