@@ -293,7 +293,7 @@ class BinlogParser:
         decoded = self._decoded.get(key)
         if decoded is None:
             id_len = 4 if self._post_header.get(ev.TABLE_MAP_EVENT, 8) == 6 else 6
-            decoded = parse_table_map(data, body, end, id_len)
+            decoded = parse_table_map(data, body, end, id_len, self.mariadb)
             if len(self._decoded) >= _TABLE_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[key] = decoded

@@ -35,6 +35,9 @@ Text forms (canal's, which equal what SELECT returns except where noted):
 * ENUM: the member name ('' for index 0); SET: the member names joined by ',' ('' for the empty set);
   without member names (binlog_row_metadata=MINIMAL) the index / bitmask as canal sends it;
 * JSON: MySQL binary JSON as MySQL prints it (``relay.binlog.jsonb``); on MariaDB JSON is LONGTEXT.
+* VECTOR (MySQL 9.0): little-endian float32s behind a 4-byte length, as ``VECTOR_TO_STRING`` prints
+  them (sql/vector_conversion.h ``from_vector_to_string``): ``[`` each float as C's ``%.5e``
+  (``1.00000e+00``), ``,`` between them, ``]``.
 """
 
 from __future__ import annotations
@@ -354,6 +357,18 @@ def _json(column: ColumnMeta) -> ValueDecoder:
     return _prefixed(column.meta, jsonb.to_text)
 
 
+def vector_text(raw: bytes) -> str:
+    """A VECTOR value's float32s as ``VECTOR_TO_STRING`` prints them."""
+    if not raw or len(raw) % 4:
+        raise DecodeError(f"VECTOR value of {len(raw)} bytes is not a non-empty array of float32")
+    # Python's "e" format is correctly rounded, like glibc's printf("%.5e") that MySQL uses.
+    return "[" + ",".join(f"{value:.5e}" for (value,) in struct.iter_unpack("<f", raw)) + "]"
+
+
+def _vector(column: ColumnMeta) -> ValueDecoder:
+    return _prefixed(column.meta, vector_text)
+
+
 _SIMPLE: dict[int, ValueDecoder] = {
     t.FLOAT: _fixed("<f", t.java_float),
     t.DOUBLE: _fixed("<d", t.java_double),
@@ -391,6 +406,7 @@ def value_decoder(column: ColumnMeta) -> ValueDecoder:
         t.BLOB: lambda: _blob(column),
         t.GEOMETRY: lambda: _prefixed(meta, _iso8859_1),
         t.JSON: lambda: _json(column),
+        t.VECTOR: lambda: _vector(column),
         t.ENUM: lambda: _enum(column),
         t.SET: lambda: _set(column),
     }
