@@ -555,7 +555,9 @@ def _image(data: bytes, pos: int, steps: Steps, ncols: int) -> tuple[tuple[str |
     return tuple(values), pos
 
 
-def decode_rows(kind: str, data: bytes, pos: int, end: int, table: TableMapEvent) -> tuple[RowImage, ...]:
+def decode_rows(
+    kind: str, data: bytes, pos: int, end: int, table: TableMapEvent, *, partial: bool = False
+) -> tuple[RowImage, ...]:
     """Decode the rows part of a rows event.
 
     ``data[pos:end]`` starts at the column count (after the post-header and, for v2 events, the
@@ -564,6 +566,8 @@ def decode_rows(kind: str, data: bytes, pos: int, end: int, table: TableMapEvent
     plan = _plan(table)
     try:
         ncols, pos = _packed_int(data, pos)
+        if ncols == 0:  # MySQL refuses it too ("Invalid m_width"); a row would take no bytes
+            raise DecodeError(f"rows event for {table.schema}.{table.table} has no columns")
         if ncols > plan.ncols:
             raise DecodeError(
                 f"rows event for {table.schema}.{table.table} has {ncols} columns, its table map {plan.ncols}"

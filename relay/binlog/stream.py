@@ -20,13 +20,14 @@ import socket
 import struct
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import pymysql
 
-from relay.binlog.events import BinlogEvent
+from relay.binlog.events import BinlogEvent, TransactionPayloadEvent
 from relay.binlog.parse import BinlogParser
 from relay.binlog.serialization import write_varlen
 from relay.errors import ConfigError, SourceConnectionError, SourceError
@@ -250,6 +251,9 @@ class BinlogStream:
         self._reader: _PacketReader | None = None
         self._parser: BinlogParser | None = None
         self._checksum = False
+        # Inner events of the last TRANSACTION_PAYLOAD not handed out yet (``read`` drains them
+        # before it touches the socket, so a payload is never split by a lost connection).
+        self._pending: deque[BinlogEvent] = deque()
 
     @property
     def connection_id(self) -> int:
@@ -290,7 +294,13 @@ class BinlogStream:
         log.info("binlog dump after GTID set %s on %s:%d", gtids, self.config.host, self.config.port)
 
     def read(self, timeout: float | None = None) -> BinlogEvent | None:
-        """The next event, or None when ``timeout`` seconds pass without the start of one."""
+        """The next event, or None when ``timeout`` seconds pass without the start of one.
+
+        A TRANSACTION_PAYLOAD is not handed out itself: its inner events are, one per call, in
+        order, so callers see the same events as for an uncompressed transaction.
+        """
+        if self._pending:
+            return self._pending.popleft()
         reader, parser = self._reader, self._parser
         if reader is None or parser is None:
             raise SourceError("the binlog stream is not open: call open_at or open_at_gtid first")
@@ -301,14 +311,19 @@ class BinlogStream:
             raise
         if packet is None:
             return None
-        if packet[0] == 0:
-            return parser.parse(packet, 1)
-        raise self._stream_error(packet)
+        if packet[0] != 0:
+            raise self._stream_error(packet)
+        event = parser.parse(packet, 1)
+        if isinstance(event, TransactionPayloadEvent):
+            self._pending.extend(event.events[1:])
+            return event.events[0]  # never empty: the parser refuses a payload without events
+        return event
 
     def close(self) -> None:
         if self._link is not None:
             self._link.close()
         self._link = self._reader = self._parser = None
+        self._pending.clear()
 
     def __enter__(self) -> BinlogStream:
         return self
