@@ -27,10 +27,10 @@ from collections.abc import Callable
 
 from relay.binlog import compressed, rows
 from relay.binlog import events as ev
-from relay.binlog.serialization import Kind, read_message, read_varlen
+from relay.binlog.gtidset import decode_mysql_gtid_set, format_uuid, tag_text
+from relay.binlog.serialization import Kind, read_message
 from relay.binlog.tablemap import TableMapBody, parse_table_map, read_lenenc
 from relay.errors import DecodeError, SourceError
-from relay.gtid import GtidSet
 
 HEADER_LEN = 19
 _HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, log_pos, flags
@@ -54,10 +54,6 @@ _TAGGED_GTID_FIELDS = (
     Kind.UNSIGNED, Kind.BYTES16, Kind.SIGNED, Kind.STRING, Kind.SIGNED, Kind.SIGNED,
     Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED,
 )  # fmt: skip
-_TAG_MAX = 32  # mysql::gtid::tag_max_length
-# The 8-byte sid count of an encoded GTID set (rpl_gtid_set.cc encode_nsids_format): the format in
-# the high byte; the tagged format (1) repeats it in the low byte and keeps the count in between.
-_GTID_FORMAT_UNTAGGED, _GTID_FORMAT_TAGGED = 0, 1
 
 # Post-header lengths of binlog v4 for the events we read; a FORMAT_DESCRIPTION replaces them.
 _DEFAULT_POST_HEADER = {
@@ -105,11 +101,6 @@ _NOT_IN_PAYLOAD = frozenset(
 _TABLE_CACHE_LIMIT = 4096  # decoded TABLE_MAP bodies kept; cleared wholesale past this (rare DDL churn)
 
 _Handler = Callable[[ev.EventHeader, bytes, int, int], ev.BinlogEvent]
-
-
-def format_uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _text(raw: bytes) -> str:
@@ -261,7 +252,7 @@ class BinlogParser:
         uuid, gno, tag = values[1], values[2], values[3]
         if not isinstance(uuid, bytes) or not isinstance(gno, int) or not isinstance(tag, bytes):
             raise DecodeError("GTID_TAGGED_LOG_EVENT lacks its uuid, number or tag")
-        text = f"{format_uuid(uuid)}:{_tag_text(tag)}:{gno}" if tag else f"{format_uuid(uuid)}:{gno}"
+        text = f"{format_uuid(uuid)}:{tag_text(tag)}:{gno}" if tag else f"{format_uuid(uuid)}:{gno}"
         return ev.GtidEvent(header, text, mariadb=False)
 
     def _previous_gtids(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
@@ -398,52 +389,6 @@ def _uncompressed_rows(kind: str, data: bytes, pos: int, end: int) -> tuple[byte
     p += ((ncols + 7) // 8) * (2 if kind == ev.UPDATE else 1)
     plain = data[pos:p] + compressed.mariadb_uncompress(data, p, end)
     return plain, 0, len(plain)
-
-
-def _tag_text(raw: bytes) -> str:
-    """A GTID tag as MySQL validates it (``Tag::from_cstring``): letters, digits, '_', lower-cased."""
-    tag = raw.decode("ascii", "replace").lower()
-    if len(tag) > _TAG_MAX or not GtidSet.is_tag(tag):
-        raise DecodeError(f"invalid GTID tag {raw!r}")
-    return tag
-
-
-def decode_mysql_gtid_set(data: bytes, pos: int, end: int) -> GtidSet:
-    """An encoded MySQL GTID set (PREVIOUS_GTIDS body, COM_BINLOG_DUMP_GTID) at ``data[pos:end]``.
-
-    Layout (rpl_gtid_set.cc ``Gtid_set::encode``): the sid count word, then per (uuid, tag): the
-    16-byte uuid, in the tagged format the tag (varlen length + bytes; empty for untagged GTIDs),
-    the interval count (8 bytes), and the intervals as (start, end exclusive), 8 bytes each.
-    """
-    (word,) = _U64.unpack_from(data, pos)
-    gtid_format = word >> 56
-    if gtid_format == _GTID_FORMAT_TAGGED:
-        count = (word >> 8) & 0xFFFFFFFFFFFF
-    elif gtid_format == _GTID_FORMAT_UNTAGGED:
-        count = word & 0x00FFFFFFFFFFFFFF
-    else:
-        raise DecodeError(f"unknown GTID set format {gtid_format}")
-    p = pos + 8
-    out = GtidSet(mariadb=False)
-    for _ in range(count):
-        uuid = format_uuid(data[p : p + 16])
-        p += 16
-        tag = ""
-        if gtid_format == _GTID_FORMAT_TAGGED:
-            size, p = read_varlen(data, p, end)
-            tag = _tag_text(data[p : p + size]) if size else ""
-            p += size
-        (n_intervals,) = _U64.unpack_from(data, p)
-        p += 8
-        for _ in range(n_intervals):
-            lo, hi = struct.unpack_from("<QQ", data, p)  # hi is exclusive
-            p += 16
-            if not 0 < lo < hi:
-                raise DecodeError(f"bad GTID interval [{lo}, {hi}) for {uuid}")
-            out.add_interval((uuid, tag), lo, hi - 1)
-    if p > end:
-        raise DecodeError("encoded GTID set runs past the end of the event")
-    return out
 
 
 def _checksum_aware(version: str) -> bool:

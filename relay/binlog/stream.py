@@ -28,8 +28,8 @@ from typing import Any
 import pymysql
 
 from relay.binlog.events import BinlogEvent, TransactionPayloadEvent
+from relay.binlog.gtidset import encode_mysql_gtid_set
 from relay.binlog.parse import BinlogParser
-from relay.binlog.serialization import write_varlen
 from relay.errors import ConfigError, SourceConnectionError, SourceError
 from relay.gtid import GtidSet
 from relay.tls import TlsConfig, connect_arguments, ensure_encrypted
@@ -387,27 +387,3 @@ class BinlogStream:
         if packet[0] == 0xFE and len(packet) < 9:
             return SourceConnectionError("binlog dump: the server ended the stream (EOF)")
         return SourceConnectionError(f"binlog dump: unexpected packet starting 0x{packet[0]:02x}")
-
-
-def encode_mysql_gtid_set(gtids: GtidSet) -> bytes:
-    """The binary GTID set of COM_BINLOG_DUMP_GTID (the PREVIOUS_GTIDS layout, end exclusive).
-
-    A set without tags uses the untagged format every MySQL >= 5.6 reads (the sid count as is). A
-    set with a tag needs MySQL 8.3+'s tagged format (rpl_gtid_set.cc ``encode_nsids_format``,
-    ``Tsid::encode_tsid``): format 1 in the high and the low byte of the count word, the count in
-    between, and after each uuid its tag as a serialized string (varlen length, then the bytes;
-    length 0 for the untagged GTIDs of the set). (uuid, tag) pairs are sorted as MySQL sorts them.
-    """
-    tagged = gtids.tagged
-    items = [(tsid, ivs) for tsid, ivs in sorted(gtids.intervals.items()) if ivs]
-    count = len(items)
-    word = (1 << 56) | (count << 8) | 1 if tagged else count
-    out = [struct.pack("<Q", word)]
-    for (sid, tag), intervals in items:
-        out.append(uuid.UUID(sid).bytes)
-        if tagged:
-            raw = tag.encode("ascii")
-            out.append(write_varlen(len(raw)) + raw)
-        out.append(struct.pack("<Q", len(intervals)))
-        out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
-    return b"".join(out)

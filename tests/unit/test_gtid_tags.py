@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.parse import decode_mysql_gtid_set
+from relay.binlog.gtidset import decode_mysql_gtid_set
 from relay.binlog.serialization import Kind, read_message, read_varlen, read_varlen_signed, write_varlen
 from relay.binlog.stream import encode_mysql_gtid_set
 from relay.errors import DecodeError, SourceError
