@@ -7,6 +7,14 @@ column of a TABLE_MAP, with everything canal's Column needs). Parsing lives in `
 Positions: ``header.log_pos`` is the END offset of the event in its file (the next event's start),
 ``header.start`` is where the event begins (canal's ``logfileOffset``). Artificial events the server
 sends on connect (ROTATE, FORMAT_DESCRIPTION with ``log_pos`` 0) have ``artificial`` set.
+
+Events inside a MySQL TRANSACTION_PAYLOAD (binlog_transaction_compression=ON) have no place of
+their own in the file: MySQL writes them with ``log_pos`` 0 inside the compressed payload. Their
+header reports the payload event's place — ``start``, ``event_size`` and ``log_pos`` are the payload
+event's, so ``start + event_size`` is where the next event of the file begins, and re-reading from
+``start`` reads the same payload again — plus ``payload_index``, the event's ordinal (0, 1, …) in the
+payload, stable across re-reads, and ``inner_size``, its own length. Everything before a payload (its
+GTID event) and after it is an ordinary event.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ XA_PREPARE_LOG_EVENT = 38
 PARTIAL_UPDATE_ROWS_EVENT = 39
 TRANSACTION_PAYLOAD_EVENT = 40
 HEARTBEAT_LOG_EVENT_V2 = 41
+GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.3+: a GTID with a tag, body in mysql::serialization format
 MARIADB_ANNOTATE_ROWS_EVENT = 160
 MARIADB_BINLOG_CHECKPOINT_EVENT = 161
 MARIADB_GTID_EVENT = 162
@@ -74,6 +83,8 @@ class EventHeader:
     log_pos: int  # END offset in the file; 0 for artificial events
     flags: int
     log_file: str  # the binlog file this event belongs to
+    payload_index: int = -1  # ordinal inside its TRANSACTION_PAYLOAD; -1 outside one
+    inner_size: int = 0  # inside a payload: the event's own length (header + body, no checksum)
 
     @property
     def start(self) -> int:
@@ -204,6 +215,20 @@ class HeartbeatEvent(BinlogEvent):
 class XaPrepareEvent(BinlogEvent):
     one_phase: bool
     xid: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionPayloadEvent(BinlogEvent):
+    """A MySQL TRANSACTION_PAYLOAD: a transaction's events after its GTID, compressed together.
+
+    ``events`` are the decoded inner events in order (``relay.binlog.stream`` hands them on one by
+    one instead of this event). ``compression_type``: 0 zstd, 255 none; sizes in bytes.
+    """
+
+    compression_type: int
+    payload_size: int
+    uncompressed_size: int
+    events: tuple[BinlogEvent, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,10 @@ stored order, strings escaped for ``"`` ``\\`` and the controls below 0x20 only,
 ``my_gcvt`` (shortest digits; exponent form below 1e-15, and from 1e15 unless every digit is needed;
 ".0" appended to an integral double), datetimes with 6 fraction digits, other opaque values as
 ``"base64:type<N>:<base64>"``.
+
+``to_tree`` / ``render`` give the same text through a small document tree (scalars kept as their
+printed text, arrays as lists, objects as ``JsonObject`` in stored key order), for the one place
+that must change a document before printing it: partial JSON updates (``relay.binlog.jsondiff``).
 """
 
 from __future__ import annotations
@@ -59,6 +63,82 @@ def to_text(raw: bytes) -> str:
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise DecodeError(f"malformed binary JSON value ({len(raw)} bytes): {exc}") from exc
     return "".join(out)
+
+
+class JsonObject:
+    """A JSON object of a document tree: (key, value) members in MySQL's key order."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, members: list[tuple[str, Node]]) -> None:
+        self.members = members
+
+
+# A document tree node: a scalar's printed text, an array, or an object.
+Node = str | list["Node"] | JsonObject
+
+
+def to_tree(raw: bytes) -> Node:
+    """The binary JSON document ``raw`` as a tree whose ``render`` is ``to_text(raw)``."""
+    if not raw:
+        raise DecodeError("empty binary JSON value")
+    try:
+        return _node(raw, raw[0], 1, len(raw))
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise DecodeError(f"malformed binary JSON value ({len(raw)} bytes): {exc}") from exc
+
+
+def render(node: Node) -> str:
+    """A tree's text, exactly as ``to_text`` prints the binary document it stands for."""
+    out: list[str] = []
+    _render(node, out)
+    return "".join(out)
+
+
+def _render(node: Node, out: list[str]) -> None:
+    if isinstance(node, str):
+        out.append(node)
+    elif isinstance(node, list):
+        out.append("[")
+        for i, item in enumerate(node):
+            if i:
+                out.append(", ")
+            _render(item, out)
+        out.append("]")
+    else:
+        out.append("{")
+        for i, (key, value) in enumerate(node.members):
+            out.append(", " + quote(key) + ": " if i else quote(key) + ": ")
+            _render(value, out)
+        out.append("}")
+
+
+def _node(data: bytes, kind: int, pos: int, end: int) -> Node:
+    if kind > LARGE_ARRAY:
+        out: list[str] = []
+        _value(data, kind, pos, end, out)
+        return "".join(out)
+    large = kind in (LARGE_OBJECT, LARGE_ARRAY)
+    word = 4 if large else 2
+    unpack = (struct.Struct("<I") if large else struct.Struct("<H")).unpack_from
+    count = unpack(data, pos)[0]
+    is_object = kind in (SMALL_OBJECT, LARGE_OBJECT)
+    entries = pos + 2 * word + (count * (word + 2) if is_object else 0)
+    values: list[Node] = []
+    for i in range(count):
+        entry = entries + i * (1 + word)
+        inner = data[entry]
+        at = entry + 1 if _inlined(inner, large) else pos + unpack(data, entry + 1)[0]
+        values.append(_node(data, inner, at, end))
+    if not is_object:
+        return values
+    keys = []
+    for i in range(count):
+        key_entry = pos + 2 * word + i * (word + 2)
+        key_at = pos + unpack(data, key_entry)[0]
+        key_len = data[key_entry + word] | data[key_entry + word + 1] << 8
+        keys.append(data[key_at : key_at + key_len].decode("utf-8"))
+    return JsonObject(list(zip(keys, values, strict=True)))
 
 
 def quote(text: str) -> str:

@@ -3,9 +3,17 @@
 Owned here: ``BinlogParser``, the per-connection decoder. It keeps what later events depend on —
 the current binlog file (from ROTATE), whether events carry a CRC32 trailer and the post-header
 lengths (from FORMAT_DESCRIPTION), the table maps (table id → ``TableMapEvent``) — verifies each
-event's checksum, and refuses events whose loss would be silent (compressed events, transaction
-payloads, partial JSON updates, rows without a TABLE_MAP). Runs on the binlog reader thread, called
-by ``relay.binlog.stream.BinlogStream.read``; row images go to ``relay.binlog.rows.decode_rows``.
+event's checksum, and refuses what it cannot decode exactly (rows without a TABLE_MAP, malformed or
+unknown compression). Runs on the binlog reader thread, called by
+``relay.binlog.stream.BinlogStream.read``; row images go to ``relay.binlog.rows.decode_rows``.
+
+Compressed content (``relay.binlog.compressed``) is decoded into the events it stands for: a MariaDB
+QUERY/ROWS_COMPRESSED event becomes the QueryEvent/RowsEvent of its uncompressed twin (its header,
+type code and size stay the compressed event's: they are its place in the file). A MySQL
+TRANSACTION_PAYLOAD becomes a ``TransactionPayloadEvent`` holding its inner events in order; each
+inner event's header reports the payload event's place (``start``, ``event_size``, ``log_pos``) plus
+its ordinal in the payload (``payload_index``) and its own length (``inner_size``) — see
+``relay.binlog.events.EventHeader``. The stream hands the inner events on one by one.
 
 Layouts: MySQL "Binlog Event" documentation (libbinlogevents) and MariaDB's "Replication Protocol"
 pages; every multi-byte integer is little-endian.
@@ -18,8 +26,10 @@ import zlib
 from collections.abc import Callable
 from datetime import UTC, tzinfo
 
+from relay.binlog import compressed, rows
 from relay.binlog import events as ev
-from relay.binlog import rows
+from relay.binlog.gtidset import decode_mysql_gtid_set, format_uuid, tag_text
+from relay.binlog.serialization import Kind, read_message
 from relay.binlog.tablemap import TableMapBody, parse_table_map, read_lenenc
 from relay.errors import DecodeError, SourceError
 
@@ -38,16 +48,19 @@ STMT_END_F = 0x0001  # rows event flag: last rows event of a statement (MySQL Ro
 _FL_STANDALONE = 0x01  # MariaDB GTID flags2 (MariaDB "GTID_EVENT" page)
 _FL_DDL = 0x20
 
+# GTID_TAGGED_LOG_EVENT fields by id (mysql-server control_events.h, Gtid_event::define_fields):
+# flags, uuid, gno, tag, last_committed, sequence_number, immediate/original commit timestamps,
+# transaction_length, immediate/original server versions, commit group ticket.
+_TAGGED_GTID_FIELDS = (
+    Kind.UNSIGNED, Kind.BYTES16, Kind.SIGNED, Kind.STRING, Kind.SIGNED, Kind.SIGNED,
+    Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED, Kind.UNSIGNED,
+)  # fmt: skip
+
 # Post-header lengths of binlog v4 for the events we read; a FORMAT_DESCRIPTION replaces them.
 _DEFAULT_POST_HEADER = {
     ev.QUERY_EVENT: 13,
+    ev.MARIADB_QUERY_COMPRESSED_EVENT: 13,
     ev.TABLE_MAP_EVENT: 8,
-    23: 8,
-    24: 8,
-    25: 8,
-    30: 10,
-    31: 10,
-    32: 10,
 }
 
 _ROWS_KIND = {
@@ -57,27 +70,38 @@ _ROWS_KIND = {
     ev.WRITE_ROWS_EVENT: ev.INSERT,
     ev.UPDATE_ROWS_EVENT: ev.UPDATE,
     ev.DELETE_ROWS_EVENT: ev.DELETE,
+    ev.PARTIAL_UPDATE_ROWS_EVENT: ev.UPDATE,
+    ev.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1: ev.INSERT,
+    ev.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1: ev.UPDATE,
+    ev.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1: ev.DELETE,
+    ev.MARIADB_WRITE_ROWS_COMPRESSED_EVENT: ev.INSERT,
+    ev.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT: ev.UPDATE,
+    ev.MARIADB_DELETE_ROWS_COMPRESSED_EVENT: ev.DELETE,
 }
-
-_REFUSED = {
-    ev.TRANSACTION_PAYLOAD_EVENT: "a compressed transaction payload (binlog_transaction_compression=ON); "
-    "set binlog_transaction_compression=OFF on the server",
-    ev.PARTIAL_UPDATE_ROWS_EVENT: "a partial JSON update (binlog_row_value_options=PARTIAL_JSON); "
-    "set binlog_row_value_options='' on the server",
-}
-for _code in range(ev.MARIADB_QUERY_COMPRESSED_EVENT, ev.MARIADB_DELETE_ROWS_COMPRESSED_EVENT + 1):
-    _REFUSED[_code] = (
-        "a compressed MariaDB event (log_bin_compress is ON); set log_bin_compress=OFF on the server"
-    )
+# Rows events with the v2 extra-data block after the post-header (MySQL 5.6+ / MariaDB 10.2+).
+_ROWS_V2 = frozenset(
+    {
+        ev.WRITE_ROWS_EVENT, ev.UPDATE_ROWS_EVENT, ev.DELETE_ROWS_EVENT, ev.PARTIAL_UPDATE_ROWS_EVENT,
+        ev.MARIADB_WRITE_ROWS_COMPRESSED_EVENT, ev.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT,
+        ev.MARIADB_DELETE_ROWS_COMPRESSED_EVENT,
+    }
+)  # fmt: skip
+_ROWS_COMPRESSED = frozenset(
+    range(ev.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1, ev.MARIADB_DELETE_ROWS_COMPRESSED_EVENT + 1)
+)
+# Events that have no place inside a transaction payload (MySQL writes only a transaction's events
+# after its GTID there): one of them inside means a payload we do not understand.
+_NOT_IN_PAYLOAD = frozenset(
+    {
+        ev.FORMAT_DESCRIPTION_EVENT, ev.ROTATE_EVENT, ev.TRANSACTION_PAYLOAD_EVENT, ev.GTID_LOG_EVENT,
+        ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT, ev.PREVIOUS_GTIDS_LOG_EVENT,
+        ev.HEARTBEAT_LOG_EVENT, ev.HEARTBEAT_LOG_EVENT_V2, ev.STOP_EVENT,
+    }
+)  # fmt: skip
 
 _TABLE_CACHE_LIMIT = 4096  # decoded TABLE_MAP bodies kept; cleared wholesale past this (rare DDL churn)
 
 _Handler = Callable[[ev.EventHeader, bytes, int, int], ev.BinlogEvent]
-
-
-def format_uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _text(raw: bytes) -> str:
@@ -108,6 +132,7 @@ class BinlogParser:
             ev.QUERY_EVENT: self._query,
             ev.XID_EVENT: self._xid,
             ev.GTID_LOG_EVENT: self._mysql_gtid,
+            ev.GTID_TAGGED_LOG_EVENT: self._tagged_gtid,
             ev.ANONYMOUS_GTID_LOG_EVENT: self._anonymous_gtid,
             ev.PREVIOUS_GTIDS_LOG_EVENT: self._previous_gtids,
             ev.MARIADB_GTID_EVENT: self._mariadb_gtid,
@@ -116,6 +141,8 @@ class BinlogParser:
             ev.HEARTBEAT_LOG_EVENT: self._heartbeat,
             ev.HEARTBEAT_LOG_EVENT_V2: self._heartbeat_v2,
             ev.XA_PREPARE_LOG_EVENT: self._xa_prepare,
+            ev.MARIADB_QUERY_COMPRESSED_EVENT: self._query,
+            ev.TRANSACTION_PAYLOAD_EVENT: self._transaction_payload,
         }
         for code in _ROWS_KIND:
             self._handlers[code] = self._rows
@@ -142,22 +169,20 @@ class BinlogParser:
             end -= 4
             if _U32.unpack_from(data, end)[0] != zlib.crc32(memoryview(data)[offset:end]):
                 raise DecodeError(f"{self._where(log_pos, size)}: CRC32 mismatch in event type {code}")
+        return self._dispatch(header, data, offset + HEADER_LEN, end)
+
+    def _dispatch(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
+        """Decode the body ``data[body:end]`` (checksum excluded) with the handler of its type."""
+        code = header.type_code
         handler = self._handlers.get(code)
         if handler is None:
-            refused = _REFUSED.get(code)
-            if refused is not None:
-                raise SourceError(
-                    f"{self._where(log_pos, size)}: the server wrote {refused}; the relay cannot read it"
-                )
             return ev.OtherEvent(header)
         try:
-            return handler(header, data, offset + HEADER_LEN, end)
+            return handler(header, data, body, end)
         except DecodeError as exc:
-            raise DecodeError(f"{self._where(log_pos, size)}: event type {code}: {exc}") from exc
+            raise DecodeError(f"{_place(header)}: event type {code}: {exc}") from exc
         except (IndexError, ValueError, struct.error) as exc:
-            raise DecodeError(
-                f"{self._where(log_pos, size)}: cannot decode event type {code}: {exc}"
-            ) from exc
+            raise DecodeError(f"{_place(header)}: cannot decode event type {code}: {exc}") from exc
 
     def _where(self, log_pos: int, size: int) -> str:
         """``file:offset`` of an event, for error messages."""
@@ -205,9 +230,13 @@ class BinlogParser:
 
     def _query(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
         thread_id, exec_time, schema_len, error_code, status_len = _QUERY_POST.unpack_from(data, body)
-        p = body + self._post_header.get(ev.QUERY_EVENT, 13) + status_len
+        p = body + self._post_header.get(header.type_code, 13) + status_len
         schema = _text(data[p : p + schema_len])
-        sql = _text(data[p + schema_len + 1 : end])
+        p += schema_len + 1
+        if header.type_code == ev.MARIADB_QUERY_COMPRESSED_EVENT:
+            sql = _text(compressed.mariadb_uncompress(data, p, end))
+        else:
+            sql = _text(data[p:end])
         return ev.QueryEvent(header, thread_id, exec_time, error_code, schema, sql)
 
     def _xid(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
@@ -222,21 +251,17 @@ class BinlogParser:
         # A transaction start on a server with gtid_mode=OFF: a GTID event with no GTID.
         return ev.GtidEvent(header, "", mariadb=False)
 
+    def _tagged_gtid(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
+        # MySQL 8.3+ writes a GTID with a tag as a serialized message (no post-header).
+        values = read_message(data, body, end, _TAGGED_GTID_FIELDS)
+        uuid, gno, tag = values[1], values[2], values[3]
+        if not isinstance(uuid, bytes) or not isinstance(gno, int) or not isinstance(tag, bytes):
+            raise DecodeError("GTID_TAGGED_LOG_EVENT lacks its uuid, number or tag")
+        text = f"{format_uuid(uuid)}:{tag_text(tag)}:{gno}" if tag else f"{format_uuid(uuid)}:{gno}"
+        return ev.GtidEvent(header, text, mariadb=False)
+
     def _previous_gtids(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
-        (n_sids,) = _U64.unpack_from(data, body)
-        p = body + 8
-        parts = []
-        for _ in range(n_sids):
-            uuid = format_uuid(data[p : p + 16])
-            (n_intervals,) = _U64.unpack_from(data, p + 16)
-            p += 24
-            ranges = []
-            for _ in range(n_intervals):
-                lo, hi = struct.unpack_from("<QQ", data, p)  # hi is exclusive
-                p += 16
-                ranges.append(str(lo) if hi - 1 == lo else f"{lo}-{hi - 1}")
-            parts.append(":".join([uuid, *ranges]))
-        return ev.GtidSetEvent(header, ",".join(parts), mariadb=False)
+        return ev.GtidSetEvent(header, str(decode_mysql_gtid_set(data, body, end)), mariadb=False)
 
     def _mariadb_gtid(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
         seq_no, domain, flags2 = _MARIA_GTID.unpack_from(data, body)
@@ -287,7 +312,7 @@ class BinlogParser:
         decoded = self._decoded.get(key)
         if decoded is None:
             id_len = 4 if self._post_header.get(ev.TABLE_MAP_EVENT, 8) == 6 else 6
-            decoded = parse_table_map(data, body, end, id_len)
+            decoded = parse_table_map(data, body, end, id_len, self.mariadb)
             if len(self._decoded) >= _TABLE_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[key] = decoded
@@ -304,24 +329,71 @@ class BinlogParser:
 
     def _rows(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
         code = header.type_code
+        kind = _ROWS_KIND[code]
         table_id = int.from_bytes(data[body : body + 6], "little")
         (flags,) = _U16.unpack_from(data, body + 6)
         p = body + 8
-        if code >= ev.WRITE_ROWS_EVENT:
+        if code in _ROWS_V2:
             # v2: extra data whose length counts its own two bytes.
             p += _U16.unpack_from(data, p)[0]
         table = self._tables.get(table_id)
         if table is None:
             raise SourceError(
-                f"{self.log_file}:{header.start}: rows event for table id {table_id} without its TABLE_MAP "
+                f"{_place(header)}: rows event for table id {table_id} without its TABLE_MAP "
                 "(the stream started inside a transaction?); resume from the transaction's start"
             )
-        decoded = self.rows.decode_rows(_ROWS_KIND[code], data, p, end, table)
+        if code in _ROWS_COMPRESSED:
+            data, p, end = _uncompressed_rows(kind, data, p, end)
+        partial = code == ev.PARTIAL_UPDATE_ROWS_EVENT
+        decoded = self.rows.decode_rows(kind, data, p, end, table, partial=partial)
         if flags & STMT_END_F:
             # Table ids are valid until the end of the statement; a server re-maps them before the
             # next one, so a stale entry can only hide a missing TABLE_MAP.
             self._tables.clear()
-        return ev.RowsEvent(header, _ROWS_KIND[code], table, decoded)
+        return ev.RowsEvent(header, kind, table, decoded)
+
+    def _transaction_payload(
+        self, header: ev.EventHeader, data: bytes, body: int, end: int
+    ) -> ev.BinlogEvent:
+        # The TLV header follows the common header directly (MySQL decodes it from there, whatever
+        # post-header length the FORMAT_DESCRIPTION lists for this type).
+        info = compressed.read_payload_header(data, body, end)
+        raw = compressed.payload_bytes(info, data, end)
+        inner = tuple(
+            self._inner_event(header, raw, at, size, index)
+            for index, (at, size) in enumerate(compressed.split_events(raw))
+        )
+        return ev.TransactionPayloadEvent(header, info.compression_type, info.payload_size, len(raw), inner)
+
+    def _inner_event(
+        self, outer: ev.EventHeader, raw: bytes, at: int, size: int, index: int
+    ) -> ev.BinlogEvent:
+        """One event of a transaction payload: no checksum, reported at the payload event's place."""
+        ts, code, server_id, _, _, flags = _HEADER.unpack_from(raw, at)
+        if code in _NOT_IN_PAYLOAD:
+            raise DecodeError(f"event type {code} (#{index}) inside a transaction payload")
+        header = ev.EventHeader(
+            ts, code, server_id, outer.event_size, outer.log_pos, flags, outer.log_file,
+            payload_index=index, inner_size=size,
+        )  # fmt: skip
+        return self._dispatch(header, raw, at + HEADER_LEN, at + size)
+
+
+def _place(header: ev.EventHeader) -> str:
+    """``file:offset`` of an event for messages, and its ordinal when it is inside a payload."""
+    where = f"{header.log_file}:{header.start}"
+    if header.payload_index >= 0:
+        where += f" (event #{header.payload_index} of its transaction payload)"
+    return where
+
+
+def _uncompressed_rows(kind: str, data: bytes, pos: int, end: int) -> tuple[bytes, int, int]:
+    """A MariaDB compressed rows body as the plain one: column count and bitmap(s) as they are,
+    then the inflated row images (MariaDB ``row_log_event_uncompress``)."""
+    ncols, p = read_lenenc(data, pos)
+    p += ((ncols + 7) // 8) * (2 if kind == ev.UPDATE else 1)
+    plain = data[pos:p] + compressed.mariadb_uncompress(data, p, end)
+    return plain, 0, len(plain)
 
 
 def _checksum_aware(version: str) -> bool:

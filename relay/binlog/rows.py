@@ -35,6 +35,16 @@ Text forms (canal's, which equal what SELECT returns except where noted):
 * ENUM: the member name ('' for index 0); SET: the member names joined by ',' ('' for the empty set);
   without member names (binlog_row_metadata=MINIMAL) the index / bitmask as canal sends it;
 * JSON: MySQL binary JSON as MySQL prints it (``relay.binlog.jsonb``); on MariaDB JSON is LONGTEXT.
+* JSON in a PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON): the after image may
+  hold a diff instead of the document; it is applied to the before image's document
+  (``relay.binlog.jsondiff``) so the text is what the full after image would have given. Each after
+  image starts with ``value_options`` (packed integer; 1 = PARTIAL_JSON) and, when set, one bit per
+  JSON column of the table (LSB first) telling which columns hold a diff (rpl_record.cc ``pack_row``).
+  A diff needs the full before image (binlog_row_image=FULL); without it, or when the diff does not
+  fit the document, decoding fails naming the table, column and row;
+* VECTOR (MySQL 9.0): little-endian float32s behind a 4-byte length, as ``VECTOR_TO_STRING`` prints
+  them (sql/vector_conversion.h ``from_vector_to_string``): ``[`` each float as C's ``%.5e``
+  (``1.00000e+00``), ``,`` between them, ``]``.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
-from relay.binlog import charsets, jsonb
+from relay.binlog import charsets, jsonb, jsondiff
 from relay.binlog import types as t
 from relay.binlog.events import DELETE, UPDATE, ColumnMeta, RowImage, TableMapEvent
 from relay.errors import DecodeError
@@ -354,6 +364,18 @@ def _json(column: ColumnMeta) -> ValueDecoder:
     return _prefixed(column.meta, jsonb.to_text)
 
 
+def vector_text(raw: bytes) -> str:
+    """A VECTOR value's float32s as ``VECTOR_TO_STRING`` prints them."""
+    if not raw or len(raw) % 4:
+        raise DecodeError(f"VECTOR value of {len(raw)} bytes is not a non-empty array of float32")
+    # Python's "e" format is correctly rounded, like glibc's printf("%.5e") that MySQL uses.
+    return "[" + ",".join(f"{value:.5e}" for (value,) in struct.iter_unpack("<f", raw)) + "]"
+
+
+def _vector(column: ColumnMeta) -> ValueDecoder:
+    return _prefixed(column.meta, vector_text)
+
+
 _SIMPLE: dict[int, ValueDecoder] = {
     t.FLOAT: _fixed("<f", t.java_float),
     t.DOUBLE: _fixed("<d", t.java_double),
@@ -392,6 +414,7 @@ def value_decoder(column: ColumnMeta, zone: TimestampZone | None = None) -> Valu
         t.BLOB: lambda: _blob(column),
         t.GEOMETRY: lambda: _prefixed(meta, _iso8859_1),
         t.JSON: lambda: _json(column),
+        t.VECTOR: lambda: _vector(column),
         t.ENUM: lambda: _enum(column),
         t.SET: lambda: _set(column),
     }
@@ -524,14 +547,15 @@ class RowDecoder:
         return plan
 
     def decode_rows(
-        self, kind: str, data: bytes, pos: int, end: int, table: TableMapEvent
+        self, kind: str, data: bytes, pos: int, end: int, table: TableMapEvent, *, partial: bool = False
     ) -> tuple[RowImage, ...]:
         """Decode the rows part of a rows event.
 
         ``data[pos:end]`` starts at the column count (after the post-header and, for v2 events, the
-        extra-data block) and ends before the checksum. ``kind`` is INSERT / UPDATE / DELETE.
+        extra-data block) and ends before the checksum. ``kind`` is INSERT / UPDATE / DELETE;
+        ``partial``: a PARTIAL_UPDATE_ROWS_EVENT (JSON diffs applied to the before image).
         """
-        return _decode_rows(kind, data, pos, end, table, self.plan(table))
+        return _decode_rows(kind, data, pos, end, table, self.plan(table), partial)
 
 
 def _packed_int(data: bytes, pos: int) -> tuple[int, int]:
@@ -563,10 +587,12 @@ def _image(data: bytes, pos: int, steps: Steps, ncols: int) -> tuple[tuple[str |
 
 
 def _decode_rows(
-    kind: str, data: bytes, pos: int, end: int, table: TableMapEvent, plan: _Plan
+    kind: str, data: bytes, pos: int, end: int, table: TableMapEvent, plan: _Plan, partial: bool
 ) -> tuple[RowImage, ...]:
     try:
         ncols, pos = _packed_int(data, pos)
+        if ncols == 0:  # MySQL refuses it too ("Invalid m_width"); a row would take no bytes
+            raise DecodeError(f"rows event for {table.schema}.{table.table} has no columns")
         if ncols > plan.ncols:
             raise DecodeError(
                 f"rows event for {table.schema}.{table.table} has {ncols} columns, its table map {plan.ncols}"
@@ -579,6 +605,8 @@ def _decode_rows(
             second_bits = int.from_bytes(data[pos : pos + bitmap_bytes], "little")
             pos += bitmap_bytes
         present = (first_bits, second_bits if kind == UPDATE else first_bits)
+        if partial:
+            return _partial_rows(data, pos, end, plan, present, table)
         rows = _rows(kind, data, pos, end, plan, present)
     except (IndexError, struct.error, ValueError, OverflowError) as exc:
         raise DecodeError(f"rows event for {table.schema}.{table.table} is malformed: {exc}") from exc
@@ -628,3 +656,94 @@ def _rows(
     if pos != end:
         raise DecodeError(f"rows event: row data ends at {pos}, the event at {end}")
     return tuple(rows)
+
+
+# ---- PARTIAL_UPDATE_ROWS_EVENT -------------------------------------------------------------------
+
+
+def _partial_rows(
+    data: bytes, pos: int, end: int, plan: _Plan, present: tuple[int, int], table: TableMapEvent
+) -> tuple[RowImage, ...]:
+    """The rows of a PARTIAL_UPDATE_ROWS_EVENT: before image, value_options, partial bits, after image.
+
+    A rare event (only JSON_SET/JSON_REPLACE/JSON_REMOVE updates write it), decoded without the
+    compiled readers: JSON columns of the before image keep their binary form for the diffs.
+    """
+    json_columns = [i for i, c in enumerate(table.columns) if c.type_code == t.JSON]
+    before_steps, after_steps = plan.steps(present[0]), plan.steps(present[1])
+    out: list[RowImage] = []
+    while pos < end:
+        before, documents, pos = _image_keeping_json(data, pos, before_steps, table)
+        options, pos = _packed_int(data, pos)
+        if options > 1:  # only PARTIAL_JSON (1) exists; MySQL refuses others as corrupt too
+            raise DecodeError(f"unknown binlog_row_value_options {options} in a partial update row")
+        partial: frozenset[int] = frozenset()
+        if options:
+            size = (len(json_columns) + 7) >> 3
+            bits = int.from_bytes(data[pos : pos + size], "little")
+            pos += size
+            partial = frozenset(c for k, c in enumerate(json_columns) if bits >> k & 1)
+        after, pos = _partial_after_image(data, pos, end, after_steps, table, partial, documents, len(out))
+        out.append(RowImage(before, after))
+    if pos != end:
+        raise DecodeError(f"rows event: row data ends at {pos}, the event at {end}")
+    return tuple(out)
+
+
+def _image_keeping_json(
+    data: bytes, pos: int, steps: Steps, table: TableMapEvent
+) -> tuple[Values, dict[int, bytes], int]:
+    """A row image, plus the binary document of each non-NULL JSON column in it."""
+    null_bytes = (len(steps) + 7) >> 3
+    nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
+    pos += null_bytes
+    values: list[str | None] = [None] * len(table.columns)
+    documents: dict[int, bytes] = {}
+    for bit, (index, decode) in enumerate(steps):
+        if nulls >> bit & 1:
+            continue
+        column = table.columns[index]
+        if column.type_code == t.JSON:
+            start = pos + column.meta
+            pos = start + int.from_bytes(data[pos:start], "little")
+            documents[index] = data[start:pos]
+            values[index] = jsonb.to_text(documents[index])
+        else:
+            values[index], pos = decode(data, pos)
+    return tuple(values), documents, pos
+
+
+def _partial_after_image(
+    data: bytes,
+    pos: int,
+    end: int,
+    steps: Steps,
+    table: TableMapEvent,
+    partial: frozenset[int],
+    documents: dict[int, bytes],
+    row: int,
+) -> tuple[Values, int]:
+    null_bytes = (len(steps) + 7) >> 3
+    nulls = int.from_bytes(data[pos : pos + null_bytes], "little")
+    pos += null_bytes
+    values: list[str | None] = [None] * len(table.columns)
+    for bit, (index, decode) in enumerate(steps):
+        if nulls >> bit & 1:
+            continue
+        if index not in partial:
+            values[index], pos = decode(data, pos)
+            continue
+        column = table.columns[index]
+        where = f"{table.schema}.{table.table} column {column.name} (row {row} of the event)"
+        diffs, pos = jsondiff.read_diffs(data, pos, end)
+        document = documents.get(index)
+        if document is None:
+            raise DecodeError(
+                f"{where}: a partial JSON update without the document in the before image (NULL, or "
+                "binlog_row_image is not FULL); the after value cannot be computed"
+            )
+        try:
+            values[index] = jsondiff.apply_diffs(document, diffs)
+        except DecodeError as exc:
+            raise DecodeError(f"{where}: partial JSON update cannot be applied exactly: {exc}") from exc
+    return tuple(values), pos

@@ -20,14 +20,16 @@ import socket
 import struct
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import pymysql
 
-from relay.binlog.events import BinlogEvent
+from relay.binlog.events import BinlogEvent, TransactionPayloadEvent
 from relay.binlog.gtid import GtidSet
+from relay.binlog.gtidset import encode_mysql_gtid_set
 from relay.binlog.parse import BinlogParser
 from relay.common import mysql
 from relay.common.tls import TlsConfig
@@ -235,6 +237,9 @@ class BinlogStream:
         self._reader: _PacketReader | None = None
         self._parser: BinlogParser | None = None
         self._checksum = False
+        # Inner events of the last TRANSACTION_PAYLOAD not handed out yet (``read`` drains them
+        # before it touches the socket, so a payload is never split by a lost connection).
+        self._pending: deque[BinlogEvent] = deque()
 
     @property
     def connection_id(self) -> int:
@@ -275,7 +280,13 @@ class BinlogStream:
         log.info("binlog dump after GTID set %s on %s:%d", gtids, self.config.host, self.config.port)
 
     def read(self, timeout: float | None = None) -> BinlogEvent | None:
-        """The next event, or None when ``timeout`` seconds pass without the start of one."""
+        """The next event, or None when ``timeout`` seconds pass without the start of one.
+
+        A TRANSACTION_PAYLOAD is not handed out itself: its inner events are, one per call, in
+        order, so callers see the same events as for an uncompressed transaction.
+        """
+        if self._pending:
+            return self._pending.popleft()
         reader, parser = self._reader, self._parser
         if reader is None or parser is None:
             raise SourceError("the binlog stream is not open: call open_at or open_at_gtid first")
@@ -286,14 +297,19 @@ class BinlogStream:
             raise
         if packet is None:
             return None
-        if packet[0] == 0:
-            return parser.parse(packet, 1)
-        raise self._stream_error(packet)
+        if packet[0] != 0:
+            raise self._stream_error(packet)
+        event = parser.parse(packet, 1)
+        if isinstance(event, TransactionPayloadEvent):
+            self._pending.extend(event.events[1:])
+            return event.events[0]  # never empty: the parser refuses a payload without events
+        return event
 
     def close(self) -> None:
         if self._link is not None:
             self._link.close()
         self._link = self._reader = self._parser = None
+        self._pending.clear()
 
     def __enter__(self) -> BinlogStream:
         return self
@@ -362,12 +378,3 @@ class BinlogStream:
         if packet[0] == 0xFE and len(packet) < 9:
             return SourceConnectionError("binlog dump: the server ended the stream (EOF)")
         return SourceConnectionError(f"binlog dump: unexpected packet starting 0x{packet[0]:02x}")
-
-
-def encode_mysql_gtid_set(gtids: GtidSet) -> bytes:
-    """The binary GTID set of COM_BINLOG_DUMP_GTID (the PREVIOUS_GTIDS layout, end exclusive)."""
-    out = [struct.pack("<Q", len(gtids.intervals))]
-    for sid, intervals in sorted(gtids.intervals.items()):
-        out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))
-        out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
-    return b"".join(out)

@@ -10,13 +10,22 @@ table id (6 bytes) + flags (2); body: schema and table (length byte, name, NUL),
 optional metadata as TLV fields (type byte, length-encoded length, value). Signedness bits are kept
 for numeric columns only, charsets for character columns only (ENUM/SET have their own charset
 fields), each in column order — so the column class decides which list entry belongs to a column.
+
+Which columns are "character" columns differs by flavour, and a wrong count shifts every later
+column's charset: MySQL counts CHAR, VARCHAR, the BLOB/TEXT family and (9.0+) VECTOR, not GEOMETRY
+(sql/log_event.cc ``is_character_type``); MariaDB also counts GEOMETRY ("Base class is blob for geom
+type", MariaDB log_event_server.cc / log_event_client.cc ``is_character_type``).
+
+ENUM and SET member names are bytes in the column's character set (ENUM_AND_SET_DEFAULT_CHARSET /
+ENUM_AND_SET_COLUMN_CHARSET give its collation): they are decoded with it once the charsets are
+known, never as UTF-8 (a latin1 'café' is not valid UTF-8).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from relay.binlog import types
+from relay.binlog import charsets, types
 from relay.binlog.events import ColumnMeta
 from relay.errors import DecodeError
 
@@ -32,14 +41,16 @@ SIMPLE_PRIMARY_KEY = 8
 PRIMARY_KEY_WITH_PREFIX = 9
 ENUM_AND_SET_DEFAULT_CHARSET = 10
 ENUM_AND_SET_COLUMN_CHARSET = 11
+COLUMN_VISIBILITY = 12
+VECTOR_DIMENSIONALITY = 13  # MySQL 9.0: dimensions of each VECTOR column, in column order
 
 # Column classes as the server counts them when it writes optional metadata (MySQL/MariaDB
 # log_event.cc ``is_numeric_type`` / ``is_character_type`` / ``is_enum_or_set_type``), applied to
 # the real type (a STRING column's real type is in its metadata).
 _NUMERIC = frozenset({1, 2, 3, 4, 5, 8, 9, 246})  # TINY SHORT LONG FLOAT DOUBLE LONGLONG INT24 NEWDECIMAL
-_CHARACTER = frozenset(
-    {15, 249, 250, 251, 252, 253, 254, 255}
-)  # VARCHAR, BLOBs, VAR_STRING, STRING, GEOMETRY
+# VARCHAR, the BLOBs, VAR_STRING, STRING (CHAR/BINARY), VECTOR; MariaDB adds GEOMETRY.
+_CHARACTER_MYSQL = frozenset({15, 249, 250, 251, 252, 253, 254, types.VECTOR})
+_CHARACTER_MARIADB = frozenset({15, 249, 250, 251, 252, 253, 254, types.GEOMETRY})
 _ENUM, _SET = 247, 248
 
 
@@ -67,9 +78,11 @@ class _Optional:
     enum_set_default: tuple[int, dict[int, int]] | None = None
     enum_set_charsets: list[int] | None = None
     names: list[str] | None = None
-    set_values: list[tuple[str, ...]] = field(default_factory=list)
-    enum_values: list[tuple[str, ...]] = field(default_factory=list)
+    # Member names as raw bytes: their charset is only known once every field has been read.
+    set_values: list[tuple[bytes, ...]] = field(default_factory=list)
+    enum_values: list[tuple[bytes, ...]] = field(default_factory=list)
     keys: set[int] = field(default_factory=set)
+    dimensions: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +100,11 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def parse_table_map(data: bytes, pos: int, end: int, id_len: int) -> TableMapBody:
-    """Decode the TABLE_MAP body at ``data[pos:end]`` (post-header included, checksum excluded)."""
+def parse_table_map(data: bytes, pos: int, end: int, id_len: int, mariadb: bool = False) -> TableMapBody:
+    """Decode the TABLE_MAP body at ``data[pos:end]`` (post-header included, checksum excluded).
+
+    ``mariadb``: the server flavour, which decides how character columns are counted (module doc).
+    """
     table_id = int.from_bytes(data[pos : pos + id_len], "little")
     p = pos + id_len + 2
     n = data[p]
@@ -115,7 +131,8 @@ def parse_table_map(data: bytes, pos: int, end: int, id_len: int) -> TableMapBod
     if p > end:
         raise DecodeError(f"TABLE_MAP {schema}.{table}: truncated before the optional metadata")
     opt = _parse_optional(data, p, end)
-    columns = _build_columns(type_codes, metas, null_bytes, opt)
+    character = _CHARACTER_MARIADB if mariadb else _CHARACTER_MYSQL
+    columns = _build_columns(type_codes, metas, null_bytes, opt, character)
     return TableMapBody(table_id, schema, table, columns, opt.names is not None)
 
 
@@ -146,13 +163,13 @@ def _read_optional_field(opt: _Optional, kind: int, data: bytes, p: int, end: in
     elif kind == COLUMN_NAME:
         opt.names = _str_list(data, p, end)
     elif kind in (SET_STR_VALUE, ENUM_STR_VALUE):
-        values: list[tuple[str, ...]] = []
+        values: list[tuple[bytes, ...]] = []
         while p < end:
             n, p = read_lenenc(data, p)
-            one: list[str] = []
+            one: list[bytes] = []
             for _ in range(n):
                 size, p = read_lenenc(data, p)
-                one.append(_text(data[p : p + size]))
+                one.append(data[p : p + size])
                 p += size
             values.append(tuple(one))
         if kind == SET_STR_VALUE:
@@ -164,6 +181,8 @@ def _read_optional_field(opt: _Optional, kind: int, data: bytes, p: int, end: in
     elif kind == PRIMARY_KEY_WITH_PREFIX:
         pairs = _lenenc_list(data, p, end)
         opt.keys = set(pairs[0::2])
+    elif kind == VECTOR_DIMENSIONALITY:
+        opt.dimensions = _lenenc_list(data, p, end)
     # GEOMETRY_TYPE, COLUMN_VISIBILITY and future fields: nothing canal reports; skipped by length.
 
 
@@ -202,16 +221,24 @@ def _charset_at(
     return None
 
 
+def _members(raw: tuple[bytes, ...] | None, collation: int | None) -> tuple[str, ...] | None:
+    """ENUM/SET member names decoded with the column's charset (UTF-8 when the event did not say)."""
+    if raw is None:
+        return None
+    charset = charsets.charset_of(collation) or charsets.UTF8MB4
+    return tuple(charset.decode(name) for name in raw)
+
+
 def _build_columns(
-    type_codes: bytes, metas: list[int], null_bytes: bytes, opt: _Optional
+    type_codes: bytes, metas: list[int], null_bytes: bytes, opt: _Optional, character_types: frozenset[int]
 ) -> tuple[ColumnMeta, ...]:
-    numeric = character = enum_set = enums = sets = 0
+    numeric = character = enum_set = enums = sets = vectors = 0
     columns = []
     for i, code in enumerate(type_codes):
         meta = metas[i]
         real = types.real_type(code, meta)
         unsigned = False
-        charset = None
+        charset = dimensions = None
         enum_values = set_values = None
         if real in _NUMERIC:
             unsigned = numeric < len(opt.unsigned) and opt.unsigned[numeric]
@@ -220,14 +247,19 @@ def _build_columns(
             charset = _charset_at(enum_set, opt.enum_set_default, opt.enum_set_charsets)
             enum_set += 1
             if real == _ENUM:
-                enum_values = opt.enum_values[enums] if enums < len(opt.enum_values) else None
+                raw = opt.enum_values[enums] if enums < len(opt.enum_values) else None
+                enum_values = _members(raw, charset)
                 enums += 1
             else:
-                set_values = opt.set_values[sets] if sets < len(opt.set_values) else None
+                raw = opt.set_values[sets] if sets < len(opt.set_values) else None
+                set_values = _members(raw, charset)
                 sets += 1
-        elif real in _CHARACTER:
+        elif real in character_types:
             charset = _charset_at(character, opt.default_charset, opt.column_charsets)
             character += 1
+        if real == types.VECTOR:
+            dimensions = opt.dimensions[vectors] if vectors < len(opt.dimensions) else None
+            vectors += 1
         columns.append(
             types.column_meta(
                 i,
@@ -240,6 +272,7 @@ def _build_columns(
                 is_key=i in opt.keys,
                 enum_values=enum_values,
                 set_values=set_values,
+                dimensions=dimensions,
             )
         )
     return tuple(columns)

@@ -14,6 +14,8 @@ sqlType — the ``java.sql.Types`` code canal's ``LogEventConvert`` reports (fac
   TINYINT -6, SMALLINT 5, MEDIUMINT/INT 4, BIGINT -5, DECIMAL 3, FLOAT 7 (REAL), DOUBLE 8, BIT -7,
   DATE 91, TIME 92, DATETIME/TIMESTAMP 93, YEAR 12 (VARCHAR), CHAR 1, VARCHAR 12, JSON 12,
   TEXT family 2005 (CLOB), BLOB family / BINARY / VARBINARY / GEOMETRY 2004 (BLOB).
+  VECTOR (MySQL 9.0): canal has no mapping for it; we send MySQL's ``VECTOR_TO_STRING`` text, so
+  we report VARCHAR (12), as for JSON — the code describes the text value, not the stored floats.
   Two deliberate differences, both so that the code describes the value we actually send:
   * unsigned integers: canal widens the type one step (TINYINT→SMALLINT, SMALLINT→INTEGER,
     INT→BIGINT, BIGINT→DECIMAL) only for a value above the signed maximum, so its sqlType changes
@@ -26,13 +28,14 @@ sqlType — the ``java.sql.Types`` code canal's ``LogEventConvert`` reports (fac
 mysqlType — MySQL 8's ``COLUMN_TYPE`` text without display widths: ``int unsigned``, ``decimal(12,2)``,
 ``varchar(16)`` (characters = max bytes / the charset's max bytes per char), ``char(4)``, ``binary(4)``,
 ``varbinary(8)``, ``text``/``mediumtext``…, ``blob``/…, ``datetime(6)``, ``time(3)``, ``timestamp``,
-``year``, ``bit(5)``, ``enum('a','b')``, ``set('x','y')``, ``json``, ``float``, ``double``, ``geometry``.
+``year``, ``bit(5)``, ``enum('a','b')``, ``set('x','y')``, ``json``, ``float``, ``double``, ``geometry``,
+``vector(3)`` (dimensions from the TABLE_MAP's VECTOR_DIMENSIONALITY metadata; ``vector`` without it).
 On MariaDB a JSON column is LONGTEXT in the binlog and is reported as ``longtext`` (as canal does,
 whose text comes from ``DESC``). Without a charset (binlog_row_metadata=MINIMAL) lengths are bytes.
 
 length — canal's ``Column.length`` is not filled by canal's converter (always 0). We report the
 declared length where the type has one: characters for CHAR/VARCHAR, bytes for BINARY/VARBINARY,
-precision for DECIMAL, bits for BIT; 0 for every other type.
+precision for DECIMAL, bits for BIT, dimensions for VECTOR; 0 for every other type.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ BIT = 16
 TIMESTAMP2 = 17
 DATETIME2 = 18
 TIME2 = 19
+VECTOR = 242  # MySQL 9.0: float32 array, stored like a LONGBLOB (4-byte length)
 JSON = 245
 NEWDECIMAL = 246
 ENUM = 247
@@ -87,7 +91,7 @@ T_CHAR, T_VARCHAR, T_DATE, T_TIME, T_TIMESTAMP = 1, 12, 91, 92, 93
 T_BLOB, T_CLOB, T_OTHER = 2004, 2005, 1111
 
 # Metadata size in the TABLE_MAP block, per type (0 when absent from this table).
-_ONE_BYTE = frozenset({FLOAT, DOUBLE, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, GEOMETRY, JSON})
+_ONE_BYTE = frozenset({FLOAT, DOUBLE, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, GEOMETRY, JSON, VECTOR})
 _ONE_BYTE |= {TIMESTAMP2, DATETIME2, TIME2}
 _TWO_BYTES_LE = frozenset({VARCHAR, VAR_STRING, BIT})
 _TWO_BYTES_BE = frozenset({STRING, ENUM, SET, NEWDECIMAL})
@@ -112,7 +116,8 @@ def read_column_metadata(type_code: int, data: bytes, pos: int) -> tuple[int, in
 
     Returns (meta, new_pos). ``meta`` packs the bytes as the server does (e.g. for STRING: real type
     in the high byte, length in the low byte; for NEWDECIMAL: precision << 8 | scale).
-    Layouts: FLOAT/DOUBLE/BLOB/GEOMETRY/JSON one byte (the pack length); TIME2/DATETIME2/TIMESTAMP2
+    Layouts: FLOAT/DOUBLE/BLOB/GEOMETRY/JSON/VECTOR one byte (the pack length; MySQL rpl_utility.cc
+    ``read_field_metadata``); TIME2/DATETIME2/TIMESTAMP2
     one byte (fsp); VARCHAR/VAR_STRING two bytes little-endian (max bytes); BIT two bytes, bits % 8
     then whole bytes (meta = bytes << 8 | bits % 8); STRING/ENUM/SET two bytes, real type then length
     (meta = first << 8 | second); NEWDECIMAL precision then scale; every other type none.
@@ -232,9 +237,18 @@ def _chars(max_bytes: int, charset: int | None) -> int:
 
 
 def describe(
-    type_code: int, meta: int, unsigned: bool, charset: int | None, values: tuple[str, ...] | None = None
+    type_code: int,
+    meta: int,
+    unsigned: bool,
+    charset: int | None,
+    values: tuple[str, ...] | None = None,
+    dimensions: int | None = None,
 ) -> tuple[str, int, int]:
     """(mysqlType, sqlType, length) of one column, as the module docstring describes."""
+    if type_code == VECTOR:
+        if dimensions is None:
+            return "vector", T_VARCHAR, 0
+        return f"vector({dimensions})", T_VARCHAR, dimensions
     if type_code in _INTEGERS:
         if unsigned:
             return _INTEGERS[type_code] + " unsigned", _UINT_SQL[type_code], 0
@@ -285,15 +299,17 @@ def column_meta(
     is_key: bool,
     enum_values: tuple[str, ...] | None = None,
     set_values: tuple[str, ...] | None = None,
+    dimensions: int | None = None,
 ) -> ColumnMeta:
     """Build a ``ColumnMeta`` from what a TABLE_MAP event says about one column.
 
     ``type_code``/``meta`` are as read from the event (the real type of a STRING column is resolved
     here). ``name`` None means the event had no names (binlog_row_metadata=MINIMAL): "@<index+1>".
+    ``dimensions``: a VECTOR column's dimensions when the event said (VECTOR_DIMENSIONALITY).
     """
     real = real_type(type_code, meta)
     values = enum_values if real == ENUM else set_values if real == SET else None
-    mysql_type, sql_type, length = describe(type_code, meta, unsigned, charset, values)
+    mysql_type, sql_type, length = describe(type_code, meta, unsigned, charset, values, dimensions)
     return ColumnMeta(
         index=index,
         name=name if name is not None else f"@{index + 1}",

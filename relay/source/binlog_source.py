@@ -191,8 +191,6 @@ def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
         raise bad("binlog_format", var.get("binlog_format", "?"), "set binlog_format=ROW")
     if var.get("binlog_row_image", "").upper() != "FULL":
         raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
-    if var.get("log_bin_compress", "OFF").upper() == "ON":
-        raise bad("log_bin_compress", "ON", "set log_bin_compress=OFF (compressed events cannot be decoded)")
     if var.get("binlog_transaction_compression", "OFF").upper() == "ON":
         raise bad("binlog_transaction_compression", "ON", "set binlog_transaction_compression=OFF")
     if "PARTIAL_JSON" in var.get("binlog_row_value_options", "").upper():

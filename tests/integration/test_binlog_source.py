@@ -213,7 +213,6 @@ REFUSALS = [
     ("binlog_format", "STATEMENT", "ROW", "set binlog_format=ROW"),
     ("binlog_format", "MIXED", "ROW", "set binlog_format=ROW"),
     ("binlog_row_image", "MINIMAL", "FULL", "set binlog_row_image=FULL"),
-    ("log_bin_compress", "ON", "OFF", "set log_bin_compress=OFF"),
     ("binlog_row_metadata", "MINIMAL", "FULL", "set binlog_row_metadata=FULL"),
 ]
 
