@@ -92,7 +92,8 @@ class KafkaPositionStore:
 
     # -- PositionStore ---------------------------------------------------------------------------
     def load(self) -> ResumePoint | None:
-        self.ensure_topic()
+        if not self._topic_ready and not _topic_exists(self.config, self.config.topic):
+            return None  # nothing saved yet; reading creates nothing (``relay status`` reads too)
         latest: bytes | None = None
         with self._consumer() as consumer:
             for key, value in _read_to_end(consumer, self.config.topic, self.config.timeout_s):
@@ -163,15 +164,19 @@ class KafkaPositionStore:
             consumer.close()
 
 
-def _ensure_topic(config: KafkaPositionConfig, topic: str, topic_config: dict[str, str]) -> None:
-    admin = AdminClient(config.client())
+def _topic_exists(config: KafkaPositionConfig, topic: str) -> bool:
     # List all topics: a metadata request naming a topic auto-creates it on some brokers (Tansu).
     try:
-        existing = admin.list_topics(timeout=config.timeout_s).topics
+        existing = AdminClient(config.client()).list_topics(timeout=config.timeout_s).topics
     except KafkaException as exc:
-        raise PublishError(f"cannot list topics: {exc.args[0].str()}") from exc
-    if topic in existing and existing[topic].error is None:
+        raise PositionError(f"cannot list topics: {exc.args[0].str()}") from exc
+    return topic in existing and existing[topic].error is None
+
+
+def _ensure_topic(config: KafkaPositionConfig, topic: str, topic_config: dict[str, str]) -> None:
+    if _topic_exists(config, topic):
         return
+    admin = AdminClient(config.client())
     futures = admin.create_topics([NewTopic(topic, 1, -1, config=topic_config)])
     try:
         futures[topic].result(timeout=config.timeout_s)

@@ -29,7 +29,6 @@ transaction abortable, so it cannot be dead-lettered there: it stops the relay (
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -238,7 +237,6 @@ class KafkaPublisher:
         self._fatal: ProducerFatalError | None = None
         self._closed = False
         self._txn_since: float | None = None  # transactional mode: when the open transaction began
-        self._needs_init = False  # transactional mode: a new producer session awaits init_transactions
         log.info("kafka publisher %s: %s", config.client_id, config.describe())
 
     # -- topics ---------------------------------------------------------------------------------------
@@ -348,7 +346,6 @@ class KafkaPublisher:
             self._producer.init_transactions(self._config.admin_timeout_s)
         except KafkaException as exc:
             raise self._txn_failure(exc.args[0], "init_transactions") from exc
-        self._needs_init = False
         log.info("kafka publisher: transactional.id %s initialised", self._config.transactional_id)
 
     def transaction_age(self) -> float | None:
@@ -362,8 +359,6 @@ class KafkaPublisher:
     def _begin(self) -> None:
         if self._txn_since is not None:
             return
-        if self._needs_init:
-            self.init_transactions()
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -414,7 +409,12 @@ class KafkaPublisher:
             self.poll(0.05)
 
     def _abort_transaction(self) -> None:
-        """Abort the open transaction; if that cannot be done, a new producer session (its init aborts it)."""
+        """Abort the open transaction; when even that fails, its outcome is unknown: the publisher stops.
+
+        It does not start a new session itself: ``init_transactions`` by a process that may be a zombie
+        would fence the rightful successor. A restart re-initialises (and so aborts) it, after the HA
+        election where there is one.
+        """
         if self._txn_since is None:
             return
         self._txn_since = None
@@ -422,17 +422,14 @@ class KafkaPublisher:
             return  # unusable: the broker aborts it (fenced, or at transaction.timeout.ms)
         try:
             self._producer.abort_transaction(self._config.delivery_timeout_s)
-            return
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "abort_transaction")
-            if isinstance(error, ProducerFatalError):
-                return
-            log.warning("%s; a new producer session will abort it", error)
-        old, self._producer = self._producer, self._new_producer()
-        self._needs_init = True  # init_transactions before the next transaction: it aborts the old one
-        with contextlib.suppress(KafkaException):
-            old.purge(in_queue=True, in_flight=True, blocking=True)
-            old.poll(0)
+            if not isinstance(error, ProducerFatalError):
+                self._fatal = ProducerFatalError(
+                    f"{error}: the open transaction's outcome is unknown; stopping (nothing of it is "
+                    "acked; a restart's init_transactions aborts it)"
+                )
+                log.error("%s", self._fatal)
 
     def _txn_failure(self, err: KafkaError, what: str) -> PublishError:
         """A transactional API's error as ours; a fatal one (fenced included) makes the publisher unusable."""
@@ -634,9 +631,16 @@ class KafkaPublisher:
             )
 
     def _set_fatal(self, err: KafkaError, batch: str | None = None) -> None:
+        fenced = self.transactional and err.code() in _FENCED
+        if fenced and self._fatal is not None and not isinstance(self._fatal, ProducerFencedError):
+            # librdkafka fails calls with a bare _FATAL; the cause (fenced) comes with the error callback.
+            old, self._fatal = self._fatal, None
+            for handle in self._inflight:
+                if handle.error is old:
+                    handle.error = None
         if self._fatal is None:
             where = f"{batch}: " if batch is not None else ""
-            if self.transactional and err.code() in _FENCED:
+            if fenced:
                 self._fatal = ProducerFencedError(
                     f"{where}kafka producer fenced: a newer producer with transactional.id "
                     f"{self._config.transactional_id!r} took over ({_describe(err)}); "
