@@ -87,6 +87,10 @@ _FENCED: frozenset[int] = frozenset(
 )
 
 # librdkafka keys the publisher decides itself; the passthrough dict may not set them.
+# The longest wait for a transaction's commit or abort once its records are delivered (EndTxn is one round
+# trip to the coordinator). Longer means doubt: a fenced producer on some brokers (Tansu) gets no answer.
+TXN_CONTROL_TIMEOUT_S = 10.0
+
 DEAD_LETTER_ERROR = "relay.error"
 DEAD_LETTER_TOPIC = "relay.original.topic"
 DEAD_LETTER_PARTITION = "relay.original.partition"
@@ -385,7 +389,7 @@ class KafkaPublisher:
         if self.failed() is not None:
             return False
         try:
-            self._producer.commit_transaction(self._config.delivery_timeout_s)
+            self._producer.commit_transaction(self._control_timeout())
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "commit_transaction")
             for handle in self._inflight:
@@ -421,7 +425,7 @@ class KafkaPublisher:
         if self._fatal is not None:
             return  # unusable: the broker aborts it (fenced, or at transaction.timeout.ms)
         try:
-            self._producer.abort_transaction(self._config.delivery_timeout_s)
+            self._producer.abort_transaction(self._control_timeout())
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "abort_transaction")
             if not isinstance(error, ProducerFatalError):
@@ -430,6 +434,9 @@ class KafkaPublisher:
                     "acked; a restart's init_transactions aborts it)"
                 )
                 log.error("%s", self._fatal)
+
+    def _control_timeout(self) -> float:
+        return min(self._config.delivery_timeout_s, TXN_CONTROL_TIMEOUT_S)
 
     def _txn_failure(self, err: KafkaError, what: str) -> PublishError:
         """A transactional API's error as ours; a fatal one (fenced included) makes the publisher unusable."""
@@ -713,7 +720,8 @@ class KafkaPublisher:
             self._inflight.clear()
             self._abort_transaction()
             if ids:
-                log.warning("aborted the transaction of %s; they will be sent again", ", ".join(labels))
+                done = "abandoned (the broker aborts it)" if self._fatal else "aborted"
+                log.warning("%s the transaction of %s; they will be sent again", done, ", ".join(labels))
             return ids
         if not ids and not len(self._producer):
             return []  # nothing to disown: keep the session (e.g. a clean stop after the drain)
