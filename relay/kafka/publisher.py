@@ -241,6 +241,7 @@ class KafkaPublisher:
         self._fatal: ProducerFatalError | None = None
         self._closed = False
         self._txn_since: float | None = None  # transactional mode: when the open transaction began
+        self._refused_locally = False  # set while produce()'s own refusal of a record is handled
         log.info("kafka publisher %s: %s", config.client_id, config.describe())
 
     # -- topics ---------------------------------------------------------------------------------------
@@ -501,7 +502,11 @@ class KafkaPublisher:
                 if handle.error is not None:
                     return
             except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
-                callback(exc.args[0], None)
+                self._refused_locally = True  # nothing reached the broker: a transaction stays intact
+                try:
+                    callback(exc.args[0], None)
+                finally:
+                    self._refused_locally = False
                 return
 
     # -- delivery reports -------------------------------------------------------------------------
@@ -540,7 +545,7 @@ class KafkaPublisher:
                     f"{handle.label}: delivery to {record.topic} [{partition}] failed: {_describe(err)}"
                 )
             )
-        elif self.transactional and err.code() >= 0:
+        elif self.transactional and not self._refused_locally:
             # The broker refused it: the transaction is abortable now, a dead letter in it would be lost.
             self._reject(handle, record, partition, err, " (refused by the broker inside a transaction)")
         elif self._config.dead_letter_topic and record.topic != self._config.dead_letter_topic:
@@ -571,7 +576,11 @@ class KafkaPublisher:
     def _reject_topic(self, handle: BatchHandle, record: Record, exc: ConfigError) -> None:
         """A topic that does not exist (creation off) or cannot be created: a rejection like any other."""
         code = KafkaError.TOPIC_EXCEPTION if self._config.create_topics else KafkaError.UNKNOWN_TOPIC_OR_PART
-        self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+        self._refused_locally = True  # never sent: a transaction stays intact
+        try:
+            self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+        finally:
+            self._refused_locally = False
 
     def _dead_letter(
         self, handle: BatchHandle, record: Record, partition: int | None, err: KafkaError
