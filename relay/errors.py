@@ -199,6 +199,14 @@ class LeadershipUnavailableError(LeadershipError):
     retriable = True
 
 
+class ProducerFencedError(ProducerFatalError, LeadershipError):
+    """Transactional mode: a newer producer with this ``transactional.id`` (a successor relay) fenced ours.
+
+    Both a fatal producer error and the end of this relay's term: ``relay run`` exits with status 3 as
+    when ZooKeeper leadership is lost, and nothing is acked after it (the transaction never commits).
+    """
+
+
 # --- Spark readers ---------------------------------------------------------------------------------
 
 

@@ -1,10 +1,12 @@
 """The composition root: the only place that builds the relay's parts from its configuration.
 
 Every choice a config makes between implementations is made here and nowhere else: which position store
-(a file, or a ZooKeeper node fenced by the leadership), which mapping store (the YAML file or a ZooKeeper
-node), the ZooKeeper session they share, the Kafka producer's settings, the canal instance, the metrics
-exporter. ``build_relay`` hands them, built, to ``relay.daemon.pipeline.Relay``, which creates nothing
-of its own. Runs on the thread that starts the relay (the CLI's, a test's, the benchmark worker's).
+(a file, a ZooKeeper node fenced by the leadership, or — exactly-once mode — a compacted Kafka topic
+written inside the publisher's transactions), which mapping store (the YAML file or a ZooKeeper node),
+the ZooKeeper session they share, the Kafka producer's settings (idempotent or transactional), the
+canal instance, the metrics exporter. ``build_relay`` hands them, built, to
+``relay.daemon.pipeline.Relay``, which creates nothing of its own. Runs on the thread that starts the
+relay (the CLI's, a test's, the benchmark worker's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
 from relay.errors import MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
+from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher, PublisherConfig, TopicDefaults
 from relay.positions.lock import InstanceLock
 from relay.positions.store import FilePositionStore, PositionStore
@@ -62,6 +65,9 @@ def open_positions(config: RelayConfig) -> Iterator[PositionStore]:
     if config.positions.backend == "file":
         yield FilePositionStore(config.path(config.positions.path))
         return
+    if config.positions.backend == "kafka":
+        yield KafkaPositionStore(kafka_position_config(config))  # unbound: a save is its own transaction
+        return
     client = connect(config.ha)
     try:
         yield ZooKeeperPositionStore(client, position_node(config))
@@ -79,15 +85,29 @@ class _Coordination:
     positions: PositionStore
 
 
+def kafka_position_config(config: RelayConfig) -> KafkaPositionConfig:
+    k = config.kafka
+    return KafkaPositionConfig(
+        bootstrap_servers=k.bootstrap_servers,
+        topic=k.positions_topic,
+        instance=config.instance,
+        transactional_id=transactional_id(config) or "",
+        kafka=dict(k.settings),
+    )
+
+
 def _coordination(config: RelayConfig) -> _Coordination:
-    file_store = FilePositionStore(config.path(config.positions.path))
+    own: PositionStore = FilePositionStore(config.path(config.positions.path))
+    if config.positions.backend == "kafka":
+        # Exactly-once: fenced by the transactional producer's epoch, written only in its transactions.
+        own = KafkaPositionStore(kafka_position_config(config), bound=True)
     if not config.ha.enabled and config.positions.backend != "zookeeper":
-        return _Coordination(None, file_store)
+        return _Coordination(None, own)
     client: KazooClient = connect(config.ha)
     leadership = None
     if config.ha.enabled:
         leadership = Leadership(config.ha, config.instance, client, owns_client=True)
-    positions: PositionStore = file_store
+    positions: PositionStore = own
     if config.positions.backend == "zookeeper":
         positions = ZooKeeperPositionStore(client, position_node(config), fence=leadership)
     return _Coordination(leadership, positions)
@@ -110,6 +130,12 @@ def instance_config(config: RelayConfig) -> InstanceConfig:
     )
 
 
+def transactional_id(config: RelayConfig) -> str | None:
+    """The instance's stable ``transactional.id`` (None: idempotent mode)."""
+    k = config.kafka
+    return k.transactional_id.format(instance=config.instance) if k.transactions else None
+
+
 def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
     k = config.kafka
     topics = mapping.topics
@@ -122,6 +148,7 @@ def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
         dead_letter_value_bytes=k.dead_letter_value_bytes,
         create_topics=topics.create,
         topic_defaults=TopicDefaults(topics.partitions, topics.replication_factor, topics.topic_config()),
+        transactional_id=transactional_id(config),
     )
 
 
@@ -152,6 +179,7 @@ def build_relay(
         leadership=coordination.leadership,
         lock=lock,
         open_watcher=watcher,
+        exactly_once=store if isinstance(store, KafkaPositionStore) and store.bound else None,
     )
     relay = Relay(config, mapping, parts)
     relay.observe(MetricsExporter(config.metrics, relay))

@@ -87,6 +87,20 @@ class KafkaSettings:
     ddl_topic: str | None = "relay.ddl"
     dead_letter_topic: str | None = None
     dead_letter_value_bytes: int = 1_024
+    # Transactional mode (``relay.kafka.publisher``): batches committed in Kafka transactions.
+    transactions: bool = False
+    transactional_id: str = "canal-relay-{instance}"
+    transaction_linger_seconds: float = 0.02
+    # Exactly-once mode (``relay.kafka.positions``): the position is committed in the same transaction.
+    exactly_once: bool = False
+    positions_topic: str = "relay.positions"
+
+    @property
+    def mode(self) -> str:
+        """What ``relay status`` shows: idempotent, transactional or exactly-once."""
+        if self.exactly_once:
+            return "exactly-once"
+        return "transactional" if self.transactions else "idempotent"
 
 
 @dataclass(frozen=True)
@@ -139,10 +153,12 @@ class RelayConfig:
         """Everything that can be checked without a network, so a bad config changes nothing."""
         if not self.instance or not all(c.isalnum() or c in "._-" for c in self.instance):
             raise ConfigError("instance", f"must be letters, digits, '.', '_' or '-', got {self.instance!r}")
-        if self.positions.backend not in ("file", "zookeeper"):
+        if self.positions.backend not in ("file", "zookeeper", "kafka"):
             raise ConfigError(
-                "positions.backend", f"unknown backend {self.positions.backend!r}; known: file, zookeeper"
+                "positions.backend",
+                f"unknown backend {self.positions.backend!r}; known: file, zookeeper, kafka",
             )
+        self._validate_transactions()
         self._validate_ha()
         self.metrics.validate("metrics")
         self.source.tls.validate("source.tls")
@@ -173,11 +189,27 @@ class RelayConfig:
         validate_counter(f.empty_transaction_threshold, "filter.empty_transaction_threshold")
         validate_kafka_settings(self.kafka.settings, "kafka.settings")
 
+    def _validate_transactions(self) -> None:
+        k = self.kafka
+        if k.exactly_once and not k.transactions:
+            raise ConfigError("kafka.exactly_once", "needs kafka.transactions: true")
+        if k.exactly_once != (self.positions.backend == "kafka"):
+            if k.exactly_once:
+                raise ConfigError("positions.backend", "must be kafka when kafka.exactly_once is true")
+            raise ConfigError("positions.backend", "kafka needs kafka.exactly_once: true")
+        if k.transactions and not k.transactional_id.format(instance=self.instance).strip():
+            raise ConfigError("kafka.transactional_id", "must not be empty")
+        if k.transaction_linger_seconds < 0:
+            raise ConfigError("kafka.transaction_linger_seconds", "must not be negative")
+        if k.exactly_once and not k.positions_topic:
+            raise ConfigError("kafka.positions_topic", "must name a topic")
+
     def _validate_ha(self) -> None:
         validate_failover(self.source, "source")
-        if self.ha.enabled and self.positions.backend != "zookeeper":
-            # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch.
-            raise ConfigError("positions.backend", "must be zookeeper when ha.enabled is true")
+        if self.ha.enabled and self.positions.backend == "file":
+            # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch
+            # (ZooKeeper's compare-and-set is; so is a Kafka position by the transactional producer's epoch).
+            raise ConfigError("positions.backend", "must be zookeeper (or kafka) when ha.enabled is true")
         validate_ha(self.ha, "ha")
 
 

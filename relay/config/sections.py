@@ -219,7 +219,7 @@ OWNED_KAFKA_KEYS = {
     "client.id": "client_id",
     "message.timeout.ms": "delivery_timeout_s",
     "delivery.timeout.ms": "delivery_timeout_s",
-    "transactional.id": "the exactly-once publisher (this one is idempotent, not transactional)",
+    "transactional.id": "kafka.transactional_id (with kafka.transactions: true)",
     "error_cb": "the publisher (it owns the callbacks)",
     "on_delivery": "the publisher (it owns the callbacks)",
     "dr_cb": "the publisher (it owns the callbacks)",

@@ -26,6 +26,16 @@ LOST, lease expired) ``run`` stops with ``LeadershipError`` without acking anyth
 in flight are abandoned, the new leader publishes them again from the saved position — and ``relay
 run`` exits with status 3. After a MySQL failover (``relay.source.failover``) the records name the standby.
 
+Transactional mode (``kafka.transactions``): after the election, ``init_transactions`` fences every older
+producer of this instance's ``transactional.id`` (a zombie's queued records are refused by the broker,
+its open transaction aborted). Consecutive batches share one Kafka transaction, committed when it holds
+``publish.max_inflight_batches`` batches or has been open ``kafka.transaction_linger_seconds`` — the
+fence is checked first; a batch is acked (and its position saved) only once its transaction committed.
+A failed transaction is aborted and its batches rolled back and resent after a backoff; a fenced
+producer stops the relay like lost leadership (``ProducerFencedError``, exit status 3). Exactly-once mode
+(``kafka.exactly_once``) first proves that the broker hides aborted records (or refuses to start), and
+puts the resume point of a transaction's last batch into that transaction (``relay.kafka.positions``).
+
 ``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: batches in flight
 get ``publish.drain_seconds`` to be delivered and acked, the rest is rolled back, the position stays
 at the last acknowledged batch, and ``run`` returns normally.
@@ -51,6 +61,7 @@ from relay.daemon.status import RelayStats, write_status
 from relay.errors import PublishError, RecordRejectedError, RelayError
 from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
+from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import BatchHandle, KafkaPublisher, Record
 from relay.positions.lock import InstanceLock
 from relay.positions.store import PositionStore, ResumePoint
@@ -84,7 +95,8 @@ class RelayParts:
 
     ``leadership`` None: no HA. ``lock``: held while running (a file position: one relay per file).
     ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no
-    hot reload).
+    hot reload). ``exactly_once``: the Kafka position store whose records go into the publisher's
+    transactions (None: not exactly-once mode).
     """
 
     instance: CanalInstance
@@ -93,6 +105,7 @@ class RelayParts:
     leadership: Leadership | None = None
     lock: InstanceLock | None = None
     open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
+    exactly_once: KafkaPositionStore | None = None
 
 
 class Relay:
@@ -110,6 +123,7 @@ class Relay:
         self._observers: list[RelayObserver] = []
         self._lock = parts.lock
         self._open_watcher = parts.open_watcher
+        self._exactly_once = parts.exactly_once
         self._stopping = threading.Event()
         self._encoder: RecordEncoder | None = None
         # Hot reload (mapping.watch): the watcher of mapping.store (opened by run()), the switch rule,
@@ -178,6 +192,7 @@ class Relay:
             self.watcher = self._open_watcher(self.mapping)
         self._claim()
         try:
+            self._start_transactions()
             self.instance.start()
         except BaseException:
             self._release()
@@ -243,6 +258,14 @@ class Relay:
         if self._lock is not None:
             self._lock.release()
 
+    def _start_transactions(self) -> None:
+        """Exactly-once: prove the broker hides aborted records (or refuse, before fencing anyone);
+        transactional: fence older producers of our ``transactional.id`` before reading any position."""
+        if self._exactly_once is not None:
+            prove_aborted_records_hidden(self._exactly_once.config)
+        self._fence()
+        self.publisher.init_transactions()
+
     def _initial_topics(self) -> list[str]:
         topics = list(self.mapping.topic_names())
         if self.config.kafka.ddl_topic:
@@ -261,7 +284,32 @@ class Relay:
                 self._send(message.batch_id, message.entries)
                 sent = True
         self.publisher.poll(0 if sent else wait)
+        if self._transaction_due():
+            self._commit()
         return self._ack_delivered() > 0
+
+    def _transaction_due(self) -> bool:
+        """A transaction commits when it holds ``max_inflight_batches`` batches or is ``linger`` old."""
+        age = self.publisher.transaction_age()
+        if age is None:
+            return False
+        full = self.publisher.inflight() >= self.config.publish.max_inflight_batches
+        return full or age >= self.config.kafka.transaction_linger_seconds
+
+    def _commit(self) -> bool:
+        """Commit the open transaction (exactly-once: with the resume point after its last batch)."""
+        extra: list[Record] = []
+        point = None
+        eos = self._exactly_once
+        if eos is not None:
+            point = self.instance.resume_point(self.publisher.batch_ids()[-1])
+            epoch = self.leadership.epoch if self.leadership is not None else 0
+            extra.append(eos.record(point, epoch))
+        self._fence()
+        committed = self.publisher.commit(extra)
+        if committed and eos is not None and point is not None:
+            eos.committed(point)
+        return committed
 
     def _send(self, batch_id: int, entries: Sequence[Entry]) -> None:
         """Encode and send one batch; every log line about it names its binlog positions (``where``)."""
@@ -381,6 +429,8 @@ class Relay:
         deadline = time.monotonic() + self.config.publish.drain_seconds
         while self.publisher.inflight() and time.monotonic() < deadline and self.publisher.failed() is None:
             self.publisher.poll(0.1)
+            if self.publisher.transaction_age() is not None:
+                self._commit()
             self._ack_delivered()
         self._abandon()
         log.info("relay %s stopped; position %s", self.config.instance, self._saved())
@@ -418,6 +468,8 @@ class Relay:
             store_mode=store.batch_mode.value,
             inflight_batches=self.publisher.inflight(),
             mapping_version=self.mapping.version,
+            kafka_mode=self.config.kafka.mode,
+            transactional_id=self.publisher.transactional_id,
             **self._ha_status(),
         )
         try:

@@ -16,6 +16,15 @@ rolls the store back and resends after a backoff), a ``RecordRejectedError`` (th
 sent: the relay stops, unless a dead-letter topic takes it), or a ``ProducerFatalError`` (stop).
 Keyed records without a partition are placed with our Java-compatible murmur2 (``relay.kafka.partitioner``),
 so where a key lives is decided here, identically for every Kafka client.
+
+Transactional mode (``PublisherConfig.transactional_id`` set, ``kafka.transactions``): the producer also has
+a ``transactional.id``. ``init_transactions()`` (after the HA election) fences every older producer of that
+id, so nothing a frozen predecessor still had queued can commit. ``send`` opens a transaction when none is
+open; ``commit()`` waits for every record of the open transaction (dead letters included: they are produced
+inside it), adds the caller's extra records (the exactly-once position) and commits; only then do its
+batches count as delivered in ``completed_prefix``. ``abort_inflight`` aborts the open transaction. A fenced
+producer raises ``ProducerFencedError`` (a ``LeadershipError``); a record the *broker* refused makes the
+transaction abortable, so it cannot be dead-lettered there: it stops the relay (``RecordRejectedError``).
 """
 
 from __future__ import annotations
@@ -34,7 +43,14 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from relay.common.redact import redact_settings
 from relay.common.retry import RetryPolicy
 from relay.config.sections import validate_kafka_settings
-from relay.errors import ConfigError, ProducerFatalError, PublishError, RecordRejectedError, RelayError
+from relay.errors import (
+    ConfigError,
+    ProducerFatalError,
+    ProducerFencedError,
+    PublishError,
+    RecordRejectedError,
+    RelayError,
+)
 from relay.kafka.partitioner import partition_for_key
 
 log = logging.getLogger(__name__)
@@ -65,8 +81,16 @@ _SIZE: frozenset[int] = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.REC
 # librdkafka fails queued messages with _FATAL once the producer raised a fatal error (fencing, a
 # sequence gap it cannot repair); the instance is unusable from then on.
 _FATAL: frozenset[int] = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+# A newer producer with our transactional.id exists (transactional mode): this relay's term is over.
+_FENCED: frozenset[int] = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
 
 # librdkafka keys the publisher decides itself; the passthrough dict may not set them.
+# The longest wait for a transaction's commit or abort once its records are delivered (EndTxn is one round
+# trip to the coordinator). Longer means doubt: a fenced producer on some brokers (Tansu) gets no answer.
+TXN_CONTROL_TIMEOUT_S = 10.0
+
 DEAD_LETTER_ERROR = "relay.error"
 DEAD_LETTER_TOPIC = "relay.original.topic"
 DEAD_LETTER_PARTITION = "relay.original.partition"
@@ -112,6 +136,11 @@ class PublisherConfig:
     create_topics: bool = False
     topic_defaults: TopicDefaults = field(default_factory=TopicDefaults)
     admin_timeout_s: float = 30.0
+    transactional_id: str | None = None  # None: idempotent mode; set: every batch inside a Kafka transaction
+
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_id is not None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", dict(self.kafka))  # our own copy: the caller's dict stays theirs
@@ -133,6 +162,10 @@ class PublisherConfig:
                 "message.timeout.ms": max(1, int(self.delivery_timeout_s * 1000)),
             }
         )
+        if self.transactional_id is not None:
+            # librdkafka refuses a message timeout above the transaction timeout.
+            timeout_ms = max(60_000, settings["message.timeout.ms"])
+            settings.update({"transactional.id": self.transactional_id, "transaction.timeout.ms": timeout_ms})
         return settings
 
     def describe(self) -> dict[str, str]:
@@ -164,6 +197,7 @@ class BatchHandle:
     error: PublishError | None = None
     dead_lettered: int = 0
     aborted: bool = field(default=False, repr=False)
+    committed: bool = True  # transactional mode: False until its transaction committed
     where: str = ""  # the batch's binlog positions, for log lines and error messages
 
     @property
@@ -173,7 +207,7 @@ class BatchHandle:
 
     @property
     def delivered(self) -> bool:
-        return self.pending == 0 and self.error is None
+        return self.pending == 0 and self.error is None and self.committed
 
     def fail(self, error: PublishError) -> None:
         """Keep the first error: it is the cause; later ones are usually its consequences."""
@@ -206,6 +240,8 @@ class KafkaPublisher:
         self._inflight: deque[BatchHandle] = deque()
         self._fatal: ProducerFatalError | None = None
         self._closed = False
+        self._txn_since: float | None = None  # transactional mode: when the open transaction began
+        self._refused_locally = False  # set while produce()'s own refusal of a record is handled
         log.info("kafka publisher %s: %s", config.client_id, config.describe())
 
     # -- topics ---------------------------------------------------------------------------------------
@@ -282,13 +318,134 @@ class KafkaPublisher:
         a failure the caller must ``abort_inflight()`` first.
         """
         self._check_usable()
+        if self.transactional:
+            self._begin()
         handle = BatchHandle(batch_id, len(records), len(records), where=where)
+        handle.committed = not self.transactional
         self._inflight.append(handle)
         for record in records:
             if handle.error is not None:
                 break  # the batch is lost anyway; the rest of it would only be re-sent later
             self._produce_record(handle, record)
         return handle
+
+    # -- transactions (transactional mode) ------------------------------------------------------------
+
+    @property
+    def transactional(self) -> bool:
+        return self._config.transactional
+
+    @property
+    def transactional_id(self) -> str | None:
+        return self._config.transactional_id
+
+    def init_transactions(self) -> None:
+        """Transactional mode: register our ``transactional.id`` with the broker, fencing older producers.
+
+        Called once this process leads (after the HA election), before anything is read or sent: the
+        broker aborts whatever transaction a predecessor left open, and refuses its queued records.
+        """
+        if not self.transactional:
+            return
+        try:
+            self._producer.init_transactions(self._config.admin_timeout_s)
+        except KafkaException as exc:
+            raise self._txn_failure(exc.args[0], "init_transactions") from exc
+        log.info("kafka publisher: transactional.id %s initialised", self._config.transactional_id)
+
+    def transaction_age(self) -> float | None:
+        """Seconds since the open transaction began; None when none is open (or not transactional)."""
+        return None if self._txn_since is None else time.monotonic() - self._txn_since
+
+    def batch_ids(self) -> list[int]:
+        """The ids of the batches in flight, in send order (in transactional mode: the open transaction's)."""
+        return [h.batch_id for h in self._inflight]
+
+    def _begin(self) -> None:
+        if self._txn_since is not None:
+            return
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._txn_failure(exc.args[0], "begin_transaction") from exc
+        self._txn_since = time.monotonic()
+
+    def commit(self, extra: Sequence[Record] = ()) -> bool:
+        """Commit the open transaction after every record of it was delivered; True when it committed.
+
+        ``extra`` (the exactly-once position record) is produced into the transaction first. False: a
+        record failed or the commit did — ``failed()`` says why, and the caller calls ``abort_inflight()``.
+        Raises the producer's fatal error (``ProducerFencedError`` when fenced).
+        """
+        if self._txn_since is None or not self._inflight:
+            return False
+        self._check_usable()
+        last = self._inflight[-1]
+        for record in extra:
+            last.pending += 1
+            self._produce_record(last, record)
+        self._await_delivery(last)
+        if self._fatal is not None:
+            raise self._fatal
+        if self.failed() is not None:
+            return False
+        try:
+            self._producer.commit_transaction(self._control_timeout())
+        except KafkaException as exc:
+            error = self._txn_failure(exc.args[0], "commit_transaction")
+            for handle in self._inflight:
+                handle.fail(error)
+            log.warning("%s: %s", last.label, error)
+            if isinstance(error, ProducerFatalError):
+                raise error from exc
+            return False
+        self._txn_since = None
+        for handle in self._inflight:
+            handle.committed = True
+        log.debug("%s: transaction of batches %s committed", last.label, self.batch_ids())
+        return True
+
+    def _await_delivery(self, last: BatchHandle) -> None:
+        deadline = time.monotonic() + self._config.delivery_timeout_s
+        while any(h.pending for h in self._inflight) and self.failed() is None and self._fatal is None:
+            if time.monotonic() >= deadline:
+                last.fail(PublishError(f"{last.label}: not delivered within the delivery timeout"))
+                return
+            self.poll(0.05)
+
+    def _abort_transaction(self) -> None:
+        """Abort the open transaction; when even that fails, its outcome is unknown: the publisher stops.
+
+        It does not start a new session itself: ``init_transactions`` by a process that may be a zombie
+        would fence the rightful successor. A restart re-initialises (and so aborts) it, after the HA
+        election where there is one.
+        """
+        if self._txn_since is None:
+            return
+        self._txn_since = None
+        if self._fatal is not None:
+            return  # unusable: the broker aborts it (fenced, or at transaction.timeout.ms)
+        try:
+            self._producer.abort_transaction(self._control_timeout())
+        except KafkaException as exc:
+            error = self._txn_failure(exc.args[0], "abort_transaction")
+            if not isinstance(error, ProducerFatalError):
+                self._fatal = ProducerFatalError(
+                    f"{error}: the open transaction's outcome is unknown; stopping (nothing of it is "
+                    "acked; a restart's init_transactions aborts it)"
+                )
+                log.error("%s", self._fatal)
+
+    def _control_timeout(self) -> float:
+        return min(self._config.delivery_timeout_s, TXN_CONTROL_TIMEOUT_S)
+
+    def _txn_failure(self, err: KafkaError, what: str) -> PublishError:
+        """A transactional API's error as ours; a fatal one (fenced included) makes the publisher unusable."""
+        if err.code() in _FENCED or err.fatal():
+            self._set_fatal(err)
+            assert self._fatal is not None
+            return self._fatal
+        return PublishError(f"{what} failed: {_describe(err)}")
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -345,7 +502,11 @@ class KafkaPublisher:
                 if handle.error is not None:
                     return
             except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
-                callback(exc.args[0], None)
+                self._refused_locally = True  # nothing reached the broker: a transaction stays intact
+                try:
+                    callback(exc.args[0], None)
+                finally:
+                    self._refused_locally = False
                 return
 
     # -- delivery reports -------------------------------------------------------------------------
@@ -384,6 +545,9 @@ class KafkaPublisher:
                     f"{handle.label}: delivery to {record.topic} [{partition}] failed: {_describe(err)}"
                 )
             )
+        elif self.transactional and not self._refused_locally:
+            # The broker refused it: the transaction is abortable now, a dead letter in it would be lost.
+            self._reject(handle, record, partition, err, " (refused by the broker inside a transaction)")
         elif self._config.dead_letter_topic and record.topic != self._config.dead_letter_topic:
             self._dead_letter(handle, record, partition, err)
         else:
@@ -412,7 +576,11 @@ class KafkaPublisher:
     def _reject_topic(self, handle: BatchHandle, record: Record, exc: ConfigError) -> None:
         """A topic that does not exist (creation off) or cannot be created: a rejection like any other."""
         code = KafkaError.TOPIC_EXCEPTION if self._config.create_topics else KafkaError.UNKNOWN_TOPIC_OR_PART
-        self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+        self._refused_locally = True  # never sent: a transaction stays intact
+        try:
+            self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+        finally:
+            self._refused_locally = False
 
     def _dead_letter(
         self, handle: BatchHandle, record: Record, partition: int | None, err: KafkaError
@@ -479,9 +647,23 @@ class KafkaPublisher:
             )
 
     def _set_fatal(self, err: KafkaError, batch: str | None = None) -> None:
+        fenced = self.transactional and err.code() in _FENCED
+        if fenced and self._fatal is not None and not isinstance(self._fatal, ProducerFencedError):
+            # librdkafka fails calls with a bare _FATAL; the cause (fenced) comes with the error callback.
+            old, self._fatal = self._fatal, None
+            for handle in self._inflight:
+                if handle.error is old:
+                    handle.error = None
         if self._fatal is None:
             where = f"{batch}: " if batch is not None else ""
-            self._fatal = ProducerFatalError(f"{where}kafka producer failed fatally: {_describe(err)}")
+            if fenced:
+                self._fatal = ProducerFencedError(
+                    f"{where}kafka producer fenced: a newer producer with transactional.id "
+                    f"{self._config.transactional_id!r} took over ({_describe(err)}); "
+                    "this relay is no longer the active relay"
+                )
+            else:
+                self._fatal = ProducerFatalError(f"{where}kafka producer failed fatally: {_describe(err)}")
             log.error("%s", self._fatal)
         for handle in self._inflight:
             handle.fail(self._fatal)
@@ -539,6 +721,17 @@ class KafkaPublisher:
         """
         ids = [h.batch_id for h in self._inflight]
         labels = [h.label for h in self._inflight]
+        if self.transactional:
+            # Nothing of an aborted transaction becomes visible to read_committed consumers; the
+            # producer (and its epoch) stays: no new session is needed.
+            for handle in self._inflight:
+                handle.aborted = True
+            self._inflight.clear()
+            self._abort_transaction()
+            if ids:
+                done = "abandoned (the broker aborts it)" if self._fatal else "aborted"
+                log.warning("%s the transaction of %s; they will be sent again", done, ", ".join(labels))
+            return ids
         if not ids and not len(self._producer):
             return []  # nothing to disown: keep the session (e.g. a clean stop after the drain)
         for handle in self._inflight:
@@ -567,6 +760,11 @@ class KafkaPublisher:
         if self._closed:
             return
         self._closed = True
+        if self._txn_since is not None:  # never commit on close: what is not committed is resent
+            for handle in self._inflight:
+                handle.aborted = True
+            self._inflight.clear()
+            self._abort_transaction()
         left = self.flush(timeout)
         if left:
             labels = ", ".join(h.label for h in self._inflight) or "no batch in flight"
@@ -581,7 +779,8 @@ class KafkaPublisher:
 
     def _admin_settings(self) -> dict[str, Any]:
         # The admin client speaks to the same cluster with the same security settings, none of the producer's.
-        drop = ("enable.idempotence", "acks", "message.timeout.ms")
+        drop = {"enable.idempotence", "acks", "message.timeout.ms"}
+        drop |= {"transactional.id", "transaction.timeout.ms"}
         return {k: v for k, v in self._settings.items() if k not in drop}
 
 

@@ -19,7 +19,7 @@ from relay.errors import RelayError
 from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
-from relay.wiring import open_positions
+from relay.wiring import open_positions, transactional_id
 
 
 def status_report(config: RelayConfig) -> dict[str, Any]:
@@ -58,6 +58,9 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "batches_acked": data.get("batches_acked"),
         "batches_rolled_back": data.get("batches_rolled_back"),
         "status_updated": _iso(data["updated"]) if "updated" in data else None,
+        # idempotent / transactional / exactly-once: the running relay's, else the config's
+        "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
+        "transactional_id": data.get("transactional_id") or transactional_id(config),
         **ha,
     }
     try:

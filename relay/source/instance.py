@@ -223,6 +223,14 @@ class CanalInstance:
                 self._resume[message.batch_id] = point
         return message
 
+    def resume_point(self, batch_id: int) -> ResumePoint:
+        """The point ``ack(batch_id)`` will save (exactly-once mode writes it before the ack)."""
+        with self._lock:
+            point = self._resume.get(batch_id)
+        if point is None:
+            raise ServerError(f"batch {batch_id} is not outstanding")
+        return point
+
     def ack(self, batch_id: int) -> ResumePoint:
         """Acknowledge a batch (the oldest outstanding one) and save the resume point after it."""
         with self._lock:

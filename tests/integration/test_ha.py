@@ -7,6 +7,9 @@
   ``relay status`` names the active relay, the standbys and the epoch.
 - A relay frozen (SIGSTOP) until its session expired and a standby took over, then resumed: it sends
   nothing, acks nothing, moves no position, and exits with status 3.
+- The same in transactional mode, frozen with a transaction open (records sent and queued): the
+  successor's ``init_transactions`` fences it, so nothing it had queued lands after the successor's
+  records, and the position epoch is the successor's.
 
 Every wait is a condition with a deadline.
 """
@@ -71,6 +74,7 @@ class Cluster:
     conn: Any
     start: tuple[str, int]
     procs: list[RelayProcess] = field(default_factory=list)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # per section, over the defaults
 
     @property
     def topic(self) -> str:
@@ -81,6 +85,9 @@ class Cluster:
         return Layout(self.root, self.prefix)
 
     def config(self, i: int) -> Path:
+        extra = self._extra(i)
+        for section, values in self.overrides.items():
+            extra.setdefault(section, {}).update(values)
         return write_configs(
             self.tmp / f"r{i}",
             mysql=self.mysql,
@@ -89,7 +96,12 @@ class Cluster:
             start=self.start,
             instance=self.prefix,
             include=f"{self.prefix}_\\d+\\..*",
-            extra={
+            extra=extra,
+        )
+
+    def _extra(self, i: int) -> dict[str, Any]:
+        return dict(
+            {
                 "ha": {
                     "enabled": True,
                     "zookeeper": self.zk.hosts,
@@ -108,7 +120,7 @@ class Cluster:
                     "retry": {"initial": 0.2, "maximum": 2.0},
                 },
                 "logging": {"level": "DEBUG"},
-            },
+            }
         )
 
     def relay(self, i: int) -> RelayProcess:
@@ -303,3 +315,106 @@ def test_a_relay_frozen_past_its_session_publishes_nothing_after_losing_leadersh
         zk.close()
     repeats = cluster.assert_complete(records, changes)
     print(f"SIGSTOP: {changes} row changes, {len(records)} records, {repeats} exact repeats")
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's log end (read_uncommitted: records of open transactions included)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ends-{uuid.uuid4().hex}",
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        count = len(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(count)
+        }
+    finally:
+        consumer.close()
+
+
+def open_transaction_at_freeze(log: str) -> int:
+    """Records the relay had sent (produced) in its open transaction when it froze, from its DEBUG log."""
+    records = 0
+    for line in log.splitlines():
+        if "transaction of batches" in line and "committed" in line:
+            records = 0
+        elif ": sent " in line and " records (" in line:
+            records += int(line.split(": sent ", 1)[1].split()[0])
+    return records
+
+
+def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its_successor(
+    cluster: Cluster,
+) -> None:
+    # Long transactions (1 s) and records lingering in the producer (200 ms): frozen at any moment, the
+    # relay has a transaction open with records sent to the broker and records still queued in librdkafka.
+    cluster.overrides = {
+        "kafka": {
+            "settings": {"batch.num.messages": "1", "linger.ms": "200"},
+            "transactions": True,
+            "transaction_linger_seconds": 1.0,
+        },
+        "publish": {"max_inflight_batches": 1000},
+        "store": {"buffer_size": 4096},
+    }
+    a = cluster.relay(0)
+    wait_for(lambda: a.status().get("state") == "running", 60, "relay-0 active")
+    assert a.status().get("kafka_mode") == "transactional"
+    b = cluster.relay(1)
+    wait_for(lambda: b.status().get("state") == "standby", 30, "relay-1 standing by")
+    writer = Writer(cluster.mysql, cluster.prefix, SHARDS, TABLES, rate=250.0, seed=7)
+    writer.start()
+    wait_for(lambda: a.status().get("batches_acked", 0) >= 5, 60, "relay-0 publishing")
+
+    a.signal(signal.SIGSTOP)
+    time.sleep(0.5)  # what was on the wire lands; relay-1 cannot be elected before the session (4 s) ends
+    frozen_ends = end_offsets(cluster.bootstrap, cluster.topic)
+    pending = open_transaction_at_freeze(a.log())
+    wait_for(lambda: b.status().get("state") == "running", SESSION + 10, "relay-1 took over")
+    wait_for(lambda: b.status().get("batches_acked", 0) >= 3, 30, "relay-1 publishing")
+    zk = KazooClient(hosts=cluster.zk.hosts)
+    zk.start(timeout=30)
+    try:
+        _, epoch_b = read_position_node(zk, cluster.layout.position)
+        resumed_at = len(a.log_path.read_bytes())
+        a.signal(signal.SIGCONT)
+        assert a.wait(60) == 3, a.log()[-3000:]
+        grown = writer.changes + 300
+        wait_for(lambda: writer.changes >= grown, 60, "more writes after relay-0 resumed")
+        changes = writer.stop()
+        records = cluster.read(changes)
+        after = a.log_path.read_bytes()[resumed_at:].decode(errors="replace")
+        assert "no longer the active relay" in after, after[-3000:]
+        sent = [line for line in after.splitlines() if ": sent " in line or "acked, position" in line]
+        assert not sent, f"relay-0 sent or acked after it was resumed: {sent[:5]}"
+        assert "committed" not in after, "relay-0 committed a transaction after it was resumed"
+        point, epoch = read_position_node(zk, cluster.layout.position)
+        assert epoch == epoch_b and point is not None, "the position was written by another epoch"
+    finally:
+        zk.stop()
+        zk.close()
+    assert pending > 0, "relay-0 froze with no transaction open: the case was not exercised"
+    # From the freeze on, the log is relay-1's alone: if anything relay-0 had queued had landed after
+    # relay-1's records, a key's sequence would repeat or go back there.
+    late = [r for r in records if r.offset >= frozen_ends.get(r.partition, 0)]
+    last: dict[tuple[int, bytes], int] = {}
+    for rec in sorted(late, key=lambda r: (r.partition, r.offset)):
+        seq = int(rec.json["sequence"])
+        ident = (rec.partition, rec.key or b"")
+        assert seq > last.get(ident, -1), (
+            f"key {rec.key!r} repeats or regresses at {rec.partition}@{rec.offset}"
+        )
+        last[ident] = seq
+    repeats = cluster.assert_complete(records, changes)
+    refused = after.count("newer producer with the same transactionalId")  # librdkafka's log of the refusal
+    print(
+        f"SIGSTOP (transactional): {pending} records in relay-0's open transaction at the freeze, "
+        f"{refused} of its produce requests refused by the broker as fenced after SIGCONT, "
+        f"{changes} row changes, {len(records)} records, {repeats} exact repeats, "
+        f"{len(late)} records after the freeze, all relay-1's"
+    )

@@ -76,3 +76,50 @@ def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     config = parse_config({"source": {"password": "${RELAY_MYSQL_PASSWORD}"}})
     assert config.source.password == "hunter2"
     assert "hunter2" not in repr(config)
+
+
+# --- transactional and exactly-once modes (issue 13, items 4 and 5) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "says"),
+    [
+        ({"kafka": {"exactly_once": True}, "positions": {"backend": "kafka"}},
+         "kafka.exactly_once", "transactions"),
+        ({"kafka": {"transactions": True, "exactly_once": True}}, "positions.backend", "must be kafka"),
+        ({"positions": {"backend": "kafka"}}, "positions.backend", "exactly_once"),
+        ({"kafka": {"settings": {"transactional.id": "mine"}}},
+         "kafka.settings.transactional.id", "transactional_id"),
+        ({"kafka": {"transactions": True, "transactional_id": " "}}, "kafka.transactional_id", "empty"),
+        ({"kafka": {"transaction_linger_seconds": -1}}, "kafka.transaction_linger_seconds", "negative"),
+        ({"ha": {"enabled": True}}, "positions.backend", "zookeeper"),
+    ],
+)  # fmt: skip
+def test_transaction_settings_are_refused_naming_the_key(data: dict[str, Any], key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert info.value.key == key
+    assert says in info.value.problem
+
+
+def test_the_kafka_mode_follows_the_settings() -> None:
+    assert parse_config({}).kafka.mode == "idempotent"
+    assert parse_config({"kafka": {"transactions": True}}).kafka.mode == "transactional"
+    eos = {"kafka": {"transactions": True, "exactly_once": True}, "positions": {"backend": "kafka"}}
+    assert parse_config(eos).kafka.mode == "exactly-once"
+    with_ha = {**eos, "ha": {"enabled": True}}
+    assert parse_config(with_ha).ha.enabled  # the Kafka position is fenced by the producer epoch
+
+
+def test_the_transactional_id_is_per_instance() -> None:
+    from relay.wiring import publisher_config, transactional_id
+
+    config = parse_config({"instance": "shop", "kafka": {"transactions": True}})
+    assert transactional_id(config) == "canal-relay-shop"
+    assert transactional_id(parse_config({"instance": "shop"})) is None
+    from mapping import parse_mapping
+
+    settings = publisher_config(config, parse_mapping({})).producer_settings()
+    assert settings["transactional.id"] == "canal-relay-shop"
+    assert settings["transaction.timeout.ms"] >= settings["message.timeout.ms"]
+    assert settings["enable.idempotence"] is True and settings["acks"] == "all"

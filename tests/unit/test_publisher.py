@@ -9,9 +9,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
-from relay.errors import ConfigError, ProducerFatalError, PublishError, RecordRejectedError
+from relay.errors import (
+    ConfigError,
+    LeadershipError,
+    ProducerFatalError,
+    ProducerFencedError,
+    PublishError,
+    RecordRejectedError,
+)
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import (
     DEAD_LETTER_ERROR,
@@ -333,3 +340,147 @@ def test_unknown_topic_with_creation_off_is_a_rejection_naming_the_topic() -> No
     assert failed is not None and isinstance(failed.error, RecordRejectedError)
     assert failed.error.topic == "nope" and "'nope'" in str(failed.error)
     assert h.producer.produced == []
+
+
+# -- transactional mode -----------------------------------------------------------------------------
+
+
+@dataclass
+class TxnProducer(ScriptedProducer):
+    """A scripted producer with the transactional API; ``fail_commit`` is raised by the next commit."""
+
+    calls: list[str] = field(default_factory=list)
+    fail_commit: KafkaError | None = None
+    fail_produce: KafkaError | None = None  # raised by the next produce only
+    auto_deliver: bool = False  # poll delivers everything produced
+
+    def init_transactions(self, timeout: float = 0.0) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def commit_transaction(self, timeout: float = 0.0) -> None:
+        self.calls.append("commit")
+        if self.fail_commit is not None:
+            err, self.fail_commit = self.fail_commit, None
+            raise KafkaException(err)
+
+    def abort_transaction(self, timeout: float = 0.0) -> None:
+        self.calls.append("abort")
+
+    def produce(self, topic: str, **kw: Any) -> None:
+        if self.fail_produce is not None:
+            err, self.fail_produce = self.fail_produce, None
+            raise KafkaException(err)
+        self.calls.append(f"produce {topic}")
+        super().produce(topic, **kw)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        delivered, self.produced = (self.produced, []) if self.auto_deliver else ([], self.produced)
+        for produced in delivered:
+            produced.deliver()
+        return len(delivered)
+
+
+class TxnHarness(Harness):
+    def __init__(self, **config: Any) -> None:
+        super().__init__(transactional_id="canal-relay-t", **config)
+        self.pub.init_transactions()
+
+    def _producer(self, settings: dict[str, Any]) -> Any:
+        self.producers.append(TxnProducer(settings))
+        return self.producers[-1]
+
+    @property
+    def producer(self) -> TxnProducer:
+        last = self.producers[-1]
+        assert isinstance(last, TxnProducer)
+        return last
+
+    def deliver_all(self) -> None:
+        for produced in self.producer.produced:
+            produced.deliver()
+        self.producer.produced.clear()
+
+
+def test_transactional_batches_complete_only_once_their_transaction_commits() -> None:
+    h = TxnHarness()
+    assert h.producer.settings["transactional.id"] == "canal-relay-t"
+    h.pub.send(1, [rec(b"a"), rec(b"b")])
+    h.pub.send(2, [rec(b"c")])
+    h.deliver_all()
+    assert h.pub.completed_prefix() == [] and h.pub.transaction_age() is not None
+    assert h.pub.commit()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1, 2]
+    assert h.producer.calls == ["init", "begin", "produce t", "produce t", "produce t", "commit"]
+    assert h.pub.transaction_age() is None
+
+
+def test_an_extra_record_goes_into_the_transaction_before_the_commit() -> None:
+    h = TxnHarness()
+    h.admin.topics["positions"] = 1
+    h.producer.auto_deliver = True
+    h.pub.send(1, [rec(b"a")])
+    assert h.pub.commit([Record("positions", 0, b"instance", b"{}")])
+    assert h.producer.calls == ["init", "begin", "produce t", "produce positions", "commit"]
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
+
+
+def test_a_failed_commit_aborts_the_transaction_and_keeps_the_producer() -> None:
+    h = TxnHarness()
+    h.pub.send(1, [rec(b"a")])
+    h.deliver_all()
+    h.producer.fail_commit = KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True)
+    assert not h.pub.commit()
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, PublishError) and failed.error.retriable
+    assert h.pub.abort_inflight() == [1]
+    assert h.producer.calls[-1] == "abort" and len(h.producers) == 1
+    h.pub.send(1, [rec(b"a")])  # resent in a new transaction
+    assert h.producer.calls[-2:] == ["begin", "produce t"]
+
+
+def test_a_fenced_commit_stops_as_lost_leadership() -> None:
+    h = TxnHarness()
+    h.pub.send(1, [rec(b"a")])
+    h.deliver_all()
+    h.producer.fail_commit = KafkaError(KafkaError.PRODUCER_FENCED, "scripted")
+    with pytest.raises(ProducerFencedError) as info:
+        h.pub.commit()
+    assert isinstance(info.value, LeadershipError) and not info.value.retriable
+    assert h.pub.completed_prefix() == []
+    with pytest.raises(ProducerFencedError):
+        h.pub.send(2, [rec(b"b")])
+
+
+def test_a_bare_fatal_error_becomes_fenced_when_the_error_callback_names_the_fence() -> None:
+    h = TxnHarness()
+    h.producer.fail_produce = KafkaError(KafkaError._FATAL, "scripted", fatal=True)
+    h.pub.send(1, [rec(b"a")])
+    failed = h.pub.failed()
+    assert failed is not None and type(failed.error) is ProducerFatalError
+    h.pub._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))  # librdkafka's error_cb
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, ProducerFencedError)
+
+
+def test_a_record_the_broker_refuses_inside_a_transaction_is_not_dead_lettered() -> None:
+    h = TxnHarness(dead_letter_topic="dlq")
+    h.pub.send(1, [rec(b"a")])
+    h.producer.produced[0].fail(KafkaError.RECORD_LIST_TOO_LARGE)  # a broker's answer: txn abortable
+    failed = h.pub.failed()
+    assert failed is not None and isinstance(failed.error, RecordRejectedError)
+    assert "inside a transaction" in str(failed.error)
+    assert h.producer.produced[1:] == []  # no dead letter
+
+
+def test_a_record_refused_locally_inside_a_transaction_goes_to_the_dead_letter_topic() -> None:
+    h = TxnHarness(dead_letter_topic="dlq")
+    h.producer.fail_produce = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "scripted")
+    h.pub.send(1, [rec(b"a", b"x" * 100)])
+    assert h.pub.failed() is None
+    assert h.producer.calls[-1] == "produce dlq"  # inside the open transaction
+    h.deliver_all()
+    assert h.pub.commit()
+    assert [(b.batch_id, b.dead_lettered) for b in h.pub.completed_prefix()] == [(1, 1)]
