@@ -193,8 +193,6 @@ def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
         raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
     if var.get("binlog_transaction_compression", "OFF").upper() == "ON":
         raise bad("binlog_transaction_compression", "ON", "set binlog_transaction_compression=OFF")
-    if "PARTIAL_JSON" in var.get("binlog_row_value_options", "").upper():
-        raise bad("binlog_row_value_options", "PARTIAL_JSON", "set binlog_row_value_options=''")
     metadata = var.get("binlog_row_metadata")
     if metadata is None or metadata.upper() != "FULL":
         raise bad(
