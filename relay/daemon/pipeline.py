@@ -170,6 +170,7 @@ class Relay:
             self.instance.source.identity,
             ddl_topic=self.config.kafka.ddl_topic,
             partitions=self.publisher.partitions,
+            source_id=self.config.source_id,
         )
 
     def _run(self) -> ResumePoint | None:

@@ -52,10 +52,12 @@ def _field(name: str, value: Any) -> str:
     return f"{dumps(name)}:{dumps(value)}"
 
 
-def server_block(source: SourceIdentity, server_id: int) -> str:
-    """The source block's leading fields (one per encoder and server id)."""
+def server_block(source: SourceIdentity, server_id: int, source_id: str = "") -> str:
+    """The source block's leading fields (one per encoder and server id): ``id`` is the relay's source id
+    (``source.id``), the first half of the change identity (source id, sequence)."""
     return ",".join(
         (
+            _field("id", source_id),
             _field("server", source.address),
             _field("serverId", server_id),
             _field("serverUuid", source.server_uuid),
