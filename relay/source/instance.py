@@ -157,9 +157,10 @@ class CanalInstance:
                 entries = builder.build(event)
                 if skip_at is not None and entries:
                     entries, skip_at = _drop_published(entries, skip_at, start.skip)
-                if self._drop is not None and entries:
-                    entries = self._drop.filter(entries)
                 entries = self.sink.process(entries)
+                if self._drop is not None and entries:
+                    # After the sink: what the standby re-reads is compared with what was put.
+                    entries = self._drop.filter(entries)
                 if entries:
                     pending.extend(entries)
                     if len(pending) >= burst:
