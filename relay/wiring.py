@@ -145,6 +145,13 @@ def build_relay(
             mapping_store(config), current, interval_seconds=config.mapping.reload_check_seconds
         )
 
+    def read_mapping(number: int | None) -> Mapping:
+        store = mapping_store(config)
+        try:
+            return store.read() if number is None else store.version(number)
+        finally:
+            store.close()
+
     parts = RelayParts(
         instance=CanalInstance(instance_config(config), store),
         positions=store,
@@ -152,6 +159,7 @@ def build_relay(
         leadership=coordination.leadership,
         lock=lock,
         open_watcher=watcher,
+        read_mapping=read_mapping,
     )
     relay = Relay(config, mapping, parts)
     relay.observe(MetricsExporter(config.metrics, relay))

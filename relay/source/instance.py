@@ -234,7 +234,11 @@ class CanalInstance:
         self._raise_failure()
         message = self.server.get_without_ack(batch_size, timeout)
         if message.entries:
-            point = replace(resume_after(message.entries[-1]), source=self.source.identity)
+            point = replace(
+                resume_after(message.entries[-1]),
+                source=self.source.identity,
+                mapping_version=self.mapping_version,
+            )
             with self._lock:
                 self._resume[message.batch_id] = point
         return message
@@ -250,6 +254,26 @@ class CanalInstance:
             self.positions.save(point)
             self.last_saved = point
         log.debug("instance %s: batch %d acked, position %s saved", self.config.name, batch_id, point)
+        return point
+
+    def publish_under(self, mapping_version: int) -> ResumePoint | None:
+        """From now on batches are published under ``mapping_version``; with nothing outstanding, the
+        saved position is saved again naming it, so a restart re-publishes what follows it under that
+        version (and not under the one before). Returns the point saved, if any."""
+        with self._lock:
+            self.mapping_version = mapping_version
+            point = self.saved_point
+            if point is None or self._resume or point.mapping_version == mapping_version:
+                return None
+            point = replace(point, mapping_version=mapping_version)
+            self.positions.save(point)
+            self.last_saved = point
+        log.info(
+            "instance %s: position %s saved under mapping version %d",
+            self.config.name,
+            point,
+            mapping_version,
+        )
         return point
 
     def rollback(self, batch_id: int | None = None) -> None:
