@@ -18,6 +18,8 @@ resume point — only once Kafka has accepted every record of it and of every ba
 - hot reload: a new mapping version in ``mapping.store`` is switched to at a batch boundary, when no
   batch is in flight and a rolled-back range has been re-delivered under the old one (the rule is in
   ``mapping.watch``), so no change is published under both; an invalid version is refused and logged.
+  The saved position names the mapping version of what follows it; a relay that starts or is elected
+  resumes under that version and switches to the current one by the same rule (``_resume_mapping``).
 
 High availability (``ha.enabled``, ``relay.ha.leadership``): ``run`` first stands by until ZooKeeper
 elects this process (status ``standby``), then starts the instance from the position saved in ZooKeeper. The

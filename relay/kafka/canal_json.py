@@ -12,7 +12,8 @@ Field order is canal's, then ours (readers of canal-json ignore unknown fields):
     id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
-  re-publication), ``sequence`` repeats it under an unambiguous name.
+  re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an
+  unambiguous name; the source block's ``id`` is the source id, the other half of the change identity.
 - ``ts`` equals ``es`` (the binlog time, ms) instead of canal's "time the message was built", so that a
   re-publication of the same change is byte-identical; the build time is the Kafka record timestamp.
 - ``pkNames`` holds the table's PRIMARY KEY columns (canal's meaning), even where the mapping sets other

@@ -24,20 +24,24 @@ What becomes what:
 
 Headers (bytes): ``relay.db``, ``relay.table`` (logical), ``relay.physical.db``,
 ``relay.physical.table``, ``relay.type`` (INSERT/UPDATE/DELETE/ALTER…), ``relay.tag`` (when the route
-has one), ``relay.sequence`` (decimal).
+has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal).
 
-The sequence — the order key consumers de-duplicate and apply changes by — is
-``(file_number << 32) | (event_start_offset + row_index)``, ``file_number`` being the numeric suffix of
-the binlog file name (``mysql-bin.000123`` → 123). Binlog offsets are 32-bit, and a row index is smaller
-than its event's length, so ``start + row_index`` stays below the next event's start: the sequence grows
-along one source's binlog (files are numbered in order) and depends only on where the change is, so a
-re-published change gets the same number. File numbers are limited to 2^31 - 1, keeping the sequence a
-positive signed 64-bit integer for Java and Spark readers. A file name without a numeric suffix, or an
-offset at or past 2^32, raises ``SequenceError``: the relay stops rather than publish an unordered number.
+The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
+key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:
+``file_number`` is the numeric suffix of the binlog file name (``mysql-bin.000123`` → 123, below 2^20),
+``generation`` the binlog history the entry was read in (``Entry.generation``, saved in the resume point,
+below 2^11; +1 on a failover to the standby and on ``relay positions set``). Binlog offsets are 32-bit,
+and a row index is smaller than its event's length, so ``start + row_index`` stays below the next
+event's start: the sequence grows along a source's binlog (files are numbered in order), every later
+generation sorts after every earlier one whatever its file numbers, and it depends only on where the
+change is and the saved generation, so a re-published change gets the same number. The sequence is a
+non-negative signed 64-bit integer for Java and Spark readers; generation 0 gives the numbers of earlier
+versions. A file name without a numeric suffix, a file number, offset or generation past its bits raises
+``SequenceError``: the relay stops rather than publish an unordered number.
 
-The source block of a value names the server read from (``SourceIdentity``: ``host:port``, server id
-— the event's own when the configured one is 0 —, server UUID), the physical db and table, the event's
-file, start offset and GTID, and the row's index in its event.
+The source block of a value names the source id and the server read from (``SourceIdentity``:
+``host:port``, server id — the event's own when the configured one is 0 —, server UUID), the physical
+db and table, the event's file, start offset and GTID, and the row's index in its event.
 
 Key columns are checked (``Route.check_columns``) the first time a (db, table, columns) is seen; a
 ``MappingError`` propagates and stops the relay (fail closed). ``mapping`` is a plain attribute: the
