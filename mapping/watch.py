@@ -10,7 +10,9 @@ The switch rule, "no record is published under both mappings": a batch is encode
 mapping, and the relay switches only when the pipeline is quiet —
 
 1. no batch is in flight (every record sent under the old mapping has been delivered and acked), and
-2. everything taken from the store before the last rollback has been acknowledged again.
+2. everything taken from the store before the last rollback has been acknowledged again — and, after
+   a restart or takeover under the version the saved position names (``ResumePoint.mapping_version``),
+   everything the previous process can have published past that position (``SwitchGate.resumed``).
 
 Rule 2 matters because a batch that failed may have been partly delivered before it was rolled back:
 re-encoding it under the new mapping would put some of its changes in the old topic AND the new one.
@@ -136,14 +138,28 @@ class SwitchGate:
 
     def __init__(self) -> None:
         self._settle_to = -1  # the highest store get sequence taken before the last rollback
+        self._tail = -1  # the last store sequence of a previous process's possible tail (``resumed``)
 
     def rolled_back(self, get_sequence: int) -> None:
         """Call right before rolling the store back, with the store's get sequence at that moment."""
         self._settle_to = max(self._settle_to, get_sequence)
 
+    def resumed(self, tail_entries: int) -> None:
+        """A relay (re)started under the mapping version its saved position names, with another one
+        pending. The process before it may have published up to ``tail_entries`` entries past that
+        position (its store's capacity) under that version: they are re-delivered under it first, as
+        after a rollback (rule 2), unless ``tail_covered`` says the tail is shorter."""
+        self._tail = max(self._tail, tail_entries - 1)
+
+    def tail_covered(self) -> None:
+        """Everything the previous process can have read is acknowledged again (the position reached
+        the source's binlog end as it was when this process started)."""
+        self._tail = -1
+
     def settled(self, ack_sequence: int) -> bool:
-        """Everything taken before the last rollback has been acknowledged again."""
-        return ack_sequence >= self._settle_to
+        """Everything taken before the last rollback, and a previous process's tail, has been
+        acknowledged again."""
+        return ack_sequence >= self._settle_to and ack_sequence >= self._tail
 
     def may_switch(self, inflight: int, ack_sequence: int) -> bool:
         return inflight == 0 and self.settled(ack_sequence)

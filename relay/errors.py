@@ -148,6 +148,12 @@ class PublishError(RelayError):
     retriable = True
 
 
+class MissingTopicError(PublishError):
+    """A topic the relay publishes to does not exist and ``topics.create`` is off. Retriable: the batch is
+    rolled back and sent again after the ``publish.retry`` backoff (a metadata glitch passes; a topic
+    that is really gone waits for an operator to create it). Never a rejection of the records."""
+
+
 class ProducerFatalError(PublishError):
     """The producer instance is unusable (fenced, an unrepairable sequence gap): stop. Not retriable."""
 

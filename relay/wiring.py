@@ -172,6 +172,13 @@ def build_relay(
             mapping_store(config), current, interval_seconds=config.mapping.reload_check_seconds
         )
 
+    def read_mapping(number: int | None) -> Mapping:
+        store = mapping_store(config)
+        try:
+            return store.read() if number is None else store.version(number)
+        finally:
+            store.close()
+
     parts = RelayParts(
         instance=CanalInstance(instance_config(config), store),
         positions=store,
@@ -180,6 +187,7 @@ def build_relay(
         lock=lock,
         open_watcher=watcher,
         exactly_once=store if isinstance(store, KafkaPositionStore) and store.bound else None,
+        read_mapping=read_mapping,
     )
     relay = Relay(config, mapping, parts)
     relay.observe(MetricsExporter(config.metrics, relay))

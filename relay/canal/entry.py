@@ -9,8 +9,9 @@ canal-text values per row image) and builds ``Column`` objects only when asked (
 the per-row hot path never pays for objects nobody reads.
 
 Each entry also carries relay-side context that never goes on the wire: the transaction it belongs
-to (``txn``) and its ordinal inside that transaction (``txn_index``), from which the resume point
-of an acknowledged prefix is computed (``relay.positions.store.resume_after``).
+to (``txn``), its ordinal inside that transaction (``txn_index``), from which the resume point
+of an acknowledged prefix is computed (``relay.positions.store.resume_after``), and the generation of
+the binlog history it was read in (``generation``, the top bits of its records' sequences).
 """
 
 from __future__ import annotations
@@ -217,6 +218,9 @@ class Entry:
     # True when nothing of this entry's transaction follows it: TRANSACTIONEND, or a statement that
     # is its own transaction (a DDL outside BEGIN/COMMIT). Set by the entry builder.
     closes_txn: bool = False
+    # The binlog history it was read in (``ResumePoint.generation``): set by the canal instance; part of
+    # the record sequence and of the resume point after it.
+    generation: int = 0
 
     @property
     def is_ddl(self) -> bool:

@@ -4,7 +4,8 @@ Runs on the CLI's main thread. ``set`` resolves the new position against the MyS
 file and offset; the first transaction not in a GTID set; the first transaction at or after a time),
 checks that no relay is active for the instance, and writes it to the configured position backend
 (the file, replaced atomically while holding the instance lock; or the ZooKeeper node). The next
-``relay run`` starts there.
+``relay run`` starts there, under the next generation (the saved one + 1): moving the position is
+a new binlog history, so the sequences published from it sort after every earlier one.
 
 "Active" means any of: a process holds the file position's lock (``relay.positions.lock``); the status
 file names a live process that has not stopped; with HA or the ZooKeeper backend, ZooKeeper has an
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,7 @@ from relay.common.redact import redact, redact_value
 from relay.daemon.status import pid_running, read_status
 from relay.errors import PositionError, RelayError, SourceError
 from relay.positions.lock import InstanceLock, holder
-from relay.positions.store import FilePositionStore, ResumePoint, SourceIdentity
+from relay.positions.store import FilePositionStore, ResumePoint, SourceIdentity, next_generation
 from relay.source.binlog_source import ServerInfo, find_by_timestamp, inspect_server
 from relay.wiring import open_positions
 
@@ -99,6 +101,8 @@ def positions_report(config: RelayConfig) -> dict[str, Any]:
         "store": where,
         "position": str(point) if point else None,
         "gtid_set": point.gtid_set if point else None,
+        "generation": point.generation if point else None,
+        "mapping_version": point.mapping_version if point else None,
         "position_time": _iso(point.timestamp / 1000) if point and point.timestamp else None,
         "held_by": active_holders(config) or None,
     }
@@ -164,13 +168,22 @@ def set_position(
         # Hold the lock while writing: a relay starting now waits for nothing, it refuses to start.
         with InstanceLock(config.path(config.positions.path)):
             _refuse_if_active(config, lock_checked=True)
-            FilePositionStore(config.path(config.positions.path)).save(point)
+            store = FilePositionStore(config.path(config.positions.path))
+            point = _renumbered(point, store.load())
+            store.save(point)
     else:
         _refuse_if_active(config)
-        with open_positions(config) as store:
-            store.load()  # learn the node's version for the compare-and-set
-            store.save(point)
+        with open_positions(config) as zk_store:
+            point = _renumbered(point, zk_store.load())  # also learns the node's version for the CAS
+            zk_store.save(point)
     return point
+
+
+def _renumbered(point: ResumePoint, saved: ResumePoint | None) -> ResumePoint:
+    """``point`` as a new binlog history: the saved generation + 1, so that every record published from
+    it sorts after every record published before, wherever the new position is. No mapping version: no
+    record was published after it yet, the relay starts under its current mapping."""
+    return replace(point, generation=next_generation(saved))
 
 
 def _refuse_if_active(config: RelayConfig, *, lock_checked: bool = False) -> None:

@@ -145,6 +145,11 @@ class RelayConfig:
         p = Path(template.format(instance=self.instance))
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    @property
+    def source_id(self) -> str:
+        """The source id records carry (``source.id``, else the instance name)."""
+        return self.source.id or self.instance
+
     def store_config(self) -> StoreConfig:
         s = self.store
         return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation)

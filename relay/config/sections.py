@@ -73,6 +73,9 @@ class SourceConfig:
     standby: StandbyConfig = StandbyConfig()
     failover: FailoverConfig = FailoverConfig()
     tls: TlsConfig = field(default_factory=TlsConfig)  # MySQL TLS for every connection (relay.tls)
+    # The source id of the change identity (source id, sequence) on every record; "" means the relay's
+    # instance name. Unique per source server group, unchanged across failover and HA takeover.
+    id: str = ""
 
     @property
     def address(self) -> str:

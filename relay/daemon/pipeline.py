@@ -18,6 +18,8 @@ resume point — only once Kafka has accepted every record of it and of every ba
 - hot reload: a new mapping version in ``mapping.store`` is switched to at a batch boundary, when no
   batch is in flight and a rolled-back range has been re-delivered under the old one (the rule is in
   ``mapping.watch``), so no change is published under both; an invalid version is refused and logged.
+  The saved position names the mapping version of what follows it; a relay that starts or is elected
+  resumes under that version and switches to the current one by the same rule (``_resume_mapping``).
 
 High availability (``ha.enabled``, ``relay.ha.leadership``): ``run`` first stands by until ZooKeeper
 elects this process (status ``standby``), then starts the instance from the position saved in ZooKeeper. The
@@ -55,10 +57,11 @@ from typing import Protocol
 from mapping import Mapping
 from mapping.watch import MappingWatcher, SwitchGate, check_against_tables
 from relay.canal.entry import Entry, RowChange
+from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.daemon.status import RelayStats, write_status
-from relay.errors import PublishError, RecordRejectedError, RelayError
+from relay.errors import MappingError, PublishError, RecordRejectedError, RelayError
 from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
 from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
@@ -96,7 +99,9 @@ class RelayParts:
     ``leadership`` None: no HA. ``lock``: held while running (a file position: one relay per file).
     ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no
     hot reload). ``exactly_once``: the Kafka position store whose records go into the publisher's
-    transactions (None: not exactly-once mode).
+    transactions (None: not exactly-once mode). ``read_mapping``: reads the mapping store's current
+    mapping (None) or a version of its history (a number); None: the relay keeps the mapping it was given
+    and cannot resume another.
     """
 
     instance: CanalInstance
@@ -106,6 +111,7 @@ class RelayParts:
     lock: InstanceLock | None = None
     open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
     exactly_once: KafkaPositionStore | None = None
+    read_mapping: Callable[[int | None], Mapping] | None = None
 
 
 class Relay:
@@ -124,6 +130,10 @@ class Relay:
         self._lock = parts.lock
         self._open_watcher = parts.open_watcher
         self._exactly_once = parts.exactly_once
+        self._read_mapping = parts.read_mapping
+        # Resuming under the mapping version the saved position names (``_resume_mapping``): the
+        # source's binlog end when this process started, past which no earlier process can have read.
+        self._tail_end: tuple[str, int] | None = None
         self._stopping = threading.Event()
         self._encoder: RecordEncoder | None = None
         # Hot reload (mapping.watch): the watcher of mapping.store (opened by run()), the switch rule,
@@ -184,17 +194,20 @@ class Relay:
             self.instance.source.identity,
             ddl_topic=self.config.kafka.ddl_topic,
             partitions=self.publisher.partitions,
+            source_id=self.config.source_id,
         )
 
     def _run(self) -> ResumePoint | None:
         gc.set_threshold(*GC_THRESHOLDS)
-        if self._open_watcher is not None:
-            self.watcher = self._open_watcher(self.mapping)
         self._claim()
         try:
             self._start_transactions()
             self.instance.start()
+            self._resume_mapping()
+            if self._open_watcher is not None:
+                self.watcher = self._open_watcher(self.mapping)
         except BaseException:
+            self.instance.stop()
             self._release()
             raise
         self._encoder = self._new_encoder()
@@ -348,19 +361,79 @@ class Relay:
         return len(done)
 
     # -- hot reload ------------------------------------------------------------------------------
+    def _resume_mapping(self) -> None:
+        """Start publishing under the mapping version the saved position names, switching to the
+        current one later, at a batch boundary, by the hot-reload rule (``mapping.watch``).
+
+        The current mapping is read again here, when this process starts to lead — a standby elected
+        days after it started does not lead with the mapping it read then, whether or not
+        ``mapping.reload`` is on. When the saved position names another version, the records after it
+        that the previous process may have published (at most a store's worth of entries, and nothing
+        past the source's binlog end as it is now) are published again under that version, byte for
+        byte; the switch comes after them. A version the store no longer has stops the relay (fail
+        closed): ``relay positions set`` starts afresh under the current mapping.
+        """
+        current = self.mapping if self._read_mapping is None else self._read_mapping(None)
+        if current != self.mapping:
+            log.info(
+                "mapping version %d is current (this process read %d)", current.version, self.mapping.version
+            )
+        saved = self.instance.saved_point
+        named = saved.mapping_version if saved is not None else None
+        self.mapping = current
+        if named is not None and named != current.version:
+            if self._read_mapping is None:
+                raise MappingError(
+                    "mapping.version",
+                    f"the saved position {saved} was published under mapping version {named}; "
+                    f"this relay has only version {current.version}",
+                )
+            try:
+                self.mapping = self._read_mapping(named)
+            except MappingError as exc:
+                if exc.retriable:
+                    raise
+                raise MappingError(
+                    "mapping.version",
+                    f"the saved position {saved} names mapping version {named}, which the mapping store "
+                    f"cannot give ({exc}); to start afresh under version {current.version}, move the "
+                    "position with `relay positions set`",
+                ) from exc
+            self._pending = current
+            self._gate.resumed(self.instance.store.config.buffer_size)
+            info = self.instance.info
+            self._tail_end = info.end if info is not None else None
+            log.info(
+                "resuming under mapping version %d (named by the saved position %s); switching to version "
+                "%d once what an earlier process may have published after it is published again",
+                named,
+                saved,
+                current.version,
+            )
+        self.instance.publish_under(self.mapping.version)
+
+    def _tail_covered(self) -> None:
+        """Resuming: the tail is covered once the saved position reaches the binlog end seen at start."""
+        end, saved = self._tail_end, self.instance.last_saved
+        if end is None or saved is None or saved.source != self.instance.source.identity:
+            return
+        if (file_order(saved.journal), saved.offset) >= (file_order(end[0]), end[1]):
+            self._gate.tail_covered()
+            self._tail_end = None
+
     def _reload(self) -> bool:
         """Switch to a new mapping version at a batch boundary (the rule: ``mapping.watch``).
 
         Returns False while a pending switch waits for the batches in flight to drain: no new batch
         is taken then, so every batch is encoded under one mapping and none under both.
         """
-        if self.watcher is None:
-            return True
-        new = self.watcher.poll()
-        if new is not None:
-            self._pending = new
+        if self.watcher is not None:
+            new = self.watcher.poll()
+            if new is not None:
+                self._pending = new
         if self._pending is None:
             return True
+        self._tail_covered()
         ack = self.instance.acked_sequence
         if self._gate.may_switch(self.publisher.inflight(), ack):
             self._switch(self._pending)
@@ -369,16 +442,29 @@ class Relay:
 
     def _switch(self, new: Mapping) -> None:
         """Swap the mapping (nothing in flight), or refuse it when it fails on the tables seen so far."""
-        assert self._encoder is not None and self.watcher is not None
+        assert self._encoder is not None
         problem = check_against_tables(new, self._encoder.known_tables())
         if problem is not None:
             self._pending = None
-            self.watcher.refuse(new, problem)
+            if self.watcher is not None:
+                self.watcher.refuse(new, problem)
+            else:
+                log.error(
+                    "refused mapping version %d; keeping version %d: %s",
+                    new.version,
+                    self.mapping.version,
+                    problem,
+                )
             return
         self.publisher.ensure_topics(new.topic_names())  # may raise a retriable error: stays pending
-        self._encoder.mapping = self.mapping = new
+        self._fence()
+        self.instance.publish_under(new.version)  # a restart from here publishes under ``new``
+        old, self._encoder.mapping, self.mapping = self.mapping, new, new
         self._pending = None
-        self.watcher.accept(new)
+        if self.watcher is not None:
+            self.watcher.accept(new)
+        else:
+            log.info("mapping switched from version %d to version %d", old.version, new.version)
 
     # -- failures --------------------------------------------------------------------------------
     def _recover(self, failed: BatchHandle, backoff: Backoff) -> None:

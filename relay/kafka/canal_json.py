@@ -12,7 +12,8 @@ Field order is canal's, then ours (readers of canal-json ignore unknown fields):
     id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
-  re-publication), ``sequence`` repeats it under an unambiguous name.
+  re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an
+  unambiguous name; the source block's ``id`` is the source id, the other half of the change identity.
 - ``ts`` equals ``es`` (the binlog time, ms) instead of canal's "time the message was built", so that a
   re-publication of the same change is byte-identical; the build time is the Kafka record timestamp.
 - ``pkNames`` holds the table's PRIMARY KEY columns (canal's meaning), even where the mapping sets other
@@ -52,10 +53,12 @@ def _field(name: str, value: Any) -> str:
     return f"{dumps(name)}:{dumps(value)}"
 
 
-def server_block(source: SourceIdentity, server_id: int) -> str:
-    """The source block's leading fields (one per encoder and server id)."""
+def server_block(source: SourceIdentity, server_id: int, source_id: str = "") -> str:
+    """The source block's leading fields (one per encoder and server id): ``id`` is the relay's source id
+    (``source.id``), the first half of the change identity (source id, sequence)."""
     return ",".join(
         (
+            _field("id", source_id),
             _field("server", source.address),
             _field("serverId", server_id),
             _field("serverUuid", source.server_uuid),

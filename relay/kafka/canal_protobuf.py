@@ -8,7 +8,8 @@ Owned here: turning one row (or one DDL) of an Entry into the bytes canal's own 
 - The Entry is the row's entry narrowed to that one row: a RowChange with one RowData, the header's
   ``schemaName``/``tableName`` set to the LOGICAL names and its ``rowsCount`` prop set to 1.
 - canal's Entry has no other place for our extensions, so they travel as header props (Pairs):
-  ``relay.physical.db``, ``relay.physical.table``, ``relay.sequence``, ``relay.server``.
+  ``relay.physical.db``, ``relay.physical.table``, ``relay.sequence``, ``relay.server``,
+  ``relay.source.id`` (the relay's ``source.id``: with the sequence, the change identity).
 - Protobuf strings must be UTF-8: SQL text holding bytes that are not (kept by the binlog parser as
   lone surrogates) goes out with those bytes replaced by U+FFFD. canal-json keeps them (escaped).
 
@@ -29,11 +30,14 @@ PHYSICAL_DB = "relay.physical.db"
 PHYSICAL_TABLE = "relay.physical.table"
 SEQUENCE = "relay.sequence"
 SERVER = "relay.server"
+SOURCE_ID = "relay.source.id"
 _ROWS_COUNT = "rowsCount"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _header(entry: Entry, route: Route | None, sequence: int, server: str, *, rows: bool) -> Header:
+def _header(
+    entry: Entry, route: Route | None, sequence: int, server: str, source_id: str, *, rows: bool
+) -> Header:
     h = entry.header
     props = [(k, "1") if rows and k == _ROWS_COUNT else (k, v) for k, v in h.props]
     props += [
@@ -41,6 +45,7 @@ def _header(entry: Entry, route: Route | None, sequence: int, server: str, *, ro
         (PHYSICAL_TABLE, h.table_name),
         (SEQUENCE, str(sequence)),
         (SERVER, server),
+        (SOURCE_ID, source_id),
     ]
     if route is None:
         return replace(h, props=props)
@@ -55,13 +60,16 @@ def _packet(entry: Entry, header: Header, rc: RowChange, sequence: int) -> bytes
         txn=entry.txn,
         txn_index=entry.txn_index,
         closes_txn=entry.closes_txn,
+        generation=entry.generation,
     )
     return messages_packet(sequence, [narrowed])
 
 
-def row_value(entry: Entry, rc: RowChange, row: RowImage, route: Route, sequence: int, server: str) -> bytes:
+def row_value(
+    entry: Entry, rc: RowChange, row: RowImage, route: Route, sequence: int, server: str, source_id: str = ""
+) -> bytes:
     """One row of a ROWDATA entry as a canal MESSAGES packet."""
-    header = _header(entry, route, sequence, server, rows=True)
+    header = _header(entry, route, sequence, server, source_id, rows=True)
     one = RowChange(
         event_type=rc.event_type,
         table_id=rc.table_id,
@@ -75,9 +83,11 @@ def row_value(entry: Entry, rc: RowChange, row: RowImage, route: Route, sequence
     return _packet(entry, header, one, sequence)
 
 
-def statement_value(entry: Entry, rc: RowChange, route: Route | None, sequence: int, server: str) -> bytes:
+def statement_value(
+    entry: Entry, rc: RowChange, route: Route | None, sequence: int, server: str, source_id: str = ""
+) -> bytes:
     """A DDL (or other statement) entry as a canal MESSAGES packet; logical names when ``route`` is set."""
-    header = _header(entry, route, sequence, server, rows=False)
+    header = _header(entry, route, sequence, server, source_id, rows=False)
     statement = replace(rc, sql=utf8_text(rc.sql), props=list(rc.props))
     return _packet(entry, header, statement, sequence)
 

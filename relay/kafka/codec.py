@@ -24,20 +24,24 @@ What becomes what:
 
 Headers (bytes): ``relay.db``, ``relay.table`` (logical), ``relay.physical.db``,
 ``relay.physical.table``, ``relay.type`` (INSERT/UPDATE/DELETE/ALTER…), ``relay.tag`` (when the route
-has one), ``relay.sequence`` (decimal).
+has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal).
 
-The sequence — the order key consumers de-duplicate and apply changes by — is
-``(file_number << 32) | (event_start_offset + row_index)``, ``file_number`` being the numeric suffix of
-the binlog file name (``mysql-bin.000123`` → 123). Binlog offsets are 32-bit, and a row index is smaller
-than its event's length, so ``start + row_index`` stays below the next event's start: the sequence grows
-along one source's binlog (files are numbered in order) and depends only on where the change is, so a
-re-published change gets the same number. File numbers are limited to 2^31 - 1, keeping the sequence a
-positive signed 64-bit integer for Java and Spark readers. A file name without a numeric suffix, or an
-offset at or past 2^32, raises ``SequenceError``: the relay stops rather than publish an unordered number.
+The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
+key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:
+``file_number`` is the numeric suffix of the binlog file name (``mysql-bin.000123`` → 123, below 2^20),
+``generation`` the binlog history the entry was read in (``Entry.generation``, saved in the resume point,
+below 2^11; +1 on a failover to the standby and on ``relay positions set``). Binlog offsets are 32-bit,
+and a row index is smaller than its event's length, so ``start + row_index`` stays below the next
+event's start: the sequence grows along a source's binlog (files are numbered in order), every later
+generation sorts after every earlier one whatever its file numbers, and it depends only on where the
+change is and the saved generation, so a re-published change gets the same number. The sequence is a
+non-negative signed 64-bit integer for Java and Spark readers; generation 0 gives the numbers of earlier
+versions. A file name without a numeric suffix, a file number, offset or generation past its bits raises
+``SequenceError``: the relay stops rather than publish an unordered number.
 
-The source block of a value names the server read from (``SourceIdentity``: ``host:port``, server id
-— the event's own when the configured one is 0 —, server UUID), the physical db and table, the event's
-file, start offset and GTID, and the row's index in its event.
+The source block of a value names the source id and the server read from (``SourceIdentity``:
+``host:port``, server id — the event's own when the configured one is 0 —, server UUID), the physical
+db and table, the event's file, start offset and GTID, and the row's index in its event.
 
 Key columns are checked (``Route.check_columns``) the first time a (db, table, columns) is seen; a
 ``MappingError`` propagates and stops the relay (fail closed). ``mapping`` is a plain attribute: the
@@ -60,7 +64,7 @@ from relay.errors import CodecError, SequenceError
 from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
-from relay.positions.store import SourceIdentity
+from relay.positions.store import MAX_GENERATION, SourceIdentity
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +75,13 @@ H_PHYSICAL_TABLE = "relay.physical.table"
 H_TYPE = "relay.type"
 H_TAG = "relay.tag"
 H_SEQUENCE = "relay.sequence"
+H_SOURCE_ID = "relay.source.id"
 
 MAX_OFFSET = 1 << 32
-MAX_FILE_NUMBER = (1 << 31) - 1
+FILE_BITS = 20
+GENERATION_SHIFT = 32 + FILE_BITS
+MAX_FILE_NUMBER = (1 << FILE_BITS) - 1
+assert MAX_GENERATION == (1 << (63 - GENERATION_SHIFT)) - 1  # the sequence stays below 2^63
 PLAN_CACHE_SIZE = 65536
 
 _ROW_TYPES = frozenset({EventType.INSERT, EventType.UPDATE, EventType.DELETE})
@@ -97,14 +105,26 @@ def file_number(journal: str) -> int:
     return number
 
 
-def sequence(journal: str, offset: int, row_index: int) -> int:
-    """The stable, monotonic order key of row ``row_index`` of the event at ``journal``:``offset``."""
+def sequence(journal: str, offset: int, row_index: int, generation: int = 0) -> int:
+    """The stable, monotonic order key of row ``row_index`` of the event at ``journal``:``offset``, read
+    under binlog history ``generation`` (see the module docstring)."""
     if offset < 0 or row_index < 0 or offset + row_index >= MAX_OFFSET:
         raise SequenceError(
             f"binlog position {journal}:{offset} row {row_index} is outside 32-bit offsets; "
             "no sequence can order it"
         )
-    return (file_number(journal) << 32) | (offset + row_index)
+    if not 0 <= generation <= MAX_GENERATION:
+        raise SequenceError(
+            f"generation {generation} is outside 0..{MAX_GENERATION}; "
+            f"no sequence can order {journal}:{offset}"
+        )
+    return (generation << GENERATION_SHIFT) | (file_number(journal) << 32) | (offset + row_index)
+
+
+def entry_sequence(entry: Entry, row_index: int = 0) -> int:
+    """``sequence`` of row ``row_index`` of ``entry``, under the generation it was read in."""
+    h = entry.header
+    return sequence(h.logfile_name, h.logfile_offset, row_index, entry.generation)
 
 
 def _text(value: str) -> bytes:
@@ -178,9 +198,12 @@ class RecordEncoder:
         *,
         ddl_topic: str | None,
         partitions: Callable[[str], int],
+        source_id: str = "",
     ) -> None:
         self.mapping = mapping  # may be replaced between batches (hot reload)
         self.source = source
+        self.source_id = source_id
+        self._source_header = (H_SOURCE_ID, _text(source_id))
         self.ddl_topic = ddl_topic
         self.partitions = partitions
         self._plans: dict[tuple[str, str], _Plan | None] = {}
@@ -209,9 +232,7 @@ class RecordEncoder:
             return self._ddl(entry, rc)
         if rc.event_type in _ROW_TYPES:
             return self._rows(entry, rc)
-        return self._audit(
-            entry, rc, None, sequence(entry.header.logfile_name, entry.header.logfile_offset, 0)
-        )
+        return self._audit(entry, rc, None, entry_sequence(entry))
 
     # -- row changes ----------------------------------------------------------------------------------
 
@@ -237,18 +258,18 @@ class RecordEncoder:
         plan = self._table_plan(h.schema_name, h.table_name, rc.columns)
         if plan is None or not rc.rows:
             return []
-        first = sequence(h.logfile_name, h.logfile_offset, len(rc.rows) - 1) - len(rc.rows) + 1
+        first = entry_sequence(entry, len(rc.rows) - 1) - len(rc.rows) + 1
         route = plan.route
         self._topics.add(route.topic)
         type_name = _TYPE_NAMES[rc.event_type]  # Enum.name is a descriptor call: a dict is cheaper per row
-        headers = (*plan.headers, (H_TYPE, type_name.encode()), *plan.tag)
+        headers = (*plan.headers, (H_TYPE, type_name.encode()), *plan.tag, self._source_header)
         if plan.json is not None:
             return self._json_rows(entry, rc, plan, plan.json, first, headers, type_name)
         server = self.source.address
         out = []
         for i, row in enumerate(rc.rows):
             seq = first + i
-            value = codec_protobuf.row_value(entry, rc, row, route, seq, server)
+            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id)
             key = self._key(plan, row.after if row.after is not None else row.before)
             out.append(Record(route.topic, None, key, value, (*headers, (H_SEQUENCE, str(seq).encode()))))
         return out
@@ -305,14 +326,14 @@ class RecordEncoder:
         server_id = self.source.server_id or header_server_id
         text = self._servers.get(server_id)
         if text is None:
-            text = self._servers[server_id] = codec_json.server_block(self.source, server_id)
+            text = self._servers[server_id] = codec_json.server_block(self.source, server_id, self.source_id)
         return text
 
     # -- statements -----------------------------------------------------------------------------------
 
     def _ddl(self, entry: Entry, rc: RowChange) -> list[Record]:
         h = entry.header
-        seq = sequence(h.logfile_name, h.logfile_offset, 0)
+        seq = entry_sequence(entry)
         route = self.mapping.resolve(h.schema_name, h.table_name) if h.schema_name and h.table_name else None
         # The table's definition changes here: build its plan (and check its key columns) afresh.
         self._plans.pop((h.schema_name, h.table_name), None)
@@ -330,7 +351,7 @@ class RecordEncoder:
         if route.codec == "canal-json":
             value = self._statement_json(entry, rc, route, seq)
         else:
-            value = codec_protobuf.statement_value(entry, rc, route, seq, self.source.address)
+            value = codec_protobuf.statement_value(entry, rc, route, seq, self.source.address, self.source_id)
         headers = self._statement_headers(entry, rc, route, seq)
         self._topics.add(route.topic)
         return [Record(route.topic, p, None, value, headers) for p in range(count)]
@@ -353,6 +374,7 @@ class RecordEncoder:
         physical = (h.schema_name, h.table_name)
         names = (route.logical_db, route.logical_table) if route is not None else physical
         server = {
+            "id": self.source_id,
             "server": self.source.address,
             "serverId": self.source.server_id or h.server_id,
             "serverUuid": self.source.server_uuid,
@@ -361,8 +383,7 @@ class RecordEncoder:
             entry, rc, sequence=seq, names=names, physical=physical, server=server
         )
 
-    @staticmethod
-    def _statement_headers(entry: Entry, rc: RowChange, route: Route | None, seq: int) -> Headers:
+    def _statement_headers(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> Headers:
         h = entry.header
         if route is not None:
             headers, tag = _route_headers(route)
@@ -370,4 +391,10 @@ class RecordEncoder:
             physical = ((H_PHYSICAL_DB, _text(h.schema_name)), (H_PHYSICAL_TABLE, _text(h.table_name)))
             headers = ((H_DB, _text(h.schema_name)), (H_TABLE, _text(h.table_name)), *physical)
             tag = ()
-        return (*headers, (H_TYPE, rc.event_type.name.encode()), *tag, (H_SEQUENCE, str(seq).encode()))
+        return (
+            *headers,
+            (H_TYPE, rc.event_type.name.encode()),
+            *tag,
+            self._source_header,
+            (H_SEQUENCE, str(seq).encode()),
+        )

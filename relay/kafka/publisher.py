@@ -45,6 +45,7 @@ from relay.common.retry import RetryPolicy
 from relay.config.sections import validate_kafka_settings
 from relay.errors import (
     ConfigError,
+    MissingTopicError,
     ProducerFatalError,
     ProducerFencedError,
     PublishError,
@@ -173,16 +174,20 @@ class PublisherConfig:
         return redact_settings(self.producer_settings())
 
 
-def classify(error: KafkaError, *, create_topics: bool) -> Verdict:
+def classify(error: KafkaError) -> Verdict:
     """What a failed delivery means for the relay: stop (fatal), give up on the record, or retry later.
 
     Delivery reports carry no ``retriable()`` flag of their own (it is set only for errors of API calls),
-    so the verdict comes from the code; ``fatal()`` is honoured wherever librdkafka sets it.
+    so the verdict comes from the code; ``fatal()`` is honoured wherever librdkafka sets it. An unknown
+    topic or partition is retriable whatever ``topics.create`` says: brokers answer it for a moment
+    while metadata propagates or a leader moves, and it says nothing about the record — a good record
+    must never be dead-lettered (nor the position moved past it) for it. A topic that is really gone
+    is found when the batch is sent again (``MissingTopicError``, retried with backoff).
     """
     code = error.code()
     if error.fatal() or code in _FATAL:
         return "fatal"
-    if code in _REJECTED or (code in _UNKNOWN_TOPIC and not create_topics):
+    if code in _REJECTED:
         return "rejected"
     return "retriable"
 
@@ -250,7 +255,8 @@ class KafkaPublisher:
         """Learn the partition counts of ``names`` and the dead-letter topic; create missing ones if allowed.
 
         Lists all topics rather than asking for the named ones: a metadata request for one topic
-        auto-creates it on brokers with ``auto.create.topics.enable`` (and always on Tansu).
+        auto-creates it on brokers with ``auto.create.topics.enable`` (and always on Tansu). A missing
+        topic with creation off raises ``MissingTopicError`` (retriable, never a record rejection).
         """
         wanted = {*names, *([self._config.dead_letter_topic] if self._config.dead_letter_topic else [])}
         missing = wanted - self._partitions.keys()
@@ -262,7 +268,12 @@ class KafkaPublisher:
         if not absent:
             return
         if not self._config.create_topics:
-            raise ConfigError(f"topic {absent[0]!r}", "does not exist and create_topics is off")
+            # Retriable: at start the relay stops on it (a clear error before anything is sent); while
+            # running, the batch is rolled back and retried with backoff until the topic exists.
+            raise MissingTopicError(
+                f"topic {absent[0]!r} does not exist and topics.create is false: create it "
+                "(or allow creation); retrying with backoff"
+            )
         self._create_topics(absent)
 
     def partitions(self, topic: str) -> int:
@@ -527,7 +538,9 @@ class KafkaPublisher:
         reported = msg.partition() if msg is not None else None
         if reported is not None and reported >= 0:
             partition = reported
-        verdict = classify(err, create_topics=self._config.create_topics)
+        verdict = classify(err)
+        if err.code() in _UNKNOWN_TOPIC:
+            self._partitions.pop(record.topic, None)  # the next send checks (or creates) it again
         if verdict == "fatal":
             self._set_fatal(err, handle.label)
         elif verdict == "retriable":
@@ -574,11 +587,13 @@ class KafkaPublisher:
         )
 
     def _reject_topic(self, handle: BatchHandle, record: Record, exc: ConfigError) -> None:
-        """A topic that does not exist (creation off) or cannot be created: a rejection like any other."""
-        code = KafkaError.TOPIC_EXCEPTION if self._config.create_topics else KafkaError.UNKNOWN_TOPIC_OR_PART
+        """A topic that cannot be created (a bad name, a policy): a rejection like any other. (One that
+        does not exist with creation off is no fault of the record: ``ensure_topics`` raises the
+        retriable ``MissingTopicError`` for it, and the batch is sent again after a backoff.)"""
+        err = KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc))
         self._refused_locally = True  # never sent: a transaction stays intact
         try:
-            self._on_delivery(handle, record, record.partition, KafkaError(code, str(exc)), None)
+            self._on_delivery(handle, record, record.partition, err, None)
         finally:
             self._refused_locally = False
 
@@ -631,7 +646,7 @@ class KafkaPublisher:
             handle.pending -= 1
             handle.dead_lettered += 1
             return
-        verdict = classify(err, create_topics=self._config.create_topics)
+        verdict = classify(err)
         if verdict == "fatal":
             self._set_fatal(err, handle.label)
         elif verdict == "retriable":

@@ -25,6 +25,9 @@ from relay.common.atomic import atomic_write_text
 from relay.errors import PositionError
 
 FORMAT_VERSION = 1
+# The generation is the top of a record sequence: 11 bits above the 20-bit file number and the 32-bit
+# offset keep the sequence a non-negative signed 64-bit integer (``relay.kafka.codec``).
+MAX_GENERATION = (1 << 11) - 1
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ class ResumePoint:
 
     ``gtid_set`` is the executed GTID set before ``offset`` where it is known; ``timestamp`` (ms) and
     ``gtid`` describe the last acknowledged entry; ``source`` names the server.
+
+    ``generation`` numbers the binlog history the point belongs to: it goes up by one whenever the relay
+    continues on another history (a failover to the standby, ``relay positions set``), and is the top
+    of every record sequence (``relay.kafka.codec``), so sequences keep growing across those switches.
+    ``mapping_version`` is the mapping version the records after this point were, or will be, published
+    under; None: not recorded (positions saved before it existed, or set by an operator). Both default
+    so that a point saved by an older relay reads as generation 0 with no mapping version.
     """
 
     journal: str
@@ -57,6 +67,8 @@ class ResumePoint:
     timestamp: int = 0
     server_id: int = 0
     source: SourceIdentity | None = None
+    generation: int = 0
+    mapping_version: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -75,13 +87,25 @@ class ResumePoint:
                 point = replace(point, source=SourceIdentity(**src))
         except (ValueError, TypeError) as exc:
             raise PositionError(f"{where}: not a saved resume point ({exc})") from exc
-        if not point.journal or point.offset < 4 or point.skip < 0:
+        if not point.journal or point.offset < 4 or point.skip < 0 or point.generation < 0:
             raise PositionError(f"{where}: journal/offset/skip out of range: {point}")
         return point
 
     def __str__(self) -> str:
         skip = f"+{self.skip}" if self.skip else ""
         return f"{self.journal}:{self.offset}{skip}"
+
+
+def next_generation(saved: ResumePoint | None) -> int:
+    """The generation of a new binlog history continuing after ``saved``: one more than its generation
+    (1 when nothing was saved: records of an unacknowledged start may exist under generation 0)."""
+    generation = (0 if saved is None else saved.generation) + 1
+    if generation > MAX_GENERATION:
+        raise PositionError(
+            f"generation {generation} is above {MAX_GENERATION}: record sequences cannot order another "
+            "binlog history; publish to new topics (and start from generation 0 in a new position store)"
+        )
+    return generation
 
 
 def resume_after(entry: Entry) -> ResumePoint:
@@ -102,6 +126,7 @@ def resume_after(entry: Entry) -> ResumePoint:
             gtid=h.gtid,
             timestamp=h.execute_time,
             server_id=h.server_id,
+            generation=entry.generation,
         )
     return ResumePoint(
         journal=txn.start.journal,
@@ -111,6 +136,7 @@ def resume_after(entry: Entry) -> ResumePoint:
         gtid=h.gtid,
         timestamp=h.execute_time,
         server_id=h.server_id,
+        generation=entry.generation,
     )
 
 

@@ -11,8 +11,15 @@ the standby that continues right after the last entry it put into the ring store
 - otherwise by timestamp (canal's ``fallbackIntervalInSeconds``): from the first transaction at or
   after the last put entry's time minus ``fallback_interval_seconds``, dropping the re-read
   transactions whose row changes match, entry for entry, the ones recently put from the master
-  (``History`` + ``FingerprintSkip``); once a transaction is newer than anything put, or the last one
-  put has been matched, everything passes.
+  (``History`` + ``FingerprintSkip``, both on the same side of the sink's filters: what was put);
+  once a transaction is newer than anything put, or the last one put has been matched, everything
+  passes.
+
+Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
+with the master's), so the entries read from it carry the generation after the master's
+(``CanalInstance``): their sequences sort after everything published from the master. The switch is
+deterministic: a restart before a standby entry was acknowledged finds the master's position (its
+generation g) and switches again to g + 1; one after finds a position saved on the standby, with g + 1.
 
 So consumers see no change twice from two servers; repeats stay exact re-publications of one server's
 records (a rolled-back batch sent again). The instance switches ``source`` only after every entry of
@@ -31,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from relay.binlog.gtid import GtidSet
-from relay.canal.entry import Entry, EntryPosition, RowChange
+from relay.canal.entry import Entry, EntryPosition, EntryType, RowChange
 from relay.config.sections import SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint
@@ -99,10 +106,12 @@ class _Txn:
     start: EntryPosition
     time_ms: int
     digests: list[bytes]
+    closed: bool = False  # its END (or a closing statement) was put: nothing of it comes after
 
 
 class History:
-    """The transactions recently put into the store, as digests, covering ``window_ms`` of binlog time."""
+    """The transactions recently put into the store (after the sink's filters), as the digests of their
+    changes (ROWDATA entries: rows and statements), covering ``window_ms`` of binlog time."""
 
     def __init__(self, window_ms: int, max_txns: int = 200_000) -> None:
         self.window_ms = window_ms
@@ -111,10 +120,14 @@ class History:
     def record(self, entries: list[Entry]) -> None:
         for e in entries:
             last = self.txns[-1] if self.txns else None
-            if last is None or last.start != e.txn.start:
-                last = _Txn(e.txn.start, e.header.execute_time, [])
-                self.txns.append(last)
-            last.digests.append(digest(e))
+            if e.entry_type == EntryType.ROWDATA:
+                if last is None or last.start != e.txn.start:
+                    last = _Txn(e.txn.start, e.header.execute_time, [])
+                    self.txns.append(last)
+                last.digests.append(digest(e))
+            # BEGIN/END carry no change (and the sink passes empty ones by its own clock): not compared
+            if e.closes_txn and last is not None and last.start == e.txn.start:
+                last.closed = True
         newest = self.txns[-1].time_ms if self.txns else 0
         while self.txns and self.txns[0].time_ms < newest - self.window_ms - 1_000:
             self.txns.popleft()
@@ -123,8 +136,11 @@ class History:
 class FingerprintSkip:
     """Drops re-read transactions that match ``history`` entry for entry (see the module docstring).
 
-    The entries of a standby transaction are held back while they match the start of some recorded
-    transaction; a full match drops them, a divergence releases them. The last recorded transaction
+    Both sides are compared after the sink (``History`` records what was put; the instance filters the
+    standby's entries through its sink first), and by their changes only: a transaction touching kept
+    and filtered tables looks the same on both servers. The entries of a standby transaction are held
+    back while its changes match the start of some recorded transaction; a full match drops them, a
+    divergence (or its END coming first) releases them. The last recorded transaction
     may be partial (the master died inside it): matching its recorded entries drops just those, and
     everything after passes. A transaction older than the oldest one recorded is dropped: it was
     published before, or precedes where the relay started. One newer than the newest recorded ends
@@ -139,6 +155,8 @@ class FingerprintSkip:
         self._current: EntryPosition | None = None
         self._state = "pass"  # of the current standby transaction: match, pass or drop
         self._held: list[Entry] = []
+        self._matched = 0  # ROWDATA entries of the current transaction matched so far
+        self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
 
     def filter(self, entries: list[Entry]) -> list[Entry]:
@@ -147,17 +165,29 @@ class FingerprintSkip:
             if not self.done and e.txn.start != self._current:
                 out += self._begin(e)
             if self._state == "match":
-                out += self._match(e)
+                out += self._match(e) if e.entry_type == EntryType.ROWDATA else self._hold(e)
             elif self._state == "pass":
                 out.append(e)
         return out
 
+    def _hold(self, e: Entry) -> list[Entry]:
+        """BEGIN (or another entry without a change) of a transaction being matched: held with it; its
+        END while still matching ends it short of every recorded one: it is new, it passes."""
+        self._held.append(e)
+        if e.entry_type != EntryType.TRANSACTIONEND:
+            return []
+        released, self._held, self._matched = self._held, [], 0
+        self._state = "pass"
+        return released
+
     def _begin(self, e: Entry) -> list[Entry]:
         """A new standby transaction: what the previous one held matched only in part: it passes."""
-        released, self._held = self._held, []
+        released, self._held, self._matched = self._held, [], 0
         self._current = e.txn.start
         t = e.header.execute_time
-        if t > self.newest_ms:
+        if self._finish_next:
+            self._finish("matched the last transaction put from the master")
+        elif t > self.newest_ms:
             self._finish("a transaction newer than the last one put from the master")
         elif t < self.oldest_ms:
             self._state = "drop"
@@ -167,24 +197,28 @@ class FingerprintSkip:
         return released
 
     def _match(self, e: Entry) -> list[Entry]:
-        k = len(self._held)
+        k = self._matched
         d = digest(e)
         hist = self.history
         self._candidates = [
             i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d
         ]
         if not self._candidates:  # diverged: a new transaction after all
-            released, self._held = [*self._held, e], []
+            released, self._held, self._matched = [*self._held, e], [], 0
             self._state = "pass"
             return released
         self._held.append(e)
-        full = next((i for i in self._candidates if len(hist[i].digests) == len(self._held)), None)
+        self._matched += 1
+        full = next((i for i in self._candidates if len(hist[i].digests) == self._matched), None)
         if full is not None:
             log.debug("failover: dropped %d re-read entries already put", len(self._held))
-            hist.pop(full)
-            self._held, self._state = [], "drop"
+            matched = hist.pop(full)
+            self._held, self._matched, self._state = [], 0, "drop"
             if full == len(hist):  # that was the last one put: everything after it is new
-                self._finish("matched the last transaction put from the master")
+                if matched.closed:  # the rest of this transaction (its END) was put too
+                    self._finish_next = True
+                else:  # the master died inside it: the rest of it is new
+                    self._finish("matched the last (partial) transaction put from the master")
         return []
 
     def _finish(self, why: str) -> None:

@@ -11,7 +11,8 @@ from their own thread; ``ack`` saves the resume point of the acknowledged prefix
 
 With a standby configured (``source.standby``), a master that stays unreachable for
 ``source.failover.attempts`` reconnects is replaced, on the parser thread, by the standby, continuing
-right after the last entry put (``relay.source.failover``).
+right after the last entry put (``relay.source.failover``); the entries read from the standby carry
+the next generation (``Entry.generation``, saved in the resume point after them).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
 from relay.config.sections import SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceUnavailableError
-from relay.positions.store import PositionStore, ResumePoint, resume_after
+from relay.positions.store import PositionStore, ResumePoint, next_generation, resume_after
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
 
@@ -71,11 +72,17 @@ class CanalInstance:
         self._drop: EntryFilter | None = None  # set once reading the standby
         self._last_put: Entry | None = None
         self._saved: ResumePoint | None = None
+        # The binlog history being read (``ResumePoint.generation``): the saved one, + 1 on a failover.
+        self.generation = 0
+        # The mapping version the batches taken now are published under (set by the publisher thread);
+        # stamped on their resume points (``ResumePoint.mapping_version``).
+        self.mapping_version: int | None = None
         self.started = threading.Event()  # set once the server is checked and the parser thread runs
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         saved = self._saved = self.positions.load()
+        self.generation = saved.generation if saved is not None else 0
         if self.failover.on_standby(saved):
             self._switch(saved, "the saved position was read from the standby", saved_there=True)
         else:
@@ -150,9 +157,10 @@ class CanalInstance:
                 entries = builder.build(event)
                 if skip_at is not None and entries:
                     entries, skip_at = _drop_published(entries, skip_at, start.skip)
-                if self._drop is not None and entries:
-                    entries = self._drop.filter(entries)
                 entries = self.sink.process(entries)
+                if self._drop is not None and entries:
+                    # After the sink: what the standby re-reads is compared with what was put.
+                    entries = self._drop.filter(entries)
                 if entries:
                     pending.extend(entries)
                     if len(pending) >= burst:
@@ -169,6 +177,9 @@ class CanalInstance:
 
     def _put(self, entries: list[Entry]) -> list[Entry]:
         """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
+        if entries and self.generation:
+            for e in entries:
+                e.generation = self.generation
         while entries and not self._stopping.is_set():
             if self.store.put(entries, timeout=self.config.poll_seconds):
                 self._last_put = entries[-1]
@@ -197,6 +208,11 @@ class CanalInstance:
             self._await_acked()
         old, self.source = self.source, switch.source
         old.close()
+        if not saved_there:
+            # Another binlog history from here on: its sequences must sort after the master's. The
+            # master's entries are all acknowledged (or none were put: ``after`` is the saved point),
+            # so this is the saved generation + 1, the same after a restart (relay.source.failover).
+            self.generation = next_generation(after)
         self.failover.stop_recording()
         self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
 
@@ -218,7 +234,11 @@ class CanalInstance:
         self._raise_failure()
         message = self.server.get_without_ack(batch_size, timeout)
         if message.entries:
-            point = replace(resume_after(message.entries[-1]), source=self.source.identity)
+            point = replace(
+                resume_after(message.entries[-1]),
+                source=self.source.identity,
+                mapping_version=self.mapping_version,
+            )
             with self._lock:
                 self._resume[message.batch_id] = point
         return message
@@ -242,6 +262,26 @@ class CanalInstance:
             self.positions.save(point)
             self.last_saved = point
         log.debug("instance %s: batch %d acked, position %s saved", self.config.name, batch_id, point)
+        return point
+
+    def publish_under(self, mapping_version: int) -> ResumePoint | None:
+        """From now on batches are published under ``mapping_version``; with nothing outstanding, the
+        saved position is saved again naming it, so a restart re-publishes what follows it under that
+        version (and not under the one before). Returns the point saved, if any."""
+        with self._lock:
+            self.mapping_version = mapping_version
+            point = self.saved_point
+            if point is None or self._resume or point.mapping_version == mapping_version:
+                return None
+            point = replace(point, mapping_version=mapping_version)
+            self.positions.save(point)
+            self.last_saved = point
+        log.info(
+            "instance %s: position %s saved under mapping version %d",
+            self.config.name,
+            point,
+            mapping_version,
+        )
         return point
 
     def rollback(self, batch_id: int | None = None) -> None:

@@ -6,15 +6,16 @@ state and written back. Runs on the Spark driver (the thread calling it, e.g. Sp
 thread); the work runs in Spark tasks.
 
 Layout under ``out``: ``<db>.<table>/`` — the live rows (table columns plus ``_key``, ``_sequence``,
-``_es``), readable with ``spark.read.parquet``; ``_relay_state/<db>.<table>/tombstones/`` — the keys
-deleted and the sequence of their delete.
+``_source_id``, ``_es``), readable with ``spark.read.parquet``; ``_relay_state/<db>.<table>/tombstones/``
+— the keys deleted and the identity of their delete.
 
-Rules: the change with the highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a
-new key) removes the row and leaves a tombstone, so a replayed older INSERT cannot bring it back;
-repeated records carry the same sequence and change nothing. Applying the same records twice gives the
-same table, which is what makes a re-run micro-batch (or a replay from the start) harmless. Sequences
-order the changes of ONE source binlog: a key's changes must come from one MySQL server (true for
-sharded tables, where each key lives on one shard).
+Rules: records are de-duplicated by their change identity (source id, sequence); the change with the
+highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a new key) removes the row and
+leaves a tombstone, so a replayed older INSERT cannot bring it back; repeated records carry the same
+identity and change nothing. Applying the same records twice gives the same table, which is what makes
+a re-run micro-batch (or a replay from the start) harmless. A key's sequences stay ordered across the
+relay's MySQL failover, ``relay positions set`` and HA takeover (the generation in their top bits); a
+key's changes must come from one source id (true for sharded tables, where each key lives on one shard).
 
 Each table is rewritten whole every batch (parquet has no in-place update): written next to the old
 directory, then swapped by rename; a crash between the renames is repaired on the next call.
@@ -36,7 +37,7 @@ from relay.spark.decode import typed
 log = logging.getLogger(__name__)
 
 STATE_DIR = "_relay_state"
-_META_LIVE = ("_key", "_sequence", "_es")
+_META_LIVE = ("_key", "_sequence", "_source_id", "_es")
 
 
 def table_path(out: str | Path, table: str) -> Path:
@@ -84,11 +85,11 @@ def _commit(path: Path) -> None:
 def _events(rows: DataFrame, columns: list[str]) -> DataFrame:
     """Upserts (``_deleted`` false, the row's values) and deletes (true, key only) by key."""
     upserts = rows.where(F.col("_op").isin("INSERT", "UPDATE")).select(
-        *columns, "_key", "_sequence", "_es", F.lit(False).alias("_deleted")
+        *columns, "_key", "_sequence", "_source_id", "_es", F.lit(False).alias("_deleted")
     )
     moved = (F.col("_op") == "UPDATE") & (F.col("_old_key") != F.col("_key"))
     deletes = rows.where((F.col("_op") == "DELETE") | moved).select(
-        F.col("_old_key").alias("_key"), "_sequence", "_es", F.lit(True).alias("_deleted")
+        F.col("_old_key").alias("_key"), "_sequence", "_source_id", "_es", F.lit(True).alias("_deleted")
     )
     return upserts.unionByName(deletes, allowMissingColumns=True)
 
@@ -109,7 +110,8 @@ def apply_table(changes_df: DataFrame, out: str | Path, table: str) -> None:
     live_path, tomb_path = table_path(out, table), tombstone_path(out, table)
     _recover(live_path)
     _recover(tomb_path)
-    rows = typed(changes_df, table)
+    # One row per change identity (source id, sequence): a re-published record changes nothing.
+    rows = typed(changes_df, table).dropDuplicates(["_source_id", "_sequence"])
     columns = [c for c in rows.columns if not c.startswith("_")]
     events = _events(rows, columns)
     live, tombs = _read(spark, live_path), _read(spark, tomb_path)
@@ -122,13 +124,18 @@ def apply_table(changes_df: DataFrame, out: str | Path, table: str) -> None:
         )
     if tombs is not None:
         merged = merged.unionByName(tombs.withColumn("_deleted", F.lit(True)), allowMissingColumns=True)
-    latest = Window.partitionBy("_key").orderBy(F.col("_sequence").desc(), F.col("_deleted").desc())
+    # State written before source ids existed has none: "" (what changes() gives such records).
+    merged = merged.withColumn("_source_id", F.coalesce(F.col("_source_id"), F.lit("")))
+    latest = Window.partitionBy("_key").orderBy(
+        F.col("_sequence").desc(), F.col("_deleted").desc(), F.col("_source_id").desc()
+    )
     winners = merged.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1").drop("_rank")
     winners = winners.persist()
     try:
         data_columns = [c for c in winners.columns if not c.startswith("_")]
         _write_next(winners.where(~F.col("_deleted")).select(*data_columns, *_META_LIVE), live_path)
-        _write_next(winners.where(F.col("_deleted")).select("_key", "_sequence", "_es"), tomb_path)
+        tombstones = winners.where(F.col("_deleted")).select("_key", "_sequence", "_source_id", "_es")
+        _write_next(tombstones, tomb_path)
         _commit(tomb_path)
         _commit(live_path)
     finally:

@@ -8,16 +8,19 @@ Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.s
 
 ``changes(df)`` columns: ``topic partition offset timestamp`` (Kafka), ``key`` (the record key text),
 ``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
-``es``/``ts`` (ms), ``gtid``, ``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after``
-(column → canal text; null where the change has no such image) and ``source`` (server, serverId,
-serverUuid, physical database/table, binlog file, offset, gtid, rowIndex). canal-json's ``old`` (the
-changed columns' previous values) is folded into ``before``.
+``source_id`` ("" for records written before source ids existed), ``es``/``ts`` (ms), ``gtid``,
+``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after`` (column → canal text; null where
+the change has no such image) and ``source`` (id, server, serverId, serverUuid, physical database/table,
+binlog file, offset, gtid, rowIndex). canal-json's ``old`` (the changed columns' previous values) is
+folded into ``before``. (``source_id``, ``sequence``) is the change identity: a repeated record repeats
+it, and ``sequence`` orders the changes of a key (generation, binlog file, offset, row; see
+docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
-types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_es``, ``_key``,
-``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
-names, so a DDL does not break a running query: a new column appears, a dropped one is simply absent
-(null once merged into a table).
+types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_source_id``, ``_es``,
+``_key``, ``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are
+those the data names, so a DDL does not break a running query: a new column appears, a dropped one is
+simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from relay.spark.types import spark_type_sql
 _S = StringType()
 SOURCE_TYPE = StructType(
     [
+        StructField("id", _S),
         StructField("server", _S),
         StructField("serverId", LongType()),
         StructField("serverUuid", _S),
@@ -83,6 +87,7 @@ CHANGE_TYPE = StructType(
         StructField("is_ddl", BooleanType()),
         StructField("sql", _S),
         StructField("sequence", LongType()),
+        StructField("source_id", _S),
         StructField("es", LongType()),
         StructField("ts", LongType()),
         StructField("gtid", _S),
@@ -94,7 +99,7 @@ CHANGE_TYPE = StructType(
         StructField("source", SOURCE_TYPE),
     ]
 )
-META = ("_op", "_sequence", "_es", "_key", "_old_key")
+META = ("_op", "_sequence", "_source_id", "_es", "_key", "_old_key")
 
 
 def _json_change(m: Column) -> Column:
@@ -121,6 +126,7 @@ def _json_change(m: Column) -> Column:
         m["isDdl"].alias("is_ddl"),
         m["sql"].alias("sql"),
         F.coalesce(m["sequence"], m["id"]).alias("sequence"),
+        F.coalesce(m["source"]["id"], F.lit("")).alias("source_id"),
         m["es"].alias("es"),
         m["ts"].alias("ts"),
         m["gtid"].alias("gtid"),
@@ -239,6 +245,7 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         *typed_cols,
         F.col("type").alias("_op"),
         F.col("sequence").alias("_sequence"),
+        F.col("source_id").alias("_source_id"),
         F.col("es").alias("_es"),
         _key_of("after").alias("_key"),
         _key_of("before").alias("_old_key"),

@@ -4,7 +4,8 @@ Runs inside the Python UDF of ``relay.spark.decode.changes`` on executor workers
 Decodes with ``relay.canal.proto.convert`` (canal's ``Packet(MESSAGES)`` holding one Entry narrowed to one
 row)
 and reads our extensions from the header props: ``relay.physical.db``/``.table``, ``relay.sequence``,
-``relay.server``. Pure function; a value that is not a canal packet raises ``ProtoDecodeError``.
+``relay.server``, ``relay.source.id``. Pure function; a value that is not a canal packet raises
+``ProtoDecodeError``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
         "is_ddl": bool(rc.is_ddl),
         "sql": rc.sql,
         "sequence": int(sequence) if sequence else None,
+        "source_id": props.get("relay.source.id", ""),
         "es": h.execute_time,
         "ts": h.execute_time,
         "gtid": h.gtid,
@@ -51,6 +53,7 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
         "before": before,
         "after": after,
         "source": {
+            "id": props.get("relay.source.id"),
             "server": props.get("relay.server"),
             "serverId": h.server_id,
             "serverUuid": None,

@@ -185,19 +185,43 @@ def select_orders(conn: Any, prefix: str, shards: int, tables: int) -> dict[str,
     return out
 
 
+def identity(rec: Rec) -> tuple[str, int]:
+    """A record's change identity: (source id, sequence)."""
+    msg = rec.json
+    return str(msg["source"].get("id", "")), int(msg["sequence"])
+
+
 def apply_records(records: list[Rec]) -> dict[str, dict[str, str | None]]:
-    """Latest state by key, applying row records in sequence order (duplicates are harmless)."""
+    """Latest state by key, applying row records as a consumer reads them: each partition in offset
+    (log) order — never re-sorted by sequence — and checking that order on the way: for each key, every
+    new change has a greater sequence than the last one seen, and a repeated identity (source id,
+    sequence) is a byte-identical repeat of its earlier record (dropped)."""
     state: dict[str, dict[str, str | None]] = {}
-    rows = [r for r in records if not r.json["isDdl"]]
-    for rec in sorted(rows, key=lambda r: r.json["sequence"]):
+    first: dict[tuple[str, int], Rec] = {}
+    last: dict[str, tuple[int, Rec]] = {}
+    for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
         msg = rec.json
-        row = msg["data"][0]
-        key = json.loads(rec.key or b"{}")
-        ident = key["id"]
+        if msg["isDdl"]:
+            continue
+        ident = identity(rec)
+        seen = first.setdefault(ident, rec)
+        if seen is not rec:
+            assert (rec.key, rec.value, rec.headers) == (seen.key, seen.value, seen.headers), (
+                f"{ident} at {rec.partition}:{rec.offset} repeats {seen.partition}:{seen.offset} "
+                "with different content"
+            )
+            continue
+        key = str(json.loads(rec.key or b"{}")["id"])
+        before = last.get(key, (-1, rec))
+        assert ident[1] > before[0], (
+            f"key {key}: sequence {ident[1]} at {rec.partition}:{rec.offset} comes after sequence "
+            f"{before[0]} at {before[1].partition}:{before[1].offset}"
+        )
+        last[key] = (ident[1], rec)
         if msg["type"] == "DELETE":
-            state.pop(ident, None)
+            state.pop(key, None)
         else:
-            state[ident] = {k: row.get(k) for k in ("id", "status", "amount", "note")}
+            state[key] = {k: msg["data"][0].get(k) for k in ("id", "status", "amount", "note")}
     return state
 
 

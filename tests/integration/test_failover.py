@@ -22,10 +22,12 @@ import pytest
 from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService
 from relay.errors import ServiceError
+from relay.kafka.codec import GENERATION_SHIFT
 from tests.integration.relay_harness import (
     Rec,
     RelayProcess,
     Writer,
+    apply_records,
     create_shards,
     read_topic,
     select_orders,
@@ -34,6 +36,26 @@ from tests.integration.relay_harness import (
 )
 
 SHARDS, TABLES = 2, 2
+MASTER_FLUSHES = 110  # the master's binlog is at mysql-bin.0001xx, the replica's at .00000x
+
+
+class MixedWriter(Writer):
+    """``Writer`` plus transactions that also write a table the relay's filter leaves out (``noise``),
+    before or after their kept rows: what the sink drops must not make a failover re-publish them."""
+
+    def _write_one(self, cur: Any) -> None:
+        if self.rng.random() >= 0.3:
+            super()._write_one(cur)
+            return
+        noise = f"INSERT INTO {self.prefix}_00.noise (v) VALUES (%s)"
+        cur.execute("BEGIN")
+        if self.rng.random() < 0.5:
+            cur.execute(noise, (self.statements,))
+        n = self._insert_rows(cur, 1) + self._update_rows(cur, 1)
+        cur.execute(noise, (self.statements,))
+        cur.execute("COMMIT")
+        self.changes += n
+        self.statements += 1
 
 
 @dataclass
@@ -106,21 +128,6 @@ def distinct_changes(wanted: int) -> Callable[[list[Rec]], bool]:
     return until
 
 
-def apply_in_topic_order(records: list[Rec]) -> dict[str, dict[str, str | None]]:
-    """Latest state by key, applying each partition in offset order (a key lives in one partition)."""
-    state: dict[str, dict[str, str | None]] = {}
-    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
-        msg = rec.json
-        if msg["isDdl"]:
-            continue
-        ident = json.loads(rec.key or b"{}")["id"]
-        if msg["type"] == "DELETE":
-            state.pop(ident, None)
-        else:
-            state[ident] = {k: msg["data"][0].get(k) for k in ("id", "status", "amount", "note")}
-    return state
-
-
 def master_position(service: MySQLService) -> tuple[str, int]:
     with contextlib.closing(service.connect()) as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -134,9 +141,15 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
 ) -> None:
     primary, replica = pair.primary.service, pair.replica.service
     prefix = f"fo{mode[0]}{time.monotonic_ns() % 10**7}"
-    with contextlib.closing(primary.connect()) as conn:
+    with contextlib.closing(primary.connect()) as conn, conn.cursor() as cur:
+        for _ in range(MASTER_FLUSHES):
+            cur.execute("FLUSH BINARY LOGS")
         create_shards(conn, prefix, SHARDS, TABLES)
+        cur.execute(f"CREATE TABLE {prefix}_00.noise (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
     wait_for(lambda: caught_up(pair), 30, "the replica applies the schema")
+    master_file = master_position(primary)[0]
+    assert int(master_file.rsplit(".", 1)[1]) > 100
+    assert int(master_position(replica)[0].rsplit(".", 1)[1]) < 10
     cfg = write_configs(
         tmp_path,
         mysql=primary,
@@ -144,7 +157,7 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
         mapping=_mapping(prefix),
         start=master_position(primary),
         instance=prefix,
-        include=f"{prefix}_\\d+\\..*",
+        include=f"{prefix}_\\d+\\.orders_\\d+",
         extra={
             "source": {
                 "standby": {"host": replica.host, "port": replica.port},
@@ -162,7 +175,7 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
     relay = RelayProcess(cfg, tmp_path / "relay.log").start()
     try:
         # Load on the primary; the relay is frozen half-way, so that it is behind when the primary dies.
-        first = Writer(primary, prefix, SHARDS, TABLES, rate=300.0, seed=7)
+        first = MixedWriter(primary, prefix, SHARDS, TABLES, rate=300.0, seed=7)
         first.start()
         wait_for(lambda: first.changes >= 150, 30, "writes on the primary")
         wait_for(lambda: relay.status().get("batches_acked", 0) > 0, 60, "the relay publishes", 0.1)
@@ -174,7 +187,7 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
         relay.signal(signal.SIGCONT)
 
         promote(replica)
-        second = Writer(replica, prefix, SHARDS, TABLES, rate=300.0, seed=8)
+        second = MixedWriter(replica, prefix, SHARDS, TABLES, rate=300.0, seed=8)
         second._next_id, second._live = first._next_id, dict(first._live)  # continue the same rows
         second.start()
         wait_for(lambda: second.changes >= 150, 60, "writes on the promoted replica")
@@ -199,9 +212,21 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
         )
     assert len(by_change) == changes  # nothing lost, nothing invented
     servers = {r.json["source"]["server"] for r in rows}
-    assert servers == {f"{primary.host}:{primary.port}", f"{replica.host}:{replica.port}"}
+    primary_at, replica_at = f"{primary.host}:{primary.port}", f"{replica.host}:{replica.port}"
+    assert servers == {primary_at, replica_at}
+    # The standby's changes continue under the next generation: they sort after the master's, although
+    # its binlog numbers are far lower; every record names the same source id (the instance).
+    for rec in rows:
+        msg = rec.json
+        generation = int(msg["sequence"]) >> GENERATION_SHIFT
+        assert generation == (0 if msg["source"]["server"] == primary_at else 1), msg
+        assert msg["source"]["id"] == prefix and rec.headers["relay.source.id"] == prefix.encode()
+    assert {r.json["source"]["file"] for r in rows if r.json["source"]["server"] == primary_at} >= {
+        master_file
+    }
     with contextlib.closing(replica.connect()) as conn:
-        assert apply_in_topic_order(records) == select_orders(conn, prefix, SHARDS, TABLES)
+        # Each partition in log order, each key's sequences increasing: the state equals SELECT.
+        assert apply_records(records) == select_orders(conn, prefix, SHARDS, TABLES)
 
 
 def _mapping(prefix: str) -> dict[str, Any]:

@@ -31,8 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kazoo.client import KazooClient
 
+from mapping.load import parse_mapping
+from mapping.store import FileMappingStore
 from relay.config.sections import HAConfig
 from relay.dev import services
 from relay.dev.services import KafkaService, ZooKeeperService
@@ -75,6 +78,7 @@ class Cluster:
     start: tuple[str, int]
     procs: list[RelayProcess] = field(default_factory=list)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # per section, over the defaults
+    mapping_file: Path | None = None  # one mapping file for every relay (else each has its own copy)
 
     @property
     def topic(self) -> str:
@@ -120,6 +124,7 @@ class Cluster:
                     "retry": {"initial": 0.2, "maximum": 2.0},
                 },
                 "logging": {"level": "DEBUG"},
+                **({"mapping": {"file": str(self.mapping_file)}} if self.mapping_file else {}),
             }
         )
 
@@ -418,3 +423,48 @@ def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its
         f"{changes} row changes, {len(records)} records, {repeats} exact repeats, "
         f"{len(late)} records after the freeze, all relay-1's"
     )
+
+
+def test_a_mapping_edit_then_sigkill_the_successor_republishes_the_tail_under_the_saved_version(
+    cluster: Cluster,
+) -> None:
+    # One mapping file shared by the relays (file store with history). Version 2 adds a tag: every record
+    # published under it carries a relay.tag header, so a tail re-published under the wrong version
+    # would not be a byte-identical repeat.
+    shared = cluster.tmp / "mapping.yaml"
+    shared.write_text(yaml.safe_dump(single_table_mapping(cluster.prefix)))
+    cluster.mapping_file = shared
+    writer = Writer(cluster.mysql, cluster.prefix, SHARDS, TABLES, rate=250.0, seed=9)
+    writer.start()
+    a = cluster.relay(0)
+    wait_for(lambda: a.status().get("state") == "running", 60, "relay-0 active")
+    b, c = cluster.relay(1), cluster.relay(2)
+    wait_for(lambda: {b.status().get("state"), c.status().get("state")} == {"standby"}, 30, "two standing by")
+    wait_for(acked_beyond(a, 5), 60, "relay-0 publishing")
+
+    a.signal(signal.SIGSTOP)  # under load: it stops with batches in flight, all under version 1
+    edited = yaml.safe_load(shared.read_text())
+    edited["logical_dbs"][cluster.prefix]["tables"]["orders"]["tag"] = "v2"
+    FileMappingStore(shared).write(parse_mapping(yaml.safe_dump(edited)), expected=1, note="tag orders")
+    a.signal(signal.SIGKILL)
+    assert a.wait(10) == -signal.SIGKILL
+
+    wait_for(lambda: cluster.active() is not None, SESSION + 10, "a standby took over")
+    successor = cluster.active()
+    assert successor is not None
+    wait_for(lambda: successor.status().get("mapping_version") == 2, 60, "the successor switched to v2")
+    acked = int(successor.status().get("batches_acked", 0))
+    wait_for(acked_beyond(successor, acked + 3), 60, "the successor publishing under version 2")
+    changes = writer.stop()
+    records = cluster.read(changes)
+    cluster.assert_complete(records, changes)  # log order per key, repeats byte-identical, state == SELECT
+    log = successor.log()
+    assert "resuming under mapping version 1" in log, log[-3000:]
+    assert "mapping switched from version 1 to version 2" in log, log[-3000:]
+    tagged = [r for r in records if r.headers.get("relay.tag") == b"v2"]
+    assert tagged, "nothing was published under version 2"
+    # Everything under version 2 comes after everything under version 1, per partition.
+    for p in {r.partition for r in records}:
+        offsets = [(r.offset, r.headers.get("relay.tag") == b"v2") for r in records if r.partition == p]
+        flags = [v2_tag for _, v2_tag in sorted(offsets)]
+        assert flags == sorted(flags), f"partition {p}: a version-1 record after a version-2 one"

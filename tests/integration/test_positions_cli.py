@@ -104,12 +104,17 @@ def test_set_by_file_gtid_and_timestamp_when_no_relay_runs(setup: Any) -> None:
     point = _saved(cfg)
     assert point is not None and (point.journal, point.offset) == (journal, 4)
     assert point.source is not None and point.source.server_id > 0
+    # Every set is a new binlog history: the saved generation + 1, no mapping version.
+    assert (point.generation, point.mapping_version) == (1, None)
+    generation = 1
 
     if before_gtid:
         done = run_cli("positions", "set", "-c", str(cfg), "--gtid", before_gtid)
         assert done.returncode == 0, done.stderr
         point = _saved(cfg)
         assert point is not None and point.gtid_set == before_gtid
+        generation += 1
+        assert point.generation == generation
         # The first transaction not in the set: our INSERT, which starts with its GTID event.
         assert _event_at(conn, point.journal, point.offset) == "Gtid", point
         assert point.offset < end
@@ -123,10 +128,13 @@ def test_set_by_file_gtid_and_timestamp_when_no_relay_runs(setup: Any) -> None:
         "Anonymous_Gtid",
     )
 
+    assert point is not None and point.generation == generation + 1
+
     shown = run_cli("positions", "show", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     assert report["position"] == str(point) and report["held_by"] is None and report["position_on_server"]
+    assert report["generation"] == point.generation
 
 
 def _gtid_pos(conn: Any) -> str:

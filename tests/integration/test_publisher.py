@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from relay.dev import services
 from relay.dev.services import KafkaService
-from relay.errors import ConfigError, PublishError, RecordRejectedError, ServiceError
+from relay.errors import MissingTopicError, PublishError, RecordRejectedError, ServiceError
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import (
     DEAD_LETTER_ERROR,
@@ -248,21 +248,28 @@ def test_an_oversized_record_goes_to_the_dead_letter_topic(
     read_back(kafka_service, topic, PARTITIONS, 5)  # the rest of both batches, and not the big one
 
 
-def test_an_unknown_topic_with_creation_off_is_a_clear_error(
+def test_an_unknown_topic_with_creation_off_is_retried_never_dead_lettered(
     kafka_service: KafkaService, publishers: Callable[..., KafkaPublisher]
 ) -> None:
-    known, missing = unique("known"), unique("missing")
-    make_publisher(kafka_service).ensure_topics([known])
-    pub = publishers(kafka_service, create_topics=False)
+    known, missing, dlq = unique("known"), unique("missing"), unique("dlq")
+    make_publisher(kafka_service).ensure_topics([known, dlq])
+    pub = publishers(kafka_service, create_topics=False, dead_letter_topic=dlq)
     pub.ensure_topics([known])
-    with pytest.raises(ConfigError, match=missing):
+    with pytest.raises(MissingTopicError, match=missing) as info:
         pub.ensure_topics([known, missing])
+    assert info.value.retriable
     pub.send(1, [*keyed(known, 1, 2), Record(missing, None, b"k", b"v")])
-    drive(pub, lambda: pub.failed() is not None, 5.0, "the rejection")
+    drive(pub, lambda: pub.failed() is not None, 5.0, "the failure")
     failed = pub.failed()
-    assert failed is not None and isinstance(failed.error, RecordRejectedError)
-    assert failed.error.topic == missing and missing in str(failed.error)
+    assert failed is not None and isinstance(failed.error, MissingTopicError)
+    assert failed.error.retriable and missing in str(failed.error)
+    assert failed.dead_lettered == 0
     assert missing not in topics_on(kafka_service)
+    # Once the topic exists, the batch sent again is delivered whole.
+    pub.abort_inflight()
+    make_publisher(kafka_service).ensure_topics([missing])
+    pub.send(2, [*keyed(known, 1, 2), Record(missing, None, b"k", b"v")])
+    collect(pub, [2])
 
 
 def test_a_full_local_queue_is_waited_out(

@@ -84,3 +84,34 @@ def test_typed_values_and_schema_change(spark: Any, tmp_path: Path) -> None:
     apply_changes(changes(batch2), out)
     ids = {str(r["id"]) for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
     assert ids == {"18446744073709551615"}
+
+
+def with_source(raw: bytes, source_id: str) -> bytes:
+    msg = json.loads(raw)
+    msg["source"]["id"] = source_id
+    return json.dumps(msg, ensure_ascii=False).encode()
+
+
+def test_source_id_and_generations_in_the_change_identity(spark: Any, tmp_path: Path) -> None:
+    row = {"id": "1", "blob": "a", "price": "1.00", "at": "2024-05-01 10:00:00.000"}
+    master_last = (123 << 32) | 5000  # generation 0, mysql-bin.000123
+    standby_first = (1 << 52) | (5 << 32) | 400  # generation 1 after a failover, mysql-bin.000005
+    batch = frame(
+        spark,
+        [
+            ('{"id":"1"}', with_source(value(master_last, "INSERT", row), "shop-a")),
+            ('{"id":"1"}', with_source(value(standby_first, "UPDATE", {**row, "price": "2.00"}), "shop-a")),
+            # a repeat of the master's record (same identity): changes nothing
+            ('{"id":"1"}', with_source(value(master_last, "INSERT", row), "shop-a")),
+            # old records without a source id read as ""
+            ('{"id":"9"}', value(7, "INSERT", {**row, "id": "9"})),
+        ],
+    )
+    decoded = changes(batch)
+    assert sorted(r["source_id"] for r in decoded.collect()) == ["", "shop-a", "shop-a", "shop-a"]
+    out = tmp_path / "out"
+    apply_changes(decoded, out)
+    table = {str(r["id"]): r for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    assert table["1"]["price"] == Decimal("2.00")  # the standby's later change wins, lower file number
+    assert table["1"]["_sequence"] == standby_first and table["1"]["_source_id"] == "shop-a"
+    assert table["9"]["_source_id"] == ""

@@ -24,13 +24,14 @@ from relay.canal.entry import (
 )
 from relay.canal.proto.convert import decode_messages_packet
 from relay.errors import CodecError, MappingError, RelayError, SequenceError
-from relay.kafka.codec import MAX_OFFSET, RecordEncoder, sequence
+from relay.kafka.codec import MAX_FILE_NUMBER, MAX_GENERATION, MAX_OFFSET, RecordEncoder, sequence
 from relay.kafka.publisher import Record
 from relay.positions.store import SourceIdentity
 
 FILE = "mysql-bin.000123"
 ES = 1763700000000
 GTID = "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
+SOURCE_ID = "shop-a"
 SOURCE = SourceIdentity("db1.local", 3306, 7, "3e11fa47-71ca-11e1-9e33-c80aa9429562")
 
 COLUMNS = (
@@ -78,7 +79,9 @@ def mapping(**orders: Any) -> Mapping:
 def encoder(
     m: Mapping | None = None, *, ddl_topic: str | None = "relay.ddl", parts: int = 3
 ) -> RecordEncoder:
-    return RecordEncoder(m or mapping(), SOURCE, ddl_topic=ddl_topic, partitions=lambda topic: parts)
+    return RecordEncoder(
+        m or mapping(), SOURCE, ddl_topic=ddl_topic, partitions=lambda topic: parts, source_id=SOURCE_ID
+    )
 
 
 def header(db: str, table: str, event_type: EventType, *, journal: str = FILE, offset: int = 1000) -> Header:
@@ -133,6 +136,7 @@ def loads(record: Record) -> dict[str, Any]:
 
 def source_block(offset: int = 1000, row_index: int = 0, table: str = "orders_33") -> dict[str, Any]:
     return {
+        "id": SOURCE_ID,
         "server": "db1.local:3306",
         "serverId": 7,
         "serverUuid": SOURCE.server_uuid,
@@ -212,7 +216,7 @@ def test_canal_json_insert_exact_bytes() -> None:
         f'"es":{ES},"ts":{ES},"sql":"","sqlType":{{"id":-5,"status":12,"amount":3,"payload":-3}},'
         '"mysqlType":{"id":"bigint","status":"varchar(16)","amount":"decimal(12,2)","payload":"varbinary(8)"},'
         '"data":[{"id":"42","status":"café","amount":"19.90","payload":null}],"old":null,'
-        f'"gtid":"{GTID}","source":{{"server":"db1.local:3306","serverId":7,'
+        f'"gtid":"{GTID}","source":{{"id":"{SOURCE_ID}","server":"db1.local:3306","serverId":7,'
         f'"serverUuid":"{SOURCE.server_uuid}","database":"shop_07","table":"orders_33",'
         f'"file":"{FILE}","offset":1000,"gtid":"{GTID}","rowIndex":0}},"sequence":{seq}}}'
     )
@@ -225,6 +229,7 @@ def test_canal_json_insert_exact_bytes() -> None:
         ("relay.physical.table", b"orders_33"),
         ("relay.type", b"INSERT"),
         ("relay.tag", b"o"),
+        ("relay.source.id", SOURCE_ID.encode()),
         ("relay.sequence", str(seq).encode()),
     )
 
@@ -361,6 +366,7 @@ def test_protobuf_value_is_one_narrowed_entry_with_logical_names() -> None:
         ("relay.physical.table", "items_01"),
         ("relay.sequence", str(seq)),
         ("relay.server", "db1.local:3306"),
+        ("relay.source.id", SOURCE_ID),
     ]
     assert isinstance(entry.store_value, RowChange)
     (row,) = entry.store_value.row_datas()
@@ -401,9 +407,10 @@ def test_ddl_goes_to_every_partition_and_to_the_audit_topic() -> None:
         "source": source_block(offset=5000),
         "sequence": seq,
     }
-    assert barrier[0].headers[-3:] == (
+    assert barrier[0].headers[-4:] == (
         ("relay.type", b"ALTER"),
         ("relay.tag", b"o"),
+        ("relay.source.id", SOURCE_ID.encode()),
         ("relay.sequence", str(seq).encode()),
     )
     assert (audit.topic, audit.partition, audit.key) == ("relay.ddl", None, b"shop_07.orders_33")
@@ -472,3 +479,62 @@ def test_a_topic_without_partitions_is_an_error() -> None:
         encoder(parts=0).encode(
             statement_entry("DROP TABLE orders_33", EventType.ERASE, "shop_07", "orders_33")
         )
+
+
+# -- generations and source ids: the change identity -----------------------------------------------------
+
+
+def test_sequence_layout_with_generations() -> None:
+    assert sequence("mysql-bin.000123", 1000, 2, 0) == sequence("mysql-bin.000123", 1000, 2)
+    assert sequence("mysql-bin.000123", 1000, 2, 3) == (3 << 52) | (123 << 32) | 1002
+    top = sequence(f"mysql-bin.{MAX_FILE_NUMBER}", MAX_OFFSET - 1, 0, MAX_GENERATION)
+    assert top == (1 << 63) - 1  # every bit used, still a non-negative Java long
+
+
+def test_a_later_generation_sorts_after_any_position_of_an_earlier_one() -> None:
+    # The master was at .000123, the standby the relay fails over to is at .000005.
+    master_last = sequence("mysql-bin.000123", 987_654, 7, 0)
+    standby_first = sequence("mysql-bin.000005", 4, 0, 1)
+    assert standby_first > master_last
+    # ... and the same file/offset on the two servers gives two identities.
+    assert sequence("mysql-bin.000005", 400, 0, 0) != sequence("mysql-bin.000005", 400, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("journal", "generation", "problem"),
+    [
+        (f"mysql-bin.{MAX_FILE_NUMBER + 1}", 0, "above"),
+        ("mysql-bin.000001", MAX_GENERATION + 1, "generation"),
+    ],
+)
+def test_sequence_refuses_file_numbers_and_generations_past_the_layout(
+    journal: str, generation: int, problem: str
+) -> None:
+    with pytest.raises(SequenceError, match=problem):
+        sequence(journal, 4, 0, generation)
+
+
+def test_records_carry_the_entry_generation_and_the_source_id() -> None:
+    entry = rows_entry(EventType.INSERT, RowImage(None, NEW))
+    entry.generation = 2
+    (record,) = encoder().encode(entry)
+    seq = (2 << 52) | (123 << 32) | 1000
+    msg = loads(record)
+    assert msg["id"] == msg["sequence"] == seq
+    assert msg["source"]["id"] == SOURCE_ID
+    headers = dict(record.headers)
+    assert headers["relay.sequence"] == str(seq).encode() and headers["relay.source.id"] == b"shop-a"
+    # re-encoding the same entry (a re-publication) gives the same bytes: nothing depends on the clock
+    assert encoder().encode(entry)[0] == record
+
+
+def test_canal_protobuf_records_carry_the_source_id_prop() -> None:
+    m = parse_mapping(
+        "version: 1\ndefaults: {codec: canal-protobuf}\nlogical_dbs:\n"
+        "  shop:\n    physical: ['shop_\\\\d+']\n"
+        "    tables:\n      orders: {physical: ['orders_\\\\d+']}\n"
+    )
+    (record,) = encoder(m).encode(rows_entry(EventType.INSERT, RowImage(None, NEW)))
+    _, (entry,) = decode_messages_packet(record.value)
+    assert ("relay.source.id", SOURCE_ID) in entry.header.props
+    assert dict(record.headers)["relay.source.id"] == SOURCE_ID.encode()

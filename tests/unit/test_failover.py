@@ -15,6 +15,7 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
+from relay.canal.sink import Sink, SinkConfig
 from relay.config.sections import SourceConfig, StandbyConfig
 from relay.source.failover import FingerprintSkip, GtidSkip, History, master_config, standby_config
 
@@ -112,3 +113,40 @@ def test_standby_config_takes_the_masters_account_unless_given_and_master_retrie
     assert (sb.host, sb.port, sb.user, sb.password, sb.standby.host) == ("r", 3307, "relay", "pw", "")
     assert master_config(cfg).retry.max_tries == cfg.failover.attempts
     assert master_config(SourceConfig()) == SourceConfig()  # no standby: reconnect as configured
+
+
+def test_fingerprint_skip_compares_after_the_sink_a_transaction_touching_filtered_tables() -> None:
+    # The master's transaction touched a kept table (s.t) and a filtered one (s.x): what was put (after
+    # the sink) holds only the kept rows; the standby's copy, filtered by the same sink before it is
+    # compared, matches it and is dropped instead of being published a second time.
+    sink = Sink(SinkConfig(filter="s\\.t"))
+
+    def mixed(server: str, offset: int) -> list[Entry]:
+        entries = txn(server, offset, "", 5_000, ["a", "b"], xid="7")
+        filtered = Entry(
+            Header(f"{server}-bin.000001", offset + 5, 1, 5_000, 5, schema_name="s", table_name="x"),
+            EntryType.ROWDATA,
+            RowChange(EventType.INSERT, rows=(RowImage(None, ("hidden",)),)),
+            entries[0].txn,
+            1,
+        )
+        return [entries[0], filtered, *entries[1:]]
+
+    history = History(window_ms=60_000)
+    history.record(sink.process(mixed("master", 100)))
+    skip = FingerprintSkip(history)
+    standby = mixed("replica", 300) + txn("replica", 500, "", 6_000, ["new"])
+    assert values(skip.filter(Sink(SinkConfig(filter="s\\.t")).process(standby))) == [
+        "TRANSACTIONBEGIN",
+        "new",
+        "TRANSACTIONEND",
+    ]
+
+
+def test_fingerprint_skip_passes_a_transaction_that_ends_short_of_the_one_put() -> None:
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a", "b"]))
+    history.record(txn("master", 200, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history)
+    shorter = txn("replica", 120, "", 5_000, ["a"])
+    assert values(skip.filter(shorter)) == ["TRANSACTIONBEGIN", "a", "TRANSACTIONEND"]

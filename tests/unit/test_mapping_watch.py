@@ -86,6 +86,21 @@ def test_switch_gate() -> None:
     assert gate.hold_new_batches(pending=True, ack_sequence=40)
 
 
+def test_switch_gate_after_a_restart_under_the_saved_version() -> None:
+    # A previous process may have published up to a store's worth (16 entries) past the saved position.
+    gate = SwitchGate()
+    gate.resumed(tail_entries=16)
+    assert not gate.may_switch(inflight=0, ack_sequence=-1)
+    assert not gate.hold_new_batches(pending=True, ack_sequence=10)  # re-deliver the tail first
+    assert gate.may_switch(inflight=0, ack_sequence=15)
+    gate = SwitchGate()
+    gate.resumed(tail_entries=16)
+    gate.tail_covered()  # the saved position reached the binlog end seen at start: nothing more to cover
+    assert gate.may_switch(inflight=0, ack_sequence=3)
+    gate.rolled_back(get_sequence=8)  # a rollback still counts
+    assert not gate.may_switch(inflight=0, ack_sequence=3)
+
+
 def test_check_against_tables_sees_what_static_checks_cannot() -> None:
     m = parse_mapping(BASE)
     m = editor.add_table(m, "shop", "orders", physical=["orders_\\d+"], key=["order_id"])

@@ -23,10 +23,12 @@ from relay.canal.entry import (
 )
 from relay.errors import PositionError
 from relay.positions.store import (
+    MAX_GENERATION,
     FilePositionStore,
     MemoryPositionStore,
     PositionStore,
     ResumePoint,
+    next_generation,
     resume_after,
 )
 from tests.position_contract import (  # noqa: F401  (the shared contract, run against this module's stores)
@@ -106,3 +108,53 @@ def test_resume_inside_a_transaction_rereads_it_and_skips_what_was_acked() -> No
     point = resume_after(row)
     assert (point.journal, point.offset, point.skip) == ("mysql-bin.000002", 500, 3)
     assert point.gtid_set == f"{uuid}:1-7"
+
+
+# -- generation and mapping version (the change identity across histories) -------------------------------
+
+
+def test_resume_points_carry_the_generation_of_their_entry() -> None:
+    txn = TxnContext(EntryPosition("mysql-bin.000002", 500))
+    end = _entry(EntryType.TRANSACTIONEND, 900, 31, txn, 3, closes=True)
+    row = _entry(EntryType.ROWDATA, 700, 80, txn, 2, closes=False)
+    end.generation = row.generation = 4
+    assert resume_after(end).generation == 4 and resume_after(row).generation == 4
+
+
+def test_a_point_round_trips_with_generation_and_mapping_version() -> None:
+    point = ResumePoint("mysql-bin.000005", 4, skip=2, generation=3, mapping_version=7)
+    assert ResumePoint.from_json(point.to_json()) == point
+
+
+def test_a_point_saved_before_generations_existed_reads_as_generation_0_without_mapping_version() -> None:
+    old = {
+        "format": 1,
+        "journal": "mysql-bin.000123",
+        "offset": 4567,
+        "skip": 0,
+        "gtid_set": None,
+        "gtid": "",
+        "timestamp": 1_763_700_000_000,
+        "server_id": 1,
+        "source": {"host": "db1", "port": 3306, "server_id": 1, "server_uuid": ""},
+        "extra": {},
+    }
+    point = ResumePoint.from_json(json.dumps(old))
+    assert (point.generation, point.mapping_version) == (0, None)
+    assert str(point) == "mysql-bin.000123:4567"
+
+
+def test_a_negative_generation_is_refused() -> None:
+    with pytest.raises(PositionError):
+        ResumePoint.from_json(ResumePoint("mysql-bin.000001", 4, generation=-1).to_json())
+
+
+def test_next_generation_is_one_more_than_the_saved_one_and_bounded() -> None:
+    assert next_generation(None) == 1
+    assert next_generation(ResumePoint("mysql-bin.000001", 4)) == 1
+    assert next_generation(ResumePoint("mysql-bin.000001", 4, generation=6)) == 7
+    assert (
+        next_generation(ResumePoint("mysql-bin.000001", 4, generation=MAX_GENERATION - 1)) == MAX_GENERATION
+    )
+    with pytest.raises(PositionError, match="generation"):
+        next_generation(ResumePoint("mysql-bin.000001", 4, generation=MAX_GENERATION))

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from relay.errors import (
     ConfigError,
     LeadershipError,
+    MissingTopicError,
     ProducerFatalError,
     ProducerFencedError,
     PublishError,
@@ -171,31 +172,31 @@ def test_secrets_are_redacted_in_descriptions_and_repr() -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "create", "verdict"),
+    ("code", "verdict"),
     [
-        (KafkaError.MSG_SIZE_TOO_LARGE, False, "rejected"),
-        (KafkaError.RECORD_LIST_TOO_LARGE, True, "rejected"),
-        (KafkaError.INVALID_RECORD, True, "rejected"),
-        (KafkaError.TOPIC_AUTHORIZATION_FAILED, True, "rejected"),
-        (KafkaError.TOPIC_EXCEPTION, True, "rejected"),
-        (KafkaError._INVALID_ARG, True, "rejected"),
-        (KafkaError.UNKNOWN_TOPIC_OR_PART, False, "rejected"),
-        (KafkaError.UNKNOWN_TOPIC_OR_PART, True, "retriable"),
-        (KafkaError._UNKNOWN_TOPIC, False, "rejected"),
-        (KafkaError._MSG_TIMED_OUT, False, "retriable"),
-        (KafkaError._TRANSPORT, False, "retriable"),
-        (KafkaError.NOT_ENOUGH_REPLICAS, False, "retriable"),
-        (KafkaError.NOT_LEADER_FOR_PARTITION, False, "retriable"),
-        (KafkaError._FATAL, False, "fatal"),
-        (KafkaError._FENCED, False, "fatal"),
+        (KafkaError.MSG_SIZE_TOO_LARGE, "rejected"),
+        (KafkaError.RECORD_LIST_TOO_LARGE, "rejected"),
+        (KafkaError.INVALID_RECORD, "rejected"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "rejected"),
+        (KafkaError.TOPIC_EXCEPTION, "rejected"),
+        (KafkaError._INVALID_ARG, "rejected"),
+        # A metadata glitch, whether topic creation is on or off: retried, never dead-lettered.
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, "retriable"),
+        (KafkaError._UNKNOWN_TOPIC, "retriable"),
+        (KafkaError._MSG_TIMED_OUT, "retriable"),
+        (KafkaError._TRANSPORT, "retriable"),
+        (KafkaError.NOT_ENOUGH_REPLICAS, "retriable"),
+        (KafkaError.NOT_LEADER_FOR_PARTITION, "retriable"),
+        (KafkaError._FATAL, "fatal"),
+        (KafkaError._FENCED, "fatal"),
     ],
 )
-def test_classify(code: int, create: bool, verdict: str) -> None:
-    assert classify(KafkaError(code), create_topics=create) == verdict
+def test_classify(code: int, verdict: str) -> None:
+    assert classify(KafkaError(code)) == verdict
 
 
 def test_a_fatal_flag_wins_over_the_code() -> None:
-    assert classify(KafkaError(KafkaError._MSG_TIMED_OUT, fatal=True), create_topics=False) == "fatal"
+    assert classify(KafkaError(KafkaError._MSG_TIMED_OUT, fatal=True)) == "fatal"
 
 
 # -- batches -----------------------------------------------------------------------------------------
@@ -290,6 +291,26 @@ def test_a_rejected_record_goes_to_the_dead_letter_topic_and_the_batch_completes
     assert done.batch_id == 5 and done.dead_lettered == 1
 
 
+@pytest.mark.parametrize("create", [False, True])
+def test_an_unknown_topic_delivery_report_is_retried_not_dead_lettered(create: bool) -> None:
+    # A metadata glitch (the broker briefly not knowing the topic or partition) with a dead-letter topic
+    # configured: the batch fails retriably, nothing goes to the dead letters, the topic is looked up
+    # again on the next send.
+    h = Harness(dead_letter_topic="dlq", create_topics=create)
+    h.pub.send(9, [rec(b"k1"), rec(b"k2")])
+    h.producer.produced[1].deliver()
+    h.producer.produced[0].fail(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    failed = h.pub.failed()
+    assert failed is not None and failed.error is not None and failed.error.retriable
+    assert not isinstance(failed.error, RecordRejectedError)
+    assert [p.topic for p in h.producer.produced] == ["t", "t"]  # no dead-letter record
+    assert failed.dead_lettered == 0
+    assert h.pub.abort_inflight() == [9]
+    h.pub.send(10, [rec(b"k1")])
+    h.producer.produced[-1].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [10]
+
+
 def test_a_dead_letter_send_that_is_rejected_too_stops() -> None:
     h = Harness(dead_letter_topic="dlq")
     h.pub.send(6, [rec(b"k1")])
@@ -331,14 +352,15 @@ def test_a_queue_that_stays_full_fails_the_batch_retriably_within_the_bound() ->
     assert "queue full" in str(failed.error)
 
 
-def test_unknown_topic_with_creation_off_is_a_rejection_naming_the_topic() -> None:
+def test_unknown_topic_with_creation_off_is_a_retriable_failure_naming_the_topic() -> None:
     h = Harness()
-    with pytest.raises(ConfigError, match="'nope'"):
+    with pytest.raises(MissingTopicError, match="'nope'"):
         h.pub.ensure_topics(["nope"])
     h.pub.send(1, [Record("nope", None, b"k", b"v")])
     failed = h.pub.failed()
-    assert failed is not None and isinstance(failed.error, RecordRejectedError)
-    assert failed.error.topic == "nope" and "'nope'" in str(failed.error)
+    assert failed is not None and isinstance(failed.error, MissingTopicError)
+    assert failed.error.retriable and "'nope'" in str(failed.error)
+    assert not isinstance(failed.error, RecordRejectedError)  # never dead-lettered, never skipped
     assert h.producer.produced == []
 
 
