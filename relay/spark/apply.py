@@ -10,7 +10,10 @@ Layout under ``out``: ``<db>.<table>/`` — the live rows (table columns plus ``
 deleted and the sequence of their delete.
 
 Rules: the change with the highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a
-new key) removes the row and leaves a tombstone, so a replayed older INSERT cannot bring it back;
+new key, as records of older relays have it; the relay now publishes such a change as a DELETE under
+the old key and an INSERT under the new one, both with the row's sequence) removes the row and leaves
+a tombstone, so a replayed older INSERT cannot bring it back; the key includes the record key's
+``_shard`` where the mapping puts the shard identity into keys, so equal ids of two shards are two rows;
 repeated records carry the same sequence and change nothing. Applying the same records twice gives the
 same table, which is what makes a re-run micro-batch (or a replay from the start) harmless. Sequences
 order the changes of ONE source binlog: a key's changes must come from one MySQL server (true for

@@ -15,9 +15,10 @@ changed columns' previous values) is folded into ``before``.
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_es``, ``_key``,
-``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
-names, so a DDL does not break a running query: a new column appears, a dropped one is simply absent
-(null once merged into a table).
+``_old_key`` (the row identity after and before the change: the key columns' values, and the key's
+``_shard`` where the mapping puts the shard identity into keys). For a batch DataFrame (e.g. a
+``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not break a running
+query: a new column appears, a dropped one is simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
@@ -183,19 +184,27 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
     return step.select(*kafka, change.alias("c")).where(F.col("c").isNotNull()).select(*kafka, "c.*")
 
 
+SHARD_FIELD = "_shard"  # the record key's shard identity (mapping key_shard), not a column of the row
+
+
 def _key_names(df: DataFrame) -> DataFrame:
-    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted."""
+    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted, and
+    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys)."""
     key_map = F.from_json(F.col("key"), _TEXT_MAP)
     image = F.coalesce(F.col("after"), F.col("before"))
     return df.withColumn(
         "_names", F.array_sort(F.when(key_map.isNotNull(), F.map_keys(key_map)).otherwise(F.map_keys(image)))
-    )
+    ).withColumn("_kshard", key_map[SHARD_FIELD])
 
 
 def _key_of(image: str) -> Column:
-    return F.when(
-        F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), lambda n: F.col(image)[n]))
-    )
+    """The row identity from ``image``: the key columns' values in name order, the shard identity
+    taken from the record key (it is no column of the row), so two shards' id 1 stay two rows."""
+
+    def value(n: Column) -> Column:
+        return F.when(n == F.lit(SHARD_FIELD), F.col("_kshard")).otherwise(F.col(image)[n])
+
+    return F.when(F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), value)))
 
 
 def column_types(rows: DataFrame) -> list[tuple[str, str]]:
