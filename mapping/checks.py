@@ -33,6 +33,11 @@ class MappingFields(Protocol):
     def topics(self) -> TopicSettings: ...
 
 CODECS = ("canal-json", "canal-protobuf")
+KEY_SHARD_NONE = "none"
+KEY_SHARD_PHYSICAL = "physical"
+KEY_SHARD_COLUMN = "column:"
+KEY_SHARD_HELP = "none, physical or column:<name>"
+SHARD_FIELD = "_shard"  # the record key's field holding the shard identity (mapping.model.Route)
 UNCLAIMED_CHOICES = ("own_name", "unmapped", "drop")
 UNMAPPED_ACTIONS = ("topic", "drop")
 PLACEHOLDERS = ("db", "table", "logical_db", "logical_table")
@@ -107,6 +112,77 @@ def has_physical_placeholder(template: str) -> bool:
 # --- compiled pattern index ------------------------------------------------------------------
 
 
+# --- shard identity in keys ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MappingWarning:
+    """Something valid but probably wrong (``path``: the YAML key to change); never stops anything."""
+
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def key_shard_problem(value: str) -> str | None:
+    """Why ``value`` is not a ``key_shard`` setting, or None."""
+    if value in (KEY_SHARD_NONE, KEY_SHARD_PHYSICAL):
+        return None
+    if value.startswith(KEY_SHARD_COLUMN):
+        column = value[len(KEY_SHARD_COLUMN) :]
+        if not column.strip() or column != column.strip():
+            return f"{value!r}: expected column:<name> with a column name (no surrounding spaces)"
+        if column.lower() == SHARD_FIELD:
+            return f"{value!r}: {SHARD_FIELD} names the key's shard field itself; name a real column"
+        return None
+    return f"{value!r} is not one of {KEY_SHARD_HELP}"
+
+
+def shard_column(value: str) -> str | None:
+    """The column of a ``column:<name>`` setting, else None."""
+    return value[len(KEY_SHARD_COLUMN) :] if value.startswith(KEY_SHARD_COLUMN) else None
+
+
+def may_match_several(patterns: Sequence[str]) -> bool:
+    """Whether these patterns can match more than one physical name (not one plain literal)."""
+    return len(patterns) != 1 or literal_of(patterns[0]) is None
+
+
+def key_warnings(mapping: MappingFields) -> list[MappingWarning]:
+    """Logical tables whose record key may not be unique: they can map several physical tables (by
+    their patterns or their db's) and their key holds no shard identity because ``key_shard`` is
+    inherited from ``defaults`` as ``none``. Writing ``key_shard: none`` on the table (or its db) says
+    the key values are unique across the shards, and silences the warning."""
+    out: list[MappingWarning] = []
+    if mapping.defaults.key_shard != KEY_SHARD_NONE:
+        return out
+    for db in mapping.logical_dbs:
+        if db.key_shard is not None:  # an explicit db setting: shard identity, or "ids are unique"
+            continue
+        many_dbs = may_match_several(db.physical)
+        for table in db.tables:
+            if table.key_shard is None and (many_dbs or may_match_several(table.physical)):
+                problem = collapse_problem(f"{db.name}.{table.name}", "may map")
+                out.append(MappingWarning(f"{table_path(db.name, table)}.key_shard", problem))
+        unclaimed = db.unclaimed_tables or mapping.defaults.unclaimed_tables
+        if unclaimed == "own_name" and many_dbs:
+            problem = collapse_problem(f"each unclaimed table of {db.name} (own_name)", "may map")
+            out.append(MappingWarning(f"{name_path('logical_dbs', db.name)}.key_shard", problem))
+    return out
+
+
+def collapse_problem(what: str, maps: str) -> str:
+    """The text of a key-collision warning: ``what`` ``maps`` several physical tables…"""
+    return (
+        f"{what} {maps} several physical tables and its record key holds no shard identity (key_shard "
+        "inherited from defaults: none): rows of different shards with the same key share one Kafka key, "
+        "and a keyed consumer or a compacted topic keeps only one of them; set key_shard: physical (or "
+        "column:<name>), or key_shard: none here if the key values are unique across all shards"
+    )
+
+
 @dataclass(frozen=True)
 class Pattern:
     pattern: str
@@ -171,6 +247,7 @@ def check_mapping(mapping: MappingFields) -> tuple[list[MappingError], tuple[Cla
         _check_optional(db.topic, db.codec, path, errors)
         if db.unclaimed_tables is not None:
             _check_choice(db.unclaimed_tables, UNCLAIMED_CHOICES, f"{path}.unclaimed_tables", errors)
+        _check_key_shard(db.key_shard, f"{path}.key_shard", errors)
         _check_expanded(db.topic or mapping.defaults.topic, db_topic_path(db), db.name, None, errors)
         tables = _check_tables(mapping, db, errors)
         index.append(Claimant(db, path, patterns, tables))
@@ -187,6 +264,7 @@ def _check_globals(mapping: MappingFields, errors: list[MappingError]) -> None:
     _check_choice(defaults.codec, CODECS, "defaults.codec", errors)
     _check_template(defaults.topic, "defaults.topic", errors)
     _check_choice(defaults.unclaimed_tables, UNCLAIMED_CHOICES, "defaults.unclaimed_tables", errors)
+    _check_key_shard(defaults.key_shard, "defaults.key_shard", errors)
     topics = mapping.topics
     if topics.partitions < 1:
         errors.append(MappingError("topics.partitions", f"must be >= 1, not {topics.partitions}"))
@@ -221,6 +299,7 @@ def _check_tables(mapping: MappingFields, db: LogicalDb, errors: list[MappingErr
         patterns = compile_patterns(table.physical, f"{path}.physical", errors)
         _check_optional(table.topic, table.codec, path, errors)
         _check_key(table.key, f"{path}.key", errors)
+        _check_key_shard(table.key_shard, f"{path}.key_shard", errors)
         if table.tag is not None and not table.tag:
             errors.append(MappingError(f"{path}.tag", "empty tag; omit it for none"))
         where = f"{path}.topic" if table.topic else db_topic_path(db)
@@ -321,6 +400,12 @@ def _check_template(template: str, path: str, errors: list[MappingError]) -> Non
 def _check_choice(value: str, choices: Sequence[str], path: str, errors: list[MappingError]) -> None:
     if value not in choices:
         errors.append(MappingError(path, f"{value!r} is not one of {', '.join(choices)}"))
+
+
+def _check_key_shard(value: str | None, path: str, errors: list[MappingError]) -> None:
+    problem = None if value is None else key_shard_problem(value)
+    if problem is not None:
+        errors.append(MappingError(path, problem))
 
 
 def _check_key(key: Sequence[str] | None, path: str, errors: list[MappingError]) -> None:

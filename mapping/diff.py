@@ -97,7 +97,15 @@ def summary(old: Mapping | None, new: Mapping) -> str:
 def _essence(route: Route | None) -> tuple[object, ...] | None:
     if route is None:
         return None
-    return (route.topic, route.logical_db, route.logical_table, route.key_columns, route.tag, route.codec)
+    return (
+        route.topic,
+        route.logical_db,
+        route.logical_table,
+        route.key_columns,
+        route.key_shard,
+        route.tag,
+        route.codec,
+    )
 
 
 def _route_text(route: Route | None) -> str:
@@ -106,6 +114,8 @@ def _route_text(route: Route | None) -> str:
     extra = []
     if route.key_columns is not None:
         extra.append(f"key {','.join(route.key_columns)}")
+    if route.key_shard != "none":
+        extra.append(f"key_shard {route.key_shard}")
     if route.tag is not None:
         extra.append(f"tag {route.tag}")
     more = f" [{'; '.join(extra)}]" if extra else ""
@@ -122,7 +132,7 @@ def _table_topic(mapping: Mapping, db: LogicalDb, table: LogicalTable) -> str:
 
 def _db_changes(old: Mapping, new: Mapping, a: LogicalDb, b: LogicalDb) -> list[str]:
     lines: list[str] = []
-    for key in ("physical", "topic", "codec", "unclaimed_tables"):
+    for key in ("physical", "topic", "codec", "unclaimed_tables", "key_shard"):
         x, y = getattr(a, key), getattr(b, key)
         if x != y:
             lines.append(f"~ logical db {a.name} {key}: {_show(x)} -> {_show(y)}")
@@ -139,7 +149,7 @@ def _db_changes(old: Mapping, new: Mapping, a: LogicalDb, b: LogicalDb) -> list[
         elif tb is None:
             lines.append(f"- logical table {full} (its tables follow {a.name}'s unclaimed_tables rule)")
         else:
-            for key in ("physical", "topic", "key", "tag", "codec"):
+            for key in ("physical", "topic", "key", "key_shard", "tag", "codec"):
                 x, y = getattr(ta, key), getattr(tb, key)
                 if x != y:
                     lines.append(f"~ logical table {full} {key}: {_show(x)} -> {_show(y)}")

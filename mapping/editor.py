@@ -48,8 +48,8 @@ class _Unset:
 UNSET: Final = _Unset()
 
 Tree = dict[str, Any]
-DB_FIELDS = ("physical", "topic", "codec", "unclaimed_tables")
-TABLE_FIELDS = ("physical", "topic", "key", "tag", "codec")
+DB_FIELDS = ("physical", "topic", "codec", "unclaimed_tables", "key_shard")
+TABLE_FIELDS = ("physical", "topic", "key", "key_shard", "tag", "codec")
 
 
 def split_target(target: str) -> tuple[str, str | None]:

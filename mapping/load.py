@@ -28,11 +28,11 @@ from relay.common.atomic import atomic_write_text
 from relay.errors import InvalidMappingError, MappingError
 
 TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")
-DEFAULTS_KEYS = ("codec", "topic", "unclaimed_tables")
+DEFAULTS_KEYS = ("codec", "topic", "unclaimed_tables", "key_shard")
 TOPICS_KEYS = ("partitions", "replication_factor", "retention_ms", "create", "config")
 UNMAPPED_KEYS = ("action", "topic")
-DB_KEYS = ("physical", "topic", "codec", "unclaimed_tables", "tables")
-TABLE_KEYS = ("physical", "topic", "key", "tag", "codec")
+DB_KEYS = ("physical", "topic", "codec", "unclaimed_tables", "key_shard", "tables")
+TABLE_KEYS = ("physical", "topic", "key", "key_shard", "tag", "codec")
 
 Section = dict[str, Any]
 
@@ -136,6 +136,7 @@ def _defaults(reader: _Reader, top: Section) -> Defaults:
         topic=reader.string(sec, "topic", "defaults.topic") or base.topic,
         unclaimed_tables=reader.string(sec, "unclaimed_tables", "defaults.unclaimed_tables")
         or base.unclaimed_tables,
+        key_shard=reader.string(sec, "key_shard", "defaults.key_shard") or base.key_shard,
     )
 
 
@@ -202,6 +203,7 @@ def _logical_dbs(reader: _Reader, top: Section) -> tuple[LogicalDb, ...]:
                 codec=reader.string(db, "codec", f"{path}.codec"),
                 unclaimed_tables=reader.string(db, "unclaimed_tables", f"{path}.unclaimed_tables"),
                 tables=tuple(tables),
+                key_shard=reader.string(db, "key_shard", f"{path}.key_shard"),
             )
         )
     return tuple(out)
@@ -245,6 +247,7 @@ def _table(reader: _Reader, name: str, node: Any, path: str) -> LogicalTable | N
         tag=reader.string(sec, "tag", f"{path}.tag"),
         codec=reader.string(sec, "codec", f"{path}.codec"),
         origin=path if path.startswith("tables") else None,
+        key_shard=reader.string(sec, "key_shard", f"{path}.key_shard"),
     )
 
 

@@ -22,6 +22,10 @@ Matching rules (documented once, here):
   ``resolve`` and ``validate_against`` (``MappingError`` naming both claimants). The relay never guesses.
 - Key columns ``None`` mean the table's primary key. MySQL column names are case-insensitive, so
   ``Route.check_columns`` compares them case-insensitively and answers with the table's spelling.
+- ``key_shard`` (table, else its db, else ``defaults``; default ``none``) adds the shard identity to the
+  record key as its first field ``_shard``: ``physical`` = the physical ``db.table``, ``column:<name>``
+  = that column's value. ``Mapping.warnings`` (and ``Coverage.warnings`` for real table names) name the
+  logical tables whose key may collide across shards because it has none.
 """
 
 from __future__ import annotations
@@ -33,16 +37,21 @@ from typing import Any
 
 from mapping.checks import (
     CODECS,
+    KEY_SHARD_NONE,
     PLACEHOLDERS,
     UNCLAIMED_CHOICES,
     Claimant,
+    MappingWarning,
     check_mapping,
+    collapse_problem,
     db_topic_path,
     expand_topic,
     first_match,
     has_physical_placeholder,
+    key_warnings,
     name_path,
     quoted,
+    shard_column,
     table_path,
     topic_problem,
 )
@@ -60,6 +69,7 @@ __all__ = [
     "LogicalDb",
     "LogicalTable",
     "Mapping",
+    "MappingWarning",
     "Route",
     "TopicSettings",
     "UnmappedRule",
@@ -75,7 +85,8 @@ class Route:
 
     ``mapped`` is False when the route comes from the global unmapped rule. ``rule`` is the YAML path
     of the rule that produced it (``logical_dbs.shop.tables.orders``, ``logical_dbs.shop.unclaimed_tables``,
-    ``unmapped``), so ``resolve`` can show exactly why a table goes where it goes.
+    ``unmapped``), so ``resolve`` can show exactly why a table goes where it goes. ``key_shard`` is the
+    effective setting and ``key_shard_rule`` the YAML path it comes from.
     """
 
     physical_db: str
@@ -88,6 +99,27 @@ class Route:
     codec: str
     mapped: bool
     rule: str
+    key_shard: str = KEY_SHARD_NONE
+    key_shard_rule: str = "defaults.key_shard"
+
+    def check_shard_column(self, column_names: Iterable[str]) -> str | None:
+        """The ``column:<name>`` shard column in the table's spelling, or None for other settings.
+
+        Raises ``InvalidMappingError`` naming ``key_shard_rule`` when the table has no such column.
+        """
+        wanted = shard_column(self.key_shard)
+        if wanted is None:
+            return None
+        names = list(column_names)
+        actual = next((c for c in names if c.lower() == wanted.lower()), None)
+        if actual is None:
+            problem = (
+                f"shard column {wanted!r} is not a column of {self.physical_db}.{self.physical_table} "
+                f"(columns: {', '.join(names) or 'none'})"
+            )
+            where = f"{self.physical_db}.{self.physical_table}"
+            raise InvalidMappingError(where, [MappingError(self.key_shard_rule, problem)])
+        return actual
 
     def check_columns(self, column_names: Iterable[str]) -> tuple[str, ...] | None:
         """Check the key columns against the physical table's columns (called when the relay first
@@ -123,6 +155,7 @@ class Coverage:
     unmapped: tuple[tuple[str, str], ...]
     dropped: tuple[tuple[str, str], ...]
     errors: tuple[MappingError, ...]
+    warnings: tuple[MappingWarning, ...] = ()
 
 
 _MISS = object()
@@ -200,7 +233,12 @@ class Mapping:
                     unmapped.append((db, table))
         if errors and raise_errors:
             raise InvalidMappingError("mapping", errors)
-        return Coverage(tuple(routes), tuple(unmapped), tuple(dropped), tuple(errors))
+        return Coverage(tuple(routes), tuple(unmapped), tuple(dropped), tuple(errors), _collisions(routes))
+
+    def warnings(self) -> tuple[MappingWarning, ...]:
+        """Valid but probably wrong: logical tables whose patterns may map several physical tables
+        while their key holds no shard identity (see ``Coverage.warnings`` for real table names)."""
+        return tuple(key_warnings(self))
 
     def topic_names(self) -> tuple[str, ...]:
         """Every topic fully known without seeing physical names (templates with only logical
@@ -262,6 +300,8 @@ class Mapping:
             codec=ldb.codec or self.defaults.codec,
             mapped=True,
             rule=f"{name_path('logical_dbs', ldb.name)}.unclaimed_tables",
+            key_shard=ldb.key_shard or self.defaults.key_shard,
+            key_shard_rule=self._db_key_shard_path(ldb),
         )
 
     def _table_route(self, ldb: LogicalDb, lt: LogicalTable, db: str, table: str) -> Route:
@@ -278,7 +318,13 @@ class Mapping:
             codec=lt.codec or ldb.codec or self.defaults.codec,
             mapped=True,
             rule=path,
+            key_shard=lt.key_shard or ldb.key_shard or self.defaults.key_shard,
+            key_shard_rule=f"{path}.key_shard" if lt.key_shard else self._db_key_shard_path(ldb),
         )
+
+    @staticmethod
+    def _db_key_shard_path(ldb: LogicalDb) -> str:
+        return f"{name_path('logical_dbs', ldb.name)}.key_shard" if ldb.key_shard else "defaults.key_shard"
 
     def _db_topic(self, ldb: LogicalDb) -> tuple[str, str]:
         return ldb.topic or self.defaults.topic, db_topic_path(ldb)
@@ -310,6 +356,29 @@ def _topic(template: str, where: str, db: str, table: str, *, logical: tuple[str
     return topic
 
 
+def _collisions(routes: Iterable[Route]) -> tuple[MappingWarning, ...]:
+    """Logical tables that several real physical tables map to with no shard identity in the key
+    (``key_shard`` inherited from ``defaults`` as ``none``; an explicit ``none`` says keys are unique)."""
+    groups: dict[tuple[str, str], list[Route]] = {}
+    for route in routes:
+        if (
+            route.mapped
+            and route.key_shard == KEY_SHARD_NONE
+            and route.key_shard_rule == "defaults.key_shard"
+        ):
+            groups.setdefault((route.logical_db, route.logical_table), []).append(route)
+    out: list[MappingWarning] = []
+    for (db, table), found in groups.items():
+        if len(found) < 2:
+            continue
+        shown = ", ".join(f"{r.physical_db}.{r.physical_table}" for r in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        maps = f"maps {len(found)} physical tables ({shown}{more}), i.e."
+        path = found[0].rule.removesuffix(".unclaimed_tables") + ".key_shard"
+        out.append(MappingWarning(path, collapse_problem(f"logical table {db}.{table}", maps)))
+    return tuple(out)
+
+
 def _ambiguity(kind: str, shown: str, name: str, claimants: list[Claimant]) -> MappingError:
     first, second = claimants[0], claimants[1]
     one, two = first_match(first.patterns, name), first_match(second.patterns, name)
@@ -323,7 +392,7 @@ def _ambiguity(kind: str, shown: str, name: str, claimants: list[Claimant]) -> M
 
 def _db_dict(db: LogicalDb) -> dict[str, Any]:
     out: dict[str, Any] = {"physical": list(db.physical)}
-    for key in ("topic", "codec", "unclaimed_tables"):
+    for key in ("topic", "codec", "unclaimed_tables", "key_shard"):
         if getattr(db, key) is not None:
             out[key] = getattr(db, key)
     if db.tables:
@@ -337,6 +406,8 @@ def _table_dict(table: LogicalTable) -> dict[str, Any]:
         out["topic"] = table.topic
     if table.key is not None:
         out["key"] = list(table.key)
+    if table.key_shard is not None:
+        out["key_shard"] = table.key_shard
     if table.tag is not None:
         out["tag"] = table.tag
     if table.codec is not None:

@@ -66,14 +66,19 @@ class Defaults:
     codec: str = "canal-json"
     topic: str = "{logical_db}"
     unclaimed_tables: str = "own_name"
+    key_shard: str = "none"
 
 
 @dataclass(frozen=True)
 class LogicalTable:
     """A logical table: the physical table patterns it claims inside its logical db.
 
-    ``topic`` None inherits the db's topic; ``key`` None means the primary key; ``codec`` None
-    inherits. ``origin`` is the YAML path where it was written (for messages only; not compared).
+    ``topic`` None inherits the db's topic; ``key`` None means the primary key; ``codec`` and
+    ``key_shard`` None inherit. ``origin`` is the YAML path where it was written (for messages only;
+    not compared).
+
+    ``key_shard`` puts the shard identity into the record key (``mapping.checks.KEY_SHARD_HELP``):
+    ``none``, ``physical`` (the physical ``db.table``) or ``column:<name>`` (that column's value).
     """
 
     name: str
@@ -83,13 +88,15 @@ class LogicalTable:
     tag: str | None = None
     codec: str | None = None
     origin: str | None = field(default=None, compare=False, repr=False)
+    key_shard: str | None = None
 
 
 @dataclass(frozen=True)
 class LogicalDb:
     """A logical db: the physical db patterns it claims, its topic template and its tables.
 
-    ``topic``, ``codec`` and ``unclaimed_tables`` None inherit from ``Mapping.defaults``.
+    ``topic``, ``codec``, ``unclaimed_tables`` and ``key_shard`` None inherit from ``Mapping.defaults``;
+    ``key_shard`` is also what the db's logical tables (and its unclaimed tables) inherit.
     """
 
     name: str
@@ -98,6 +105,7 @@ class LogicalDb:
     codec: str | None = None
     unclaimed_tables: str | None = None
     tables: tuple[LogicalTable, ...] = ()
+    key_shard: str | None = None
 
     def table(self, name: str) -> LogicalTable | None:
         return next((t for t in self.tables if t.name == name), None)

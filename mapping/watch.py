@@ -175,13 +175,15 @@ def check_against_tables(
 ) -> InvalidMappingError | None:
     """What static checks cannot see: the tables the relay already publishes, resolved under ``new`` —
     a table two logical tables now claim, a topic template that expands to a bad name, a key column
-    the table lacks. ``tables`` are (db, table, column names or None when unknown). None: all fine."""
+    (or ``key_shard`` column) the table lacks. ``tables`` are (db, table, column names or None when
+    unknown). None: all fine."""
     errors: list[MappingError] = []
     for db, table, columns in tables:
         try:
             route = new.resolve(db, table)
             if route is not None and columns is not None:
                 route.check_columns(columns)
+                route.check_shard_column(columns)
         except MappingError as exc:
             errors.extend(getattr(exc, "errors", (exc,)))
     return InvalidMappingError(f"mapping version {new.version}", errors) if errors else None

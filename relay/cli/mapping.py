@@ -203,7 +203,17 @@ def _add_db_parsers(sub: Any, store: argparse.ArgumentParser, edit: argparse.Arg
                 help="tables of the db no logical table claims: own_name, unmapped or drop",
             )
             p.add_argument(
-                "--clear", nargs="+", metavar="FIELD", help="unset fields: topic codec unclaimed_tables"
+                "--key-shard",
+                dest="key_shard",
+                metavar="SHARD",
+                help="shard identity in the record keys of its tables: none, physical or column:NAME "
+                "(default: inherited)",
+            )
+            p.add_argument(
+                "--clear",
+                nargs="+",
+                metavar="FIELD",
+                help="unset fields: topic codec unclaimed_tables key_shard",
             )
         p.set_defaults(func=_run(cmd_db))
     table = sub.add_parser("table", help="add / set / remove a logical table")
@@ -222,13 +232,21 @@ def _add_db_parsers(sub: Any, store: argparse.ArgumentParser, edit: argparse.Arg
             p.add_argument(
                 "--key", nargs="+", metavar="COLUMN", help="key columns (default: the primary key)"
             )
+            p.add_argument(
+                "--key-shard",
+                dest="key_shard",
+                metavar="SHARD",
+                help="shard identity in the record key: none, physical or column:NAME (default: inherited)",
+            )
             p.add_argument("--tag", help="sent as the relay.tag header")
             p.add_argument(
                 "--codec",
                 choices=("canal-json", "canal-protobuf"),
                 help="record value format (default: inherited)",
             )
-            p.add_argument("--clear", nargs="+", metavar="FIELD", help="unset fields: topic key tag codec")
+            p.add_argument(
+                "--clear", nargs="+", metavar="FIELD", help="unset fields: topic key key_shard tag codec"
+            )
         p.set_defaults(func=_run(cmd_table))
 
 

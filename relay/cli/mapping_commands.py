@@ -20,7 +20,7 @@ from typing import Any
 from mapping import editor
 from mapping.diff import Move, logical_changes, moves, summary, text_diff
 from mapping.load import dump_mapping, load_mapping
-from mapping.model import Mapping, Route
+from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
 from relay.common import mysql
@@ -86,11 +86,18 @@ def _route_line(route: Route | None, db: str, table: str) -> str:
     if route is None:
         return f"{db}.{table}: dropped (not published)"
     key = ",".join(route.key_columns) if route.key_columns is not None else "(primary key)"
+    shard = f" key_shard={route.key_shard}" if route.key_shard != "none" else ""
     tag = f" tag={route.tag}" if route.tag else ""
     return (
         f"{db}.{table} -> topic {route.topic}  as {route.logical_db}.{route.logical_table}  "
-        f"key={key}{tag} codec={route.codec}  rule={route.rule}"
+        f"key={key}{tag}{shard} codec={route.codec}  rule={route.rule}"
     )
+
+
+def _print_warnings(warnings: tuple[MappingWarning, ...]) -> None:
+    """Warnings go to stderr, one per line, and never change the exit status."""
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 # --- read-only commands ----------------------------------------------------------------------
@@ -109,12 +116,25 @@ def cmd_resolve(args: argparse.Namespace, store: MappingStore) -> int:
         return _resolve_all(args, mapping)
     if not args.tables:
         raise MappingError("resolve", "name tables as db.table, or use --all with a live server")
+    paths: set[str] = set()
     for name in args.tables:
         db, dot, table = name.partition(".")
         if not dot:
             raise MappingError(name, "expected <physical_db>.<physical_table>")
-        print(_route_line(mapping.resolve(db, table), db, table))
+        route = mapping.resolve(db, table)
+        print(_route_line(route, db, table))
+        if route is not None and route.mapped:
+            paths.add(_warning_path(route))
+    # the static warnings about the logical tables these names resolve to
+    _print_warnings(tuple(w for w in mapping.warnings() if w.path in paths))
     return 0
+
+
+def _warning_path(route: Route) -> str:
+    """The key path ``Mapping.warnings`` uses for the rule that produced ``route``."""
+    if route.rule.endswith(".unclaimed_tables"):
+        return route.rule.removesuffix(".unclaimed_tables") + ".key_shard"
+    return f"{route.rule}.key_shard"
 
 
 def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
@@ -135,6 +155,7 @@ def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
             "unmapped": [f"{d}.{t}" for d, t in coverage.unmapped],
             "dropped": [f"{d}.{t}" for d, t in coverage.dropped],
             "ambiguous": [str(e) for e in coverage.errors],
+            "warnings": [str(w) for w in coverage.warnings],
         }
         print(json.dumps(out, indent=2))
     else:
@@ -148,15 +169,21 @@ def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
         print(f"ambiguous or invalid ({len(coverage.errors)}):")
         for err in coverage.errors:
             print(f"  - {err}")
+        _print_warnings(coverage.warnings)
     return 1 if coverage.errors else 0
 
 
 def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
     mapping = load_mapping(args.source_file) if args.source_file else store.read()
     where = args.source_file or store.name
+    warnings = mapping.warnings()
     if args.live:
-        mapping.validate_against(_live_tables(args))  # raises InvalidMappingError naming each table
-    print(f"{where}: version {mapping.version} is valid")
+        # raises InvalidMappingError naming each table; what the real names show replaces what the
+        # patterns suggest
+        warnings = mapping.validate_against(_live_tables(args)).warnings
+    _print_warnings(warnings)
+    count = f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""
+    print(f"{where}: version {mapping.version} is valid{count}")
     return 0
 
 

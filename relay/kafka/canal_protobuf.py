@@ -9,7 +9,8 @@ Owned here: turning one row (or one DDL) of an Entry into the bytes canal's own 
   ``schemaName``/``tableName`` set to the LOGICAL names and its ``rowsCount`` prop set to 1.
 - canal's Entry has no other place for our extensions, so they travel as header props (Pairs):
   ``relay.physical.db``, ``relay.physical.table``, ``relay.sequence``, ``relay.server``,
-  ``relay.source.id`` (the relay's ``source.id``: with the sequence, the change identity).
+  ``relay.source.id`` (the relay's ``source.id``: with the sequence, the change identity), and ``relay.part``
+  on the two records of a key-changing UPDATE.
 - Protobuf strings must be UTF-8: SQL text holding bytes that are not (kept by the binlog parser as
   lone surrogates) goes out with those bytes replaced by U+FFFD. canal-json keeps them (escaped).
 
@@ -31,6 +32,7 @@ PHYSICAL_TABLE = "relay.physical.table"
 SEQUENCE = "relay.sequence"
 SERVER = "relay.server"
 SOURCE_ID = "relay.source.id"
+PART = "relay.part"
 _ROWS_COUNT = "rowsCount"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -66,10 +68,20 @@ def _packet(entry: Entry, header: Header, rc: RowChange, sequence: int) -> bytes
 
 
 def row_value(
-    entry: Entry, rc: RowChange, row: RowImage, route: Route, sequence: int, server: str, source_id: str = ""
+    entry: Entry,
+    rc: RowChange,
+    row: RowImage,
+    route: Route,
+    sequence: int,
+    server: str,
+    source_id: str = "",
+    part: int | None = None,
 ) -> bytes:
-    """One row of a ROWDATA entry as a canal MESSAGES packet."""
+    """One row of a ROWDATA entry as a canal MESSAGES packet; ``part`` (the halves of a key change,
+    ``relay.kafka.codec``) adds a ``relay.part`` header prop."""
     header = _header(entry, route, sequence, server, source_id, rows=True)
+    if part is not None:
+        header.props.append((PART, str(part)))
     one = RowChange(
         event_type=rc.event_type,
         table_id=rc.table_id,

@@ -13,9 +13,21 @@ What becomes what:
   drops the table. Key = the LOGICAL key: a compact JSON object of the key columns' canal-text values
   in key order (``{"id":"42"}``), from the after image (the before image of a DELETE). The key columns
   are the route's (spelled as the mapping writes them, so every shard of a logical table makes the same
-  key) or else the table's primary key. A table with neither is keyed by its physical ``db.table``:
-  all its changes go to one partition, so their order holds. ``partition`` is None: the publisher
-  places the key with Kafka's murmur2. An UPDATE that changes the key is keyed by the new key.
+  key) or else the table's primary key. With the route's ``key_shard`` the shard identity comes first,
+  as ``"_shard"``: the physical ``db.table`` (``physical``) or a column's value (``column:<name>``),
+  e.g. ``{"_shard":"shop_07.orders_33","id":"42"}``. A table with neither key nor primary key is keyed
+  by its physical ``db.table``: all its changes go to one partition, so their order holds.
+  ``partition`` is None: the publisher places the key with Kafka's murmur2.
+- An UPDATE that changes the key (its key columns or its shard column) becomes two records: a DELETE of
+  the before image under the OLD key, then an INSERT of the after image under the NEW key, both with
+  the row's sequence; ``part`` (0 for the DELETE, 1 for the INSERT; a ``"part"`` field after
+  ``sequence`` in canal-json, a ``relay.part`` prop in canal-protobuf, a ``relay.part`` header) tells
+  them apart and orders them. They go to different keys, so each key's own order is unchanged. A keyed
+  consumer is left with no row under the old key, as after any DELETE; a canal-json reader rebuilding
+  state by primary key reaches the same state as from canal's single UPDATE.
+- Where the mapping's topic config has ``cleanup.policy`` containing ``compact``, every DELETE record
+  (a real one or the DELETE of a key change) is followed by a tombstone — same key, null value, the
+  DELETE's headers — so compaction can eventually drop the key.
 - A DDL: the same message to EVERY partition of its table's topic (explicit partition, no key) — a
   barrier every consumer sees in order with the rows around it — plus one canal-json record to the DDL
   audit topic (when configured) whatever the mapping says, keyed by the physical ``db.table`` (or db).
@@ -24,7 +36,8 @@ What becomes what:
 
 Headers (bytes): ``relay.db``, ``relay.table`` (logical), ``relay.physical.db``,
 ``relay.physical.table``, ``relay.type`` (INSERT/UPDATE/DELETE/ALTER…), ``relay.tag`` (when the route
-has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal).
+has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal), ``relay.part``
+(only on the two records of a key change).
 
 The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
 key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:
@@ -56,11 +69,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from mapping.checks import KEY_SHARD_NONE, KEY_SHARD_PHYSICAL, SHARD_FIELD
 from mapping.model import Mapping, Route
-from relay.binlog.events import ColumnMeta
+from relay.binlog.events import ColumnMeta, RowImage
 from relay.canal.entry import Entry, EntryType, EventType, RowChange
 from relay.common import binlog_names
-from relay.errors import CodecError, SequenceError
+from relay.errors import CodecError, MappingError, SequenceError
 from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
@@ -76,6 +90,7 @@ H_TYPE = "relay.type"
 H_TAG = "relay.tag"
 H_SEQUENCE = "relay.sequence"
 H_SOURCE_ID = "relay.source.id"
+H_PART = "relay.part"
 
 MAX_OFFSET = 1 << 32
 FILE_BITS = 20
@@ -145,6 +160,12 @@ class _Plan:
     json: codec_json.JsonTable | None
     # (object format, column indexes) of the key columns, for distinct key names; None otherwise
     key_text: tuple[str, tuple[int, ...]] | None = None
+    # the ``_shard`` value: a constant (``physical``) or a column index (``column:<name>``); None: none
+    shard: str | int | None = None
+    # column indexes whose change changes the key (key columns and shard column): an UPDATE touching
+    # one of them is published as DELETE (old key) + INSERT (new key)
+    key_indexes: tuple[int, ...] = ()
+    compact: bool = False  # the topic is compacted: a tombstone follows every DELETE
 
 
 def _key_columns(route: Route, columns: tuple[ColumnMeta, ...]) -> tuple[tuple[str, int], ...] | None:
@@ -166,15 +187,46 @@ def _route_headers(route: Route) -> tuple[Headers, Headers]:
     return headers, tag
 
 
-def _plan(route: Route, columns: tuple[ColumnMeta, ...]) -> _Plan:
+def _shard(route: Route, columns: tuple[ColumnMeta, ...]) -> str | int | None:
+    """The key's ``_shard`` value: the physical ``db.table``, or the index of the shard column."""
+    if route.key_shard == KEY_SHARD_PHYSICAL:
+        return f"{route.physical_db}.{route.physical_table}"
+    column = route.check_shard_column([c.name for c in columns])  # raises MappingError (fail closed)
+    return None if column is None else next(c.index for c in columns if c.name == column)
+
+
+def _key_text(
+    key_columns: tuple[tuple[str, int], ...], shard: str | int | None
+) -> tuple[str, tuple[int, ...]] | None:
+    """The key's (object format, column indexes) for distinct key names; None otherwise."""
+    if len({name for name, _ in key_columns}) != len(key_columns):
+        return None
+    fragments = [f"{codec_json.dumps(name)}:" for name, _ in key_columns]
+    indexes = tuple(i for _, i in key_columns)
+    if isinstance(shard, int):
+        return codec_json.object_format([f'"{SHARD_FIELD}":', *fragments]), (shard, *indexes)
+    form = codec_json.object_format(fragments)
+    if isinstance(shard, str):  # a constant: written into the format, its % escaped
+        constant = f'"{SHARD_FIELD}":{codec_json.dumps(shard)}'.replace("%", "%%")
+        form = "{" + constant + "," + form[1:]
+    return form, indexes
+
+
+def _plan(route: Route, columns: tuple[ColumnMeta, ...], compact: bool) -> _Plan:
     headers, tag = _route_headers(route)
     json_table = codec_json.json_table(route, columns) if route.codec == "canal-json" else None
     key_columns = _key_columns(route, columns)
+    shard = None
     key_text = None
-    if key_columns is not None and len({name for name, _ in key_columns}) == len(key_columns):
-        key_text = (
-            codec_json.object_format([f"{codec_json.dumps(name)}:" for name, _ in key_columns]),
-            tuple(i for _, i in key_columns),
+    key_indexes: tuple[int, ...] = ()
+    if key_columns is not None:
+        if route.key_shard != KEY_SHARD_NONE and any(n.lower() == SHARD_FIELD for n, _ in key_columns):
+            where = f"{route.physical_db}.{route.physical_table}"
+            raise MappingError(route.key_shard_rule, f"{where} has a key column named {SHARD_FIELD}")
+        shard = _shard(route, columns)
+        key_text = _key_text(key_columns, shard)
+        key_indexes = tuple(
+            sorted({i for _, i in key_columns} | ({shard} if isinstance(shard, int) else set()))
         )
     return _Plan(
         route=route,
@@ -185,7 +237,48 @@ def _plan(route: Route, columns: tuple[ColumnMeta, ...]) -> _Plan:
         headers=headers,
         tag=tag,
         json=json_table,
+        shard=shard,
+        key_indexes=key_indexes,
+        compact=compact,
     )
+
+
+def _key_changes(plan: _Plan, row: RowImage) -> bool:
+    """Whether an UPDATE row moves to another record key (a key or shard column changed)."""
+    before, after = row.before, row.after
+    if before is None or after is None or not any(before[i] != after[i] for i in plan.key_indexes):
+        return False
+    return RecordEncoder._key(plan, before) != RecordEncoder._key(plan, after)
+
+
+def _old(row: RowImage) -> RowImage:
+    return RowImage(row.before, None)
+
+
+def _new(row: RowImage) -> RowImage:
+    return RowImage(None, row.after)
+
+
+def _as(entry: Entry, rc: RowChange, event_type: EventType) -> tuple[Entry, RowChange]:
+    """``entry`` and ``rc`` as another row event type (the halves of a key change)."""
+    return replace(entry, header=replace(entry.header, event_type=event_type)), replace(
+        rc, event_type=event_type
+    )
+
+
+def _with_part(value: bytes, part: int) -> bytes:
+    """A canal-json value with ``"part"`` after its last field (``sequence``)."""
+    return b'%s,"part":%d}' % (value[:-1], part)
+
+
+def _tombstone(record: Record) -> Record:
+    """The compaction tombstone of a DELETE record: same topic, key and headers, null value."""
+    return Record(record.topic, None, record.key, None, record.headers)
+
+
+def compacted(mapping: Mapping) -> bool:
+    """Whether the mapping's topics are compacted (their ``cleanup.policy`` holds ``compact``)."""
+    return "compact" in dict(mapping.topics.config).get("cleanup.policy", "")
 
 
 class RecordEncoder:
@@ -247,7 +340,7 @@ class RecordEncoder:
             plan = replace(plan, columns=columns)  # same table map decoded again: identity for next time
         else:
             route = self.mapping.resolve(db, table)
-            plan = None if route is None else _plan(route, columns)
+            plan = None if route is None else _plan(route, columns, compacted(self.mapping))
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
         self._plans[(db, table)] = plan
@@ -266,12 +359,26 @@ class RecordEncoder:
         if plan.json is not None:
             return self._json_rows(entry, rc, plan, plan.json, first, headers, type_name)
         server = self.source.address
-        out = []
+        update, delete = rc.event_type == EventType.UPDATE, rc.event_type == EventType.DELETE
+        out: list[Record] = []
         for i, row in enumerate(rc.rows):
             seq = first + i
+            if update and _key_changes(plan, row):
+                parts = (
+                    codec_protobuf.row_value(
+                        *_as(entry, rc, EventType.DELETE), _old(row), route, seq, server, self.source_id, 0
+                    ),
+                    codec_protobuf.row_value(
+                        *_as(entry, rc, EventType.INSERT), _new(row), route, seq, server, self.source_id, 1
+                    ),
+                )
+                out.extend(self._key_change(plan, row, seq, *parts))
+                continue
             value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id)
             key = self._key(plan, row.after if row.after is not None else row.before)
             out.append(Record(route.topic, None, key, value, (*headers, (H_SEQUENCE, str(seq).encode()))))
+            if delete and plan.compact:
+                out.append(_tombstone(out[-1]))
         return out
 
     def _json_rows(
@@ -288,18 +395,47 @@ class RecordEncoder:
         keys, data_format = table.keys, table.data_format
         topic = plan.route.topic
         update = rc.event_type == EventType.UPDATE
-        row_text, object_text, old_text, key_of = (
+        row_text, object_text, old_text, key_of, json_entry = (
             codec_json.row_text,
             codec_json.object_text,
             codec_json.old_text,
             self._key,
+            codec_json.json_entry,
         )
-        out = []
+        tombstones = plan.compact and rc.event_type == EventType.DELETE
+        out: list[Record] = []
         for i, row in enumerate(rc.rows):
             seq = first + i
             before, after = row.before, row.after
             image = after if after is not None else before
             assert image is not None  # a row image has at least one side
+            if update and _key_changes(plan, row):
+                assert before is not None and after is not None
+                server = self._server(entry.header.server_id)
+                parts = (
+                    _with_part(
+                        row_text(
+                            json_entry(table, server, entry, "DELETE"),
+                            seq,
+                            i,
+                            object_text(data_format, before),
+                            "null",
+                        ),
+                        0,
+                    ),
+                    _with_part(
+                        row_text(
+                            json_entry(table, server, entry, "INSERT"),
+                            seq,
+                            i,
+                            object_text(data_format, after),
+                            "null",
+                        ),
+                        1,
+                    ),
+                )
+                out.extend(self._key_change(plan, row, seq, *parts))
+                continue
             old = (
                 old_text(keys, before, after)
                 if update and before is not None and after is not None
@@ -309,14 +445,55 @@ class RecordEncoder:
             out.append(
                 Record(topic, None, key_of(plan, image), value, (*headers, (H_SEQUENCE, str(seq).encode())))
             )
+            if tombstones:
+                out.append(_tombstone(out[-1]))
         return out
+
+    def _key_change(
+        self, plan: _Plan, row: RowImage, seq: int, deleted: bytes, inserted: bytes
+    ) -> list[Record]:
+        """A key-changing UPDATE: the DELETE under the old key (and its tombstone on a compacted topic),
+        then the INSERT under the new key; ``relay.part`` 0 and 1."""
+        topic, sequence_header = plan.route.topic, (H_SEQUENCE, str(seq).encode())
+        old_key, new_key = self._key(plan, row.before), self._key(plan, row.after)
+        delete = Record(
+            topic,
+            None,
+            old_key,
+            deleted,
+            (
+                *plan.headers,
+                (H_TYPE, b"DELETE"),
+                *plan.tag,
+                self._source_header,
+                sequence_header,
+                (H_PART, b"0"),
+            ),
+        )
+        insert = Record(
+            topic,
+            None,
+            new_key,
+            inserted,
+            (
+                *plan.headers,
+                (H_TYPE, b"INSERT"),
+                *plan.tag,
+                self._source_header,
+                sequence_header,
+                (H_PART, b"1"),
+            ),
+        )
+        return [delete, _tombstone(delete), insert] if plan.compact else [delete, insert]
 
     @staticmethod
     def _key(plan: _Plan, image: tuple[str | None, ...] | None) -> bytes:
         if plan.key_columns is None or image is None:
             return plan.fallback_key
         if plan.key_text is None:  # repeated names in the key: the dict decides which value stays
-            return codec_json.dumps({name: image[i] for name, i in plan.key_columns}).encode()
+            shard = plan.shard
+            head = {} if shard is None else {SHARD_FIELD: image[shard] if isinstance(shard, int) else shard}
+            return codec_json.dumps(head | {name: image[i] for name, i in plan.key_columns}).encode()
         form, indexes = plan.key_text
         return codec_json.object_text(form, [image[i] for i in indexes]).encode()
 

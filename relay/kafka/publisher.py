@@ -100,19 +100,20 @@ DEAD_LETTER_SIZE = "relay.original.size"
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed."""
+    """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed.
+    ``value`` None is a tombstone (compacted topics)."""
 
     topic: str
     partition: int | None
     key: bytes | None
-    value: bytes
+    value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def size(self) -> int:
         """Payload bytes (key, value, headers): what a size rejection is about."""
         head = sum(len(name.encode()) + len(value) for name, value in self.headers)
-        return len(self.value) + len(self.key or b"") + head
+        return len(self.value or b"") + len(self.key or b"") + head
 
 
 @dataclass(frozen=True)
@@ -604,7 +605,7 @@ class KafkaPublisher:
         topic = self._config.dead_letter_topic
         assert topic is not None
         value = record.value
-        if err.code() in _SIZE:
+        if err.code() in _SIZE and value is not None:
             value = value[: self._config.dead_letter_value_bytes]
         headers = (
             *record.headers,

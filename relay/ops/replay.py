@@ -13,8 +13,9 @@ What a moved record keeps and what changes:
   headers — so a consumer de-duplicates a re-run, or an overlap with the live relay, by sequence;
 - changed: the topic; the ``relay.db`` / ``relay.table`` / ``relay.tag`` headers, and for canal-json the
   value's ``database`` / ``table`` fields, when the logical names changed; the key, recomputed for
-  canal-json rows from the mapping's key columns (or the primary key), so a row stays in one partition
-  of its new topic. canal-protobuf values and keys are re-published as they are;
+  canal-json rows from the mapping's key columns (or the primary key) and its ``key_shard``, so a row
+  stays in one partition of its new topic; a tombstone (null value) goes under the key its DELETE got.
+  canal-protobuf values and keys are re-published as they are;
 - added: ``relay.ops.replay.from`` = ``topic:partition:offset`` of the original.
 
 A DDL barrier (one copy per partition of the old topic) is re-published from its copy in partition 0,
@@ -35,6 +36,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from mapping.checks import KEY_SHARD_PHYSICAL, SHARD_FIELD, shard_column
 from mapping.model import Mapping, Route
 from mapping.store import atomic_write
 from relay.config.load import RelayConfig
@@ -142,6 +144,8 @@ class _Replay:
         self.consumer = Consumer(self._consumer_settings())
         self.publisher = None if options.dry_run else KafkaPublisher(publisher_config(config, mapping))
         self.pending: list[Record] = []
+        # (topic, original key) of a moved DELETE → its new key: where its tombstone goes
+        self._moved_deletes: dict[tuple[str, bytes | None], bytes | None] = {}
         self.done: dict[tuple[str, int], int] = {}  # read positions covered by ``pending``
         self.ends: dict[tuple[str, int], int] = {}
         self._batch = 0
@@ -236,8 +240,16 @@ class _Replay:
             self._move_statement(msg, pairs, route, origin)
 
     def _move_row(self, msg: Message, pairs: Headers, route: Route, origin: bytes) -> None:
-        value, key = _remap_value(_bytes(msg.value()), route, _bytes(msg.key()) if msg.key() else None)
+        old_key = _bytes(msg.key()) if msg.key() else None
         headers = _remap_headers(pairs, route, origin)
+        if msg.value() is None:  # a compaction tombstone: under the key its DELETE was moved to
+            key = self._moved_deletes.pop((str(msg.topic()), old_key), old_key)
+            self.pending.append(Record(route.topic, None, key, None, headers))
+            self._count(route.topic)
+            return
+        value, key = _remap_value(_bytes(msg.value()), route, old_key)
+        if dict(pairs).get(H_TYPE) == b"DELETE":
+            self._moved_deletes[(str(msg.topic()), old_key)] = key
         self.pending.append(Record(route.topic, None, key, value, headers))
         self._count(route.topic)
 
@@ -337,5 +349,12 @@ def _remap_value(value: bytes, route: Route, key: bytes | None) -> tuple[bytes, 
     row = {k.lower(): (k, v) for k, v in rows[0].items()}
     if not names or any(n.lower() not in row for n in names):
         return value, key
-    new_key = {n: row[n.lower()][1] for n in names}
+    new_key: dict[str, Any] = {}
+    if route.key_shard == KEY_SHARD_PHYSICAL:
+        new_key[SHARD_FIELD] = f"{route.physical_db}.{route.physical_table}"
+    elif (column := shard_column(route.key_shard)) is not None:
+        if column.lower() not in row:
+            return value, key
+        new_key[SHARD_FIELD] = row[column.lower()][1]
+    new_key.update({n: row[n.lower()][1] for n in names})
     return value, json.dumps(new_key, ensure_ascii=False, separators=(",", ":")).encode()

@@ -17,10 +17,11 @@ it, and ``sequence`` orders the changes of a key (generation, binlog file, offse
 docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
-types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_source_id``, ``_es``,
-``_key``, ``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are
-those the data names, so a DDL does not break a running query: a new column appears, a dropped one is
-simply absent (null once merged into a table).
+types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
+``_es``, ``_key``, ``_old_key`` (the row identity after and before the change: the key columns' values, and the
+key's ``_shard`` where the mapping puts the shard identity into keys). For a batch DataFrame (e.g. a
+``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not break a running
+query: a new column appears, a dropped one is simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ CANAL_JSON_TYPE = StructType(
         StructField("gtid", _S),
         StructField("source", SOURCE_TYPE),
         StructField("sequence", LongType()),
+        StructField("part", IntegerType()),
     ]
 )
 CHANGE_TYPE = StructType(
@@ -87,6 +89,7 @@ CHANGE_TYPE = StructType(
         StructField("is_ddl", BooleanType()),
         StructField("sql", _S),
         StructField("sequence", LongType()),
+        StructField("part", IntegerType()),
         StructField("source_id", _S),
         StructField("es", LongType()),
         StructField("ts", LongType()),
@@ -99,7 +102,7 @@ CHANGE_TYPE = StructType(
         StructField("source", SOURCE_TYPE),
     ]
 )
-META = ("_op", "_sequence", "_source_id", "_es", "_key", "_old_key")
+META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key")
 
 
 def _json_change(m: Column) -> Column:
@@ -126,6 +129,7 @@ def _json_change(m: Column) -> Column:
         m["isDdl"].alias("is_ddl"),
         m["sql"].alias("sql"),
         F.coalesce(m["sequence"], m["id"]).alias("sequence"),
+        F.coalesce(m["part"], F.lit(0)).alias("part"),
         F.coalesce(m["source"]["id"], F.lit("")).alias("source_id"),
         m["es"].alias("es"),
         m["ts"].alias("ts"),
@@ -189,19 +193,27 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
     return step.select(*kafka, change.alias("c")).where(F.col("c").isNotNull()).select(*kafka, "c.*")
 
 
+SHARD_FIELD = "_shard"  # the record key's shard identity (mapping key_shard), not a column of the row
+
+
 def _key_names(df: DataFrame) -> DataFrame:
-    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted."""
+    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted, and
+    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys)."""
     key_map = F.from_json(F.col("key"), _TEXT_MAP)
     image = F.coalesce(F.col("after"), F.col("before"))
     return df.withColumn(
         "_names", F.array_sort(F.when(key_map.isNotNull(), F.map_keys(key_map)).otherwise(F.map_keys(image)))
-    )
+    ).withColumn("_kshard", key_map[SHARD_FIELD])
 
 
 def _key_of(image: str) -> Column:
-    return F.when(
-        F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), lambda n: F.col(image)[n]))
-    )
+    """The row identity from ``image``: the key columns' values in name order, the shard identity
+    taken from the record key (it is no column of the row), so two shards' id 1 stay two rows."""
+
+    def value(n: Column) -> Column:
+        return F.when(n == F.lit(SHARD_FIELD), F.col("_kshard")).otherwise(F.col(image)[n])
+
+    return F.when(F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), value)))
 
 
 def column_types(rows: DataFrame) -> list[tuple[str, str]]:
@@ -245,6 +257,7 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         *typed_cols,
         F.col("type").alias("_op"),
         F.col("sequence").alias("_sequence"),
+        F.col("part").alias("_part"),
         F.col("source_id").alias("_source_id"),
         F.col("es").alias("_es"),
         _key_of("after").alias("_key"),

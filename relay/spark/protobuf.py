@@ -43,6 +43,7 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
         "is_ddl": bool(rc.is_ddl),
         "sql": rc.sql,
         "sequence": int(sequence) if sequence else None,
+        "part": int(props.get("relay.part", "0")),
         "source_id": props.get("relay.source.id", ""),
         "es": h.execute_time,
         "ts": h.execute_time,

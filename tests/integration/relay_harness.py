@@ -409,11 +409,12 @@ def row_sequences(records: list[Rec]) -> set[int]:
 
 def check_exact_repeats(records: list[Rec]) -> int:
     """Every repeated sequence is a byte-identical re-publication; returns how many repeats there are."""
-    first: dict[tuple[int, int | None], Rec] = {}
+    first: dict[tuple[int, Any], Rec] = {}
     repeats = 0
     for rec in records:
         msg = rec.json
-        ident = (int(msg["sequence"]), rec.partition if msg["isDdl"] else None)
+        # a DDL has one copy per partition; a key change two records (part 0 and 1) with one sequence
+        ident = (int(msg["sequence"]), rec.partition if msg["isDdl"] else msg.get("part"))
         seen = first.setdefault(ident, rec)
         if seen is rec:
             continue

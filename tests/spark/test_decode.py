@@ -115,3 +115,61 @@ def test_source_id_and_generations_in_the_change_identity(spark: Any, tmp_path: 
     assert table["1"]["price"] == Decimal("2.00")  # the standby's later change wins, lower file number
     assert table["1"]["_sequence"] == standby_first and table["1"]["_source_id"] == "shop-a"
     assert table["9"]["_source_id"] == ""
+
+
+def test_shard_keys_keep_equal_ids_of_two_shards_and_a_key_change_leaves_no_old_row(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Records exactly as the relay's encoder makes them (key_shard: physical, compacted topic): id 1
+    in two shards stays two rows; UPDATE id 2 → 20 (DELETE + tombstone + INSERT) leaves only 20."""
+    from mapping.load import parse_mapping
+    from relay.binlog.events import RowImage
+    from relay.canal.entry import EventType
+    from tests.unit.test_codec import encoder, rows_entry
+
+    m = parse_mapping(
+        {
+            "topics": {"config": {"cleanup.policy": "compact"}},
+            "logical_dbs": {
+                "shop": {
+                    "physical": [r"shop_\d+"],
+                    "tables": {"orders": {"physical": [r"orders_\d+"], "key_shard": "physical"}},
+                }
+            },
+        }
+    )
+    enc = encoder(m)
+    records = [
+        *enc.encode(
+            rows_entry(EventType.INSERT, RowImage(None, ("1", "A", "1.00", None)), db="shop_00", offset=100)
+        ),
+        *enc.encode(
+            rows_entry(EventType.INSERT, RowImage(None, ("1", "B", "2.00", None)), db="shop_01", offset=200)
+        ),
+        *enc.encode(
+            rows_entry(EventType.INSERT, RowImage(None, ("2", "C", "3.00", None)), db="shop_00", offset=300)
+        ),
+        *enc.encode(
+            rows_entry(
+                EventType.UPDATE,
+                RowImage(("2", "C", "3.00", None), ("20", "C", "3.00", None)),
+                db="shop_00",
+                offset=400,
+            )
+        ),
+    ]
+    assert [r.value is None for r in records] == [False, False, False, False, True, False]
+    rows = [(r.key, r.value, "shop", 0, i) for i, r in enumerate(records)]
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long")
+    df = df.selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
+    out = tmp_path / "out"
+    apply_changes(changes(df), out)
+    table = spark.read.parquet(str(table_path(out, "shop.orders"))).collect()
+    got = sorted((r["id"], r["status"], r["_key"]) for r in table)
+    assert got == [
+        (1, "A", '["shop_00.orders_33","1"]'),
+        (1, "B", '["shop_01.orders_33","1"]'),
+        (20, "C", '["shop_00.orders_33","20"]'),
+    ]
+    apply_changes(changes(df), out)  # re-applied: the same table
+    assert len(spark.read.parquet(str(table_path(out, "shop.orders"))).collect()) == 3

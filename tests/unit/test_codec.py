@@ -538,3 +538,136 @@ def test_canal_protobuf_records_carry_the_source_id_prop() -> None:
     _, (entry,) = decode_messages_packet(record.value)
     assert ("relay.source.id", SOURCE_ID) in entry.header.props
     assert dict(record.headers)["relay.source.id"] == SOURCE_ID.encode()
+
+
+# -- shard identity in keys, key changes, tombstones -----------------------------------------------------
+
+
+def encoder_of(tree: dict[str, Any]) -> RecordEncoder:
+    return encoder(parse_mapping(tree))
+
+
+def compacted_mapping(**orders: Any) -> Mapping:
+    tree = mapping(**orders).to_dict()
+    tree["topics"]["config"] = {"cleanup.policy": "compact,delete"}
+    return parse_mapping(tree)
+
+
+def test_key_shard_physical_puts_the_physical_name_first_in_the_key() -> None:
+    enc = encoder(mapping(key_shard="physical"))
+    (record,) = enc.encode(rows_entry(EventType.INSERT, RowImage(None, NEW)))
+    assert record.key == b'{"_shard":"shop_07.orders_33","id":"42"}'
+    (other,) = enc.encode(rows_entry(EventType.INSERT, RowImage(None, NEW), db="shop_08"))
+    assert other.key == b'{"_shard":"shop_08.orders_33","id":"42"}'  # same id, another shard: another key
+    odd = encoder(mapping(physical=["orders.*"], key_shard="physical"))  # % in a name is not a format
+    (record,) = odd.encode(rows_entry(EventType.INSERT, RowImage(None, NEW), table='orders_%s"'))
+    assert json.loads(record.key or b"") == {"_shard": 'shop_07.orders_%s"', "id": "42"}
+    tree = mapping().to_dict()
+    tree["defaults"]["key_shard"] = "physical"
+    items = encoder_of(tree)
+    entry = rows_entry(EventType.INSERT, RowImage(None, ("1", "77", "3")), table="items_01", columns=ITEMS)
+    (record,) = items.encode(entry)
+    assert record.key == b'{"_shard":"shop_07.items_01","order_id":"77","line":"3"}'
+
+
+def test_key_shard_column_takes_the_columns_value_and_a_missing_column_names_the_key_path() -> None:
+    (record,) = encoder(mapping(key_shard="column:Status")).encode(
+        rows_entry(EventType.INSERT, RowImage(None, NEW))
+    )
+    assert record.key == b'{"_shard":"NEW","id":"42"}'
+    with pytest.raises(InvalidMappingError) as info:
+        encoder(mapping(key_shard="column:region")).encode(rows_entry(EventType.INSERT, RowImage(None, NEW)))
+    assert [e.key for e in info.value.errors] == ["logical_dbs.shop.tables.orders.key_shard"]
+    # a table without key keeps its physical-name key whatever key_shard says
+    records = encoder(mapping(key_shard="physical")).encode(
+        rows_entry(EventType.INSERT, RowImage(None, ("1", "a")), table="events", columns=NO_PK)
+    )
+    assert [r.key for r in records] == [b"shop_07.events"]
+
+
+def test_key_changing_update_is_a_delete_under_the_old_key_then_an_insert_under_the_new_one() -> None:
+    before, after = ("2", "NEW", "1.00", None), ("20", "PAID", "1.00", None)
+    still = ("5", "NEW", "1.00", None), ("5", "PAID", "1.00", None)
+    entry = rows_entry(EventType.UPDATE, RowImage(*still), RowImage(before, after), RowImage(*still))
+    records = encoder().encode(entry)
+    assert encoder().encode(entry) == records  # deterministic: same bytes on re-publication
+    assert [r.key for r in records] == [b'{"id":"5"}', b'{"id":"2"}', b'{"id":"20"}', b'{"id":"5"}']
+    first = (123 << 32) | 1000
+    unchanged, delete, insert, last = records
+    assert "part" not in loads(unchanged) and "relay.part" not in dict(unchanged.headers)
+    d, i = loads(delete), loads(insert)
+    assert (d["type"], d["data"], d["old"]) == (
+        "DELETE",
+        [dict(zip(("id", "status", "amount", "payload"), before, strict=True))],
+        None,
+    )
+    assert (i["type"], i["data"], i["old"]) == (
+        "INSERT",
+        [dict(zip(("id", "status", "amount", "payload"), after, strict=True))],
+        None,
+    )
+    assert d["sequence"] == i["sequence"] == d["id"] == first + 1 and loads(last)["sequence"] == first + 2
+    assert (d["part"], i["part"]) == (0, 1) and list(d)[-2:] == ["sequence", "part"]
+    assert d["source"] == i["source"] == source_block(row_index=1)
+    assert dict(delete.headers)["relay.type"] == b"DELETE" and dict(insert.headers)["relay.type"] == b"INSERT"
+    assert dict(delete.headers)["relay.part"] == b"0" and dict(insert.headers)["relay.part"] == b"1"
+    assert (
+        dict(delete.headers)["relay.sequence"]
+        == dict(insert.headers)["relay.sequence"]
+        == str(first + 1).encode()
+    )
+    assert not any(r.value is None for r in records)  # not a compacted topic: no tombstone
+
+
+def test_a_shard_column_change_is_a_key_change_and_the_primary_key_change_without_shard_too() -> None:
+    enc = encoder(mapping(key_shard="column:status"))
+    records = enc.encode(rows_entry(EventType.UPDATE, RowImage(NEW, PAID)))
+    assert [(r.key, loads(r)["type"]) for r in records] == [
+        (b'{"_shard":"NEW","id":"42"}', "DELETE"),
+        (b'{"_shard":"PAID","id":"42"}', "INSERT"),
+    ]
+    # a change of a column outside the key is an ordinary UPDATE
+    (record,) = encoder(mapping(key_shard="physical")).encode(
+        rows_entry(EventType.UPDATE, RowImage(NEW, PAID))
+    )
+    assert loads(record)["type"] == "UPDATE" and record.key == b'{"_shard":"shop_07.orders_33","id":"42"}'
+
+
+def test_on_a_compacted_topic_a_tombstone_follows_every_delete_under_its_key() -> None:
+    enc = encoder(compacted_mapping())
+    before, after = ("2", "NEW", "1.00", None), ("20", "NEW", "1.00", None)
+    delete, tombstone, insert = enc.encode(rows_entry(EventType.UPDATE, RowImage(before, after)))
+    assert (delete.key, tombstone.key, insert.key) == (b'{"id":"2"}', b'{"id":"2"}', b'{"id":"20"}')
+    assert tombstone.value is None and tombstone.headers == delete.headers and tombstone.topic == delete.topic
+    assert loads(delete)["type"] == "DELETE" and loads(insert)["type"] == "INSERT"
+    deleted, gone = enc.encode(rows_entry(EventType.DELETE, RowImage(PAID, None)))
+    assert loads(deleted)["type"] == "DELETE" and (gone.key, gone.value) == (deleted.key, None)
+    (inserted,) = enc.encode(rows_entry(EventType.INSERT, RowImage(None, NEW)))
+    assert inserted.value is not None
+    items = enc.encode(
+        rows_entry(EventType.DELETE, RowImage(("1", "77", "3"), None), table="items_01", columns=ITEMS)
+    )
+    assert [r.value is None for r in items] == [False, True] and items[0].key == items[1].key
+
+
+def test_protobuf_key_change_is_a_delete_packet_then_an_insert_packet_with_part_props() -> None:
+    enc = encoder(compacted_mapping())
+    before, after = ("1", "77", "3"), ("1", "77", "4")  # items: key [order_id, line]
+    entry = rows_entry(EventType.UPDATE, RowImage(before, after), table="items_01", columns=ITEMS)
+    delete, tombstone, insert = enc.encode(entry)
+    assert enc.encode(entry) == [delete, tombstone, insert]
+    assert (delete.key, insert.key) == (b'{"order_id":"77","line":"3"}', b'{"order_id":"77","line":"4"}')
+    assert tombstone.value is None and tombstone.key == delete.key
+    seq = (123 << 32) | 1000
+    for record, kind, part in ((delete, EventType.DELETE, "0"), (insert, EventType.INSERT, "1")):
+        assert record.value is not None
+        batch_id, (e,) = decode_messages_packet(record.value)
+        assert batch_id == seq and e.header.event_type == kind
+        assert e.header.props[-1] == ("relay.part", part) and ("relay.sequence", str(seq)) in e.header.props
+        assert isinstance(e.store_value, RowChange) and e.store_value.event_type == kind
+        (row,) = e.store_value.row_datas()
+        if kind == EventType.DELETE:
+            assert [c.value for c in row.before_columns] == list(before) and not row.after_columns
+        else:
+            assert [c.value for c in row.after_columns] == list(after) and not row.before_columns
+        assert dict(record.headers)["relay.part"] == part.encode()

@@ -541,3 +541,95 @@ def test_mapping_package_does_not_import_the_daemon_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
+
+
+# --- key_shard: the shard identity in the record key -----------------------------------------
+
+
+def test_key_shard_inherits_table_db_defaults_and_names_where_it_comes_from() -> None:
+    tree = shop()
+    m = parse_mapping(tree)
+    route = m.resolve("shop_07", "orders_33")
+    assert route is not None and (route.key_shard, route.key_shard_rule) == ("none", "defaults.key_shard")
+    tree["defaults"] = {"key_shard": "column:shard_id"}
+    tree["logical_dbs"]["shop"]["key_shard"] = "physical"
+    tree["logical_dbs"]["shop"]["tables"]["orders"]["key_shard"] = "none"
+    m = parse_mapping(tree)
+    orders, customers, other = (m.resolve("shop_07", t) for t in ("orders_33", "customers", "misc"))
+    assert orders is not None and customers is not None and other is not None
+    assert (orders.key_shard, orders.key_shard_rule) == ("none", "logical_dbs.shop.tables.orders.key_shard")
+    assert (customers.key_shard, customers.key_shard_rule) == ("physical", "logical_dbs.shop.key_shard")
+    assert other.key_shard == "physical"  # an unclaimed table inherits its db's setting
+    del tree["logical_dbs"]["shop"]["key_shard"]
+    customers = parse_mapping(tree).resolve("shop_07", "customers")
+    assert customers is not None
+    assert (customers.key_shard, customers.key_shard_rule) == ("column:shard_id", "defaults.key_shard")
+    assert parse_mapping(dump_mapping(parse_mapping(tree))) == parse_mapping(tree)  # round trip
+
+
+def test_key_shard_values_are_checked_with_key_paths() -> None:
+    tree = shop(defaults={"key_shard": "shard"}, tables={"shop.items": {"key_shard": "column: x"}})
+    tree["logical_dbs"]["shop"]["key_shard"] = "column:"
+    tree["logical_dbs"]["shop"]["tables"]["orders"]["key_shard"] = ["physical"]
+    tree["logical_dbs"]["shop"]["tables"]["customers"]["key_shard"] = "column:_shard"
+    found = problems(tree)
+    assert "is not one of none, physical or column:<name>" in found["defaults.key_shard"]
+    assert "expected column:<name>" in found["logical_dbs.shop.key_shard"]
+    assert "expected text" in found["logical_dbs.shop.tables.orders.key_shard"]
+    assert "_shard names the key's shard field" in found["logical_dbs.shop.tables.customers.key_shard"]
+    assert "no surrounding spaces" in found['tables["shop.items"].key_shard']
+    assert (
+        "did you mean 'key_shard'" in problems(shop(defaults={"key_shards": "none"}))["defaults.key_shards"]
+    )
+
+
+def test_check_shard_column_answers_the_tables_spelling_or_names_the_key_path() -> None:
+    tree = shop()
+    tree["logical_dbs"]["shop"]["key_shard"] = "column:Shard_ID"
+    route = parse_mapping(tree).resolve("shop_01", "orders_02")
+    assert route is not None and route.check_shard_column(["id", "shard_id"]) == "shard_id"
+    with pytest.raises(InvalidMappingError) as info:
+        route.check_shard_column(["id", "amount"])
+    assert [e.key for e in info.value.errors] == ["logical_dbs.shop.key_shard"]
+    assert "'Shard_ID' is not a column of shop_01.orders_02 (columns: id, amount)" in str(info.value)
+    physical = parse_mapping(shop()).resolve("shop_01", "orders_02")
+    assert physical is not None and physical.check_shard_column(["id"]) is None
+
+
+def test_warnings_name_logical_tables_whose_keys_may_collide_across_shards() -> None:
+    tree = shop()
+    tree["logical_dbs"]["crm"] = {"physical": ["crm"], "tables": {"leads": {"physical": ["leads"]}}}
+    warned = {w.path: w.problem for w in parse_mapping(tree).warnings()}
+    # shop_\d+ x orders_\d+, shop_\d+ x customers, shop's unclaimed tables; crm.leads is one table
+    assert set(warned) == {
+        "logical_dbs.shop.tables.orders.key_shard",
+        "logical_dbs.shop.tables.customers.key_shard",
+        "logical_dbs.shop.key_shard",
+    }
+    assert "shop.orders may map several physical tables" in warned["logical_dbs.shop.tables.orders.key_shard"]
+    assert "set key_shard: physical" in warned["logical_dbs.shop.key_shard"]
+    # an explicit setting (shard identity, or `none`: "ids are unique") silences it
+    tree["logical_dbs"]["shop"]["tables"]["orders"]["key_shard"] = "physical"
+    tree["logical_dbs"]["shop"]["tables"]["customers"]["key_shard"] = "none"
+    assert [w.path for w in parse_mapping(tree).warnings()] == ["logical_dbs.shop.key_shard"]
+    tree["logical_dbs"]["shop"]["unclaimed_tables"] = "drop"
+    assert parse_mapping(tree).warnings() == ()
+    assert parse_mapping(shop(defaults={"key_shard": "physical"})).warnings() == ()
+
+
+def test_validate_against_warns_where_real_tables_collide() -> None:
+    tree = shop()
+    tree["logical_dbs"]["shop"]["tables"]["customers"]["key_shard"] = "none"
+    m = parse_mapping(tree)
+    one_shard = m.validate_against(
+        [("shop_00", "orders_00"), ("shop_00", "customers"), ("shop_01", "customers")]
+    )
+    assert one_shard.warnings == ()  # one physical orders table; customers said "unique"
+    tables = [(f"shop_0{d}", f"orders_0{t}") for d in range(3) for t in range(2)]
+    coverage = m.validate_against([*tables, ("shop_00", "misc"), ("shop_01", "misc"), ("shop_00", "solo")])
+    warned = {w.path: w.problem for w in coverage.warnings}
+    assert set(warned) == {"logical_dbs.shop.tables.orders.key_shard", "logical_dbs.shop.key_shard"}
+    text = warned["logical_dbs.shop.tables.orders.key_shard"]
+    assert "logical table shop.orders maps 6 physical tables (shop_00.orders_00, shop_00.orders_01, " in text
+    assert "and 3 more" in text
+    assert "logical table shop.misc maps 2 physical tables" in warned["logical_dbs.shop.key_shard"]

@@ -126,3 +126,26 @@ def test_import_creates_the_first_version_then_stores_the_next(
     changed.write_text(mfile.read_text().replace("tag: orders", "tag: o2"))
     code, out, _ = run(capsys, "import", str(changed), "-f", str(target), "--note", "from git")
     assert code == 0 and "stored version 2" in out and "tag: orders -> o2" in out
+
+
+def test_validate_and_resolve_warn_about_keys_that_may_collide_exit_status_zero(
+    mfile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = ("-f", str(mfile))
+    code, out, err = run(capsys, "validate", *f)
+    assert code == 0 and "is valid (1 warning)" in out
+    assert err.startswith("warning: logical_dbs.shop.key_shard: each unclaimed table of shop (own_name)")
+    assert run(capsys, "table", "set", "shop.orders", "--clear", "key_shard", *f)[0] == 0
+    code, out, err = run(capsys, "validate", *f)
+    assert code == 0 and "(2 warnings)" in out
+    assert "warning: logical_dbs.shop.tables.orders.key_shard: shop.orders may map several" in err
+    code, out, err = run(capsys, "resolve", "shop_07.orders_33", *f)
+    assert code == 0 and "key_shard" not in out
+    assert err.count("warning: ") == 1 and "logical_dbs.shop.tables.orders.key_shard" in err
+    code, out, err = run(capsys, "resolve", "shop_07.customers", *f)  # explicit `none`: no warning
+    assert code == 0 and err == ""
+    assert run(capsys, "table", "set", "shop.orders", "--key-shard", "column:shop_id", *f)[0] == 0
+    code, out, err = run(capsys, "resolve", "shop_07.orders_33", *f)
+    assert "key=order_id tag=orders key_shard=column:shop_id codec=" in out and err == ""
+    code, _, err = run(capsys, "table", "set", "shop.orders", "--key-shard", "shard", *f)
+    assert code == 2 and "logical_dbs.shop.tables.orders.key_shard" in err

@@ -111,6 +111,10 @@ def test_check_against_tables_sees_what_static_checks_cannot() -> None:
     no_col = editor.set_key(m, "shop.orders", ["nope"])
     error = check_against_tables(no_col, [("shop_1", "orders_1", ["order_id"])])
     assert error is not None and error.errors[0].key == "logical_dbs.shop.tables.orders.key[0]"
+    shard = editor.set_table(m, "shop", "orders", key_shard="column:region")
+    error = check_against_tables(shard, [("shop_1", "orders_1", ["order_id"])])
+    assert error is not None and error.errors[0].key == "logical_dbs.shop.tables.orders.key_shard"
+    assert check_against_tables(shard, [("shop_1", "orders_1", ["order_id", "Region"])]) is None
 
 
 def test_a_missing_store_keeps_the_mapping_quietly(tmp_path: Path) -> None:
