@@ -18,10 +18,10 @@ docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
-``_es``, ``_key``, ``_old_key`` (the row identity after and before the change: the key columns' values, and the
-key's ``_shard`` where the mapping puts the shard identity into keys). For a batch DataFrame (e.g. a
-``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not break a running
-query: a new column appears, a dropped one is simply absent (null once merged into a table).
+``_es``, ``_key``, ``_old_key`` (the row identity after and before the change: the key columns' values, and
+the key's ``_shard`` where the mapping puts the shard identity into keys). For a batch DataFrame (e.g. a
+``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not break a running query:
+a new column appears, a dropped one is simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
