@@ -221,6 +221,12 @@ class Entry:
     # The binlog history it was read in (``ResumePoint.generation``): set by the canal instance; part of
     # the record sequence and of the resume point after it.
     generation: int = 0
+    # Inside a TRANSACTION_PAYLOAD (MySQL's binlog_transaction_compression): the event's ordinal in the
+    # payload, and its own length. Every event of a payload has the payload's place (start offset and
+    # length), so these tell its entries apart in the change identity (``relay.kafka.codec``) and weigh
+    # them in the store by what they really hold. -1 / 0 outside a payload.
+    payload_index: int = -1
+    inner_size: int = 0
 
     @property
     def is_ddl(self) -> bool:
@@ -229,8 +235,9 @@ class Entry:
 
     @property
     def size(self) -> int:
-        """Memory the ring store charges for this entry: the binlog event length, as canal does."""
-        return self.header.event_length
+        """Memory the ring store charges for this entry: the binlog event length, as canal does (an event
+        inside a transaction payload: its own length, not the whole payload's)."""
+        return self.inner_size if self.payload_index >= 0 else self.header.event_length
 
     @property
     def position(self) -> EntryPosition:

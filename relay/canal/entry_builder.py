@@ -109,6 +109,8 @@ class EntryBuilder:
         self._gtid_text = str(self._gtids) if self._gtids is not None else None
         self._txn: _Txn | None = None
         self._pending: EntryPosition | None = None  # a GTID event whose transaction has not opened yet
+        # The event being built: its ordinal and own size inside a transaction payload (-1: not in one).
+        self._payload_index, self._inner_size = -1, 0
 
     @property
     def gtid_set(self) -> str | None:
@@ -125,6 +127,8 @@ class EntryBuilder:
 
     def build(self, event: BinlogEvent) -> list[Entry]:
         """The entries ``event`` makes, in order. Events the relay has no use for make none."""
+        h = event.header
+        self._payload_index, self._inner_size = h.payload_index, h.inner_size
         if isinstance(event, RowsEvent):  # the hot path first
             return self._on_rows(event)
         if isinstance(event, QueryEvent):
@@ -172,6 +176,8 @@ class EntryBuilder:
         closes: bool = False,
     ) -> Entry:
         entry = Entry(header, entry_type, value, txn.ctx, txn.next_index, closes)
+        if self._payload_index >= 0:  # an event of a transaction payload (MySQL binlog compression)
+            entry.payload_index, entry.inner_size = self._payload_index, self._inner_size
         txn.next_index += 1
         if closes:
             self._close()

@@ -142,6 +142,26 @@ def entry_sequence(entry: Entry, row_index: int = 0) -> int:
     return sequence(h.logfile_name, h.logfile_offset, row_index, entry.generation)
 
 
+# Rows of one event inside a transaction payload: the row's ordinal sits above bit 1 of ``part``, the
+# payload event's ordinal above it (see ``row_part``).
+MAX_PAYLOAD_ROWS = 1 << 21
+
+
+def row_part(entry: Entry, row_index: int) -> int | None:
+    """The ``part`` of a row's records beyond its ``sequence``: None (0) for an event in its own place
+    in the binlog; inside a transaction payload, where every event has the payload's place, the event's
+    ordinal in the payload and the row's ordinal in the event, doubled so the two records of a key
+    change (+0, +1) stay apart. (sequence, part) is then unique and in binlog order."""
+    if entry.payload_index < 0:
+        return None
+    if row_index >= MAX_PAYLOAD_ROWS:
+        raise SequenceError(
+            f"{entry.header.logfile_name}:{entry.header.logfile_offset}: a payload event with more than "
+            f"{MAX_PAYLOAD_ROWS} rows; no (sequence, part) can order it"
+        )
+    return ((entry.payload_index << 21) | row_index) << 1
+
+
 def _text(value: str) -> bytes:
     # surrogateescape gives back the exact bytes of a name the binlog parser could not decode.
     return value.encode("utf-8", "surrogateescape")
@@ -271,6 +291,13 @@ def _with_part(value: bytes, part: int) -> bytes:
     return b'%s,"part":%d}' % (value[:-1], part)
 
 
+def _identity(seq: int, part: int | None) -> Headers:
+    """The change identity's headers: ``relay.sequence``, and ``relay.part`` where it is not 0."""
+    if part is None:
+        return ((H_SEQUENCE, str(seq).encode()),)
+    return ((H_SEQUENCE, str(seq).encode()), (H_PART, str(part).encode()))
+
+
 def _tombstone(record: Record) -> Record:
     """The compaction tombstone of a DELETE record: same topic, key and headers, null value."""
     return Record(record.topic, None, record.key, None, record.headers)
@@ -351,7 +378,12 @@ class RecordEncoder:
         plan = self._table_plan(h.schema_name, h.table_name, rc.columns)
         if plan is None or not rc.rows:
             return []
-        first = entry_sequence(entry, len(rc.rows) - 1) - len(rc.rows) + 1
+        # Inside a transaction payload every row shares the payload's sequence; ``row_part`` orders them.
+        in_payload = entry.payload_index >= 0
+        if in_payload:
+            first = entry_sequence(entry)
+        else:
+            first = entry_sequence(entry, len(rc.rows) - 1) - len(rc.rows) + 1
         route = plan.route
         self._topics.add(route.topic)
         type_name = _TYPE_NAMES[rc.event_type]  # Enum.name is a descriptor call: a dict is cheaper per row
@@ -362,21 +394,29 @@ class RecordEncoder:
         update, delete = rc.event_type == EventType.UPDATE, rc.event_type == EventType.DELETE
         out: list[Record] = []
         for i, row in enumerate(rc.rows):
-            seq = first + i
+            seq = first if in_payload else first + i
+            part = row_part(entry, i) if in_payload else None
             if update and _key_changes(plan, row):
+                half = part or 0
                 parts = (
                     codec_protobuf.row_value(
-                        *_as(entry, rc, EventType.DELETE), _old(row), route, seq, server, self.source_id, 0
+                        *_as(entry, rc, EventType.DELETE), _old(row), route, seq, server, self.source_id, half
                     ),
                     codec_protobuf.row_value(
-                        *_as(entry, rc, EventType.INSERT), _new(row), route, seq, server, self.source_id, 1
+                        *_as(entry, rc, EventType.INSERT),
+                        _new(row),
+                        route,
+                        seq,
+                        server,
+                        self.source_id,
+                        half + 1,
                     ),
                 )
-                out.extend(self._key_change(plan, row, seq, *parts))
+                out.extend(self._key_change(plan, row, seq, *parts, half=half))
                 continue
-            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id)
+            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id, part)
             key = self._key(plan, row.after if row.after is not None else row.before)
-            out.append(Record(route.topic, None, key, value, (*headers, (H_SEQUENCE, str(seq).encode()))))
+            out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
             if delete and plan.compact:
                 out.append(_tombstone(out[-1]))
         return out
@@ -404,14 +444,17 @@ class RecordEncoder:
         )
         tombstones = plan.compact and rc.event_type == EventType.DELETE
         out: list[Record] = []
+        in_payload = entry.payload_index >= 0
         for i, row in enumerate(rc.rows):
-            seq = first + i
+            seq = first if in_payload else first + i
+            part = row_part(entry, i) if in_payload else None
             before, after = row.before, row.after
             image = after if after is not None else before
             assert image is not None  # a row image has at least one side
             if update and _key_changes(plan, row):
                 assert before is not None and after is not None
                 server = self._server(entry.header.server_id)
+                half = part or 0
                 parts = (
                     _with_part(
                         row_text(
@@ -421,7 +464,7 @@ class RecordEncoder:
                             object_text(data_format, before),
                             "null",
                         ),
-                        0,
+                        half,
                     ),
                     _with_part(
                         row_text(
@@ -431,10 +474,10 @@ class RecordEncoder:
                             object_text(data_format, after),
                             "null",
                         ),
-                        1,
+                        half + 1,
                     ),
                 )
-                out.extend(self._key_change(plan, row, seq, *parts))
+                out.extend(self._key_change(plan, row, seq, *parts, half=half))
                 continue
             old = (
                 old_text(keys, before, after)
@@ -442,18 +485,19 @@ class RecordEncoder:
                 else "null"
             )
             value = row_text(je, seq, i, object_text(data_format, image), old)
-            out.append(
-                Record(topic, None, key_of(plan, image), value, (*headers, (H_SEQUENCE, str(seq).encode())))
-            )
+            if part is not None:
+                value = _with_part(value, part)
+            out.append(Record(topic, None, key_of(plan, image), value, (*headers, *_identity(seq, part))))
             if tombstones:
                 out.append(_tombstone(out[-1]))
         return out
 
     def _key_change(
-        self, plan: _Plan, row: RowImage, seq: int, deleted: bytes, inserted: bytes
+        self, plan: _Plan, row: RowImage, seq: int, deleted: bytes, inserted: bytes, *, half: int = 0
     ) -> list[Record]:
         """A key-changing UPDATE: the DELETE under the old key (and its tombstone on a compacted topic),
-        then the INSERT under the new key; ``relay.part`` 0 and 1."""
+        then the INSERT under the new key; ``relay.part`` ``half`` and ``half`` + 1 (0 and 1 outside a
+        transaction payload)."""
         topic, sequence_header = plan.route.topic, (H_SEQUENCE, str(seq).encode())
         old_key, new_key = self._key(plan, row.before), self._key(plan, row.after)
         delete = Record(
@@ -467,7 +511,7 @@ class RecordEncoder:
                 *plan.tag,
                 self._source_header,
                 sequence_header,
-                (H_PART, b"0"),
+                (H_PART, b"%d" % half),
             ),
         )
         insert = Record(
@@ -481,7 +525,7 @@ class RecordEncoder:
                 *plan.tag,
                 self._source_header,
                 sequence_header,
-                (H_PART, b"1"),
+                (H_PART, b"%d" % (half + 1)),
             ),
         )
         return [delete, _tombstone(delete), insert] if plan.compact else [delete, insert]

@@ -191,8 +191,6 @@ def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
         raise bad("binlog_format", var.get("binlog_format", "?"), "set binlog_format=ROW")
     if var.get("binlog_row_image", "").upper() != "FULL":
         raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
-    if var.get("binlog_transaction_compression", "OFF").upper() == "ON":
-        raise bad("binlog_transaction_compression", "ON", "set binlog_transaction_compression=OFF")
     metadata = var.get("binlog_row_metadata")
     if metadata is None or metadata.upper() != "FULL":
         raise bad(

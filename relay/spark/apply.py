@@ -41,7 +41,7 @@ from relay.spark.decode import typed
 log = logging.getLogger(__name__)
 
 STATE_DIR = "_relay_state"
-_META_LIVE = ("_key", "_sequence", "_source_id", "_es")
+_META_LIVE = ("_key", "_sequence", "_part", "_source_id", "_es")
 
 
 def table_path(out: str | Path, table: str) -> Path:
@@ -89,11 +89,16 @@ def _commit(path: Path) -> None:
 def _events(rows: DataFrame, columns: list[str]) -> DataFrame:
     """Upserts (``_deleted`` false, the row's values) and deletes (true, key only) by key."""
     upserts = rows.where(F.col("_op").isin("INSERT", "UPDATE")).select(
-        *columns, "_key", "_sequence", "_source_id", "_es", F.lit(False).alias("_deleted")
+        *columns, "_key", "_sequence", "_part", "_source_id", "_es", F.lit(False).alias("_deleted")
     )
     moved = (F.col("_op") == "UPDATE") & (F.col("_old_key") != F.col("_key"))
     deletes = rows.where((F.col("_op") == "DELETE") | moved).select(
-        F.col("_old_key").alias("_key"), "_sequence", "_source_id", "_es", F.lit(True).alias("_deleted")
+        F.col("_old_key").alias("_key"),
+        "_sequence",
+        "_part",
+        "_source_id",
+        "_es",
+        F.lit(True).alias("_deleted"),
     )
     return upserts.unionByName(deletes, allowMissingColumns=True)
 
@@ -129,16 +134,21 @@ def apply_table(changes_df: DataFrame, out: str | Path, table: str) -> None:
     if tombs is not None:
         merged = merged.unionByName(tombs.withColumn("_deleted", F.lit(True)), allowMissingColumns=True)
     # State written before source ids existed has none: "" (what changes() gives such records).
-    merged = merged.withColumn("_source_id", F.coalesce(F.col("_source_id"), F.lit("")))
+    merged = merged.withColumn("_source_id", F.coalesce(F.col("_source_id"), F.lit(""))).withColumn(
+        "_part", F.coalesce(F.col("_part"), F.lit(0).cast("long"))
+    )
+    # (sequence, part) orders a key's changes; part tells apart the rows of one transaction payload.
     latest = Window.partitionBy("_key").orderBy(
-        F.col("_sequence").desc(), F.col("_deleted").desc(), F.col("_source_id").desc()
+        F.col("_sequence").desc(), F.col("_part").desc(), F.col("_deleted").desc(), F.col("_source_id").desc()
     )
     winners = merged.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1").drop("_rank")
     winners = winners.persist()
     try:
         data_columns = [c for c in winners.columns if not c.startswith("_")]
         _write_next(winners.where(~F.col("_deleted")).select(*data_columns, *_META_LIVE), live_path)
-        tombstones = winners.where(F.col("_deleted")).select("_key", "_sequence", "_source_id", "_es")
+        tombstones = winners.where(F.col("_deleted")).select(
+            "_key", "_sequence", "_part", "_source_id", "_es"
+        )
         _write_next(tombstones, tomb_path)
         _commit(tomb_path)
         _commit(live_path)

@@ -78,7 +78,7 @@ CANAL_JSON_TYPE = StructType(
         StructField("gtid", _S),
         StructField("source", SOURCE_TYPE),
         StructField("sequence", LongType()),
-        StructField("part", IntegerType()),
+        StructField("part", LongType()),
     ]
 )
 CHANGE_TYPE = StructType(
@@ -89,7 +89,7 @@ CHANGE_TYPE = StructType(
         StructField("is_ddl", BooleanType()),
         StructField("sql", _S),
         StructField("sequence", LongType()),
-        StructField("part", IntegerType()),
+        StructField("part", LongType()),
         StructField("source_id", _S),
         StructField("es", LongType()),
         StructField("ts", LongType()),
@@ -129,7 +129,7 @@ def _json_change(m: Column) -> Column:
         m["isDdl"].alias("is_ddl"),
         m["sql"].alias("sql"),
         F.coalesce(m["sequence"], m["id"]).alias("sequence"),
-        F.coalesce(m["part"], F.lit(0)).alias("part"),
+        F.coalesce(m["part"], F.lit(0).cast("long")).alias("part"),
         F.coalesce(m["source"]["id"], F.lit("")).alias("source_id"),
         m["es"].alias("es"),
         m["ts"].alias("ts"),

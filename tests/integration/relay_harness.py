@@ -185,20 +185,20 @@ def select_orders(conn: Any, prefix: str, shards: int, tables: int) -> dict[str,
     return out
 
 
-def identity(rec: Rec) -> tuple[str, int]:
-    """A record's change identity: (source id, sequence)."""
+def identity(rec: Rec) -> tuple[str, int, int]:
+    """A record's change identity: (source id, sequence, part)."""
     msg = rec.json
-    return str(msg["source"].get("id", "")), int(msg["sequence"])
+    return str(msg["source"].get("id", "")), int(msg["sequence"]), int(msg.get("part") or 0)
 
 
 def apply_records(records: list[Rec]) -> dict[str, dict[str, str | None]]:
     """Latest state by key, applying row records as a consumer reads them: each partition in offset
     (log) order — never re-sorted by sequence — and checking that order on the way: for each key, every
     new change has a greater sequence than the last one seen, and a repeated identity (source id,
-    sequence) is a byte-identical repeat of its earlier record (dropped)."""
+    sequence, part) is a byte-identical repeat of its earlier record (dropped)."""
     state: dict[str, dict[str, str | None]] = {}
-    first: dict[tuple[str, int], Rec] = {}
-    last: dict[str, tuple[int, Rec]] = {}
+    first: dict[tuple[str, int, int], Rec] = {}
+    last: dict[str, tuple[tuple[int, int], Rec]] = {}
     for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
         msg = rec.json
         if msg["isDdl"]:
@@ -212,12 +212,13 @@ def apply_records(records: list[Rec]) -> dict[str, dict[str, str | None]]:
             )
             continue
         key = str(json.loads(rec.key or b"{}")["id"])
-        before = last.get(key, (-1, rec))
-        assert ident[1] > before[0], (
-            f"key {key}: sequence {ident[1]} at {rec.partition}:{rec.offset} comes after sequence "
+        order = (ident[1], ident[2])  # (sequence, part): part orders the rows of a transaction payload
+        before = last.get(key, ((-1, 0), rec))
+        assert order > before[0], (
+            f"key {key}: (sequence, part) {order} at {rec.partition}:{rec.offset} comes after "
             f"{before[0]} at {before[1].partition}:{before[1].offset}"
         )
-        last[key] = (ident[1], rec)
+        last[key] = (order, rec)
         if msg["type"] == "DELETE":
             state.pop(key, None)
         else:

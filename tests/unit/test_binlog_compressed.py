@@ -304,3 +304,25 @@ def test_entry_builder_numbers_payload_entries_and_resume_points_land_inside_exa
         assert [(e.entry_type, e.txn_index, e.header.logfile_offset) for e in again] == [
             (e.entry_type, e.txn_index, e.header.logfile_offset) for e in entries[published:]
         ]
+
+
+def test_payload_entries_carry_their_ordinal_and_own_size_into_distinct_record_identities() -> None:
+    from mapping.load import parse_mapping
+    from relay.kafka.codec import RecordEncoder
+    from relay.positions.store import SourceIdentity
+
+    events, start, end = decoded_binlog()
+    entries = build(events)
+    inner = [e for e in entries if e.payload_index >= 0]
+    assert [e.payload_index for e in inner] == sorted({e.payload_index for e in inner}) and inner
+    assert all(e.size == e.inner_size and e.header.event_length == end - start for e in inner)
+    encoder = RecordEncoder(
+        parse_mapping({"unmapped": {"action": "topic", "topic": "{db}"}}),
+        SourceIdentity("h", 3306, 1),
+        ddl_topic=None,
+        partitions=lambda topic: 1,
+    )
+    records = [r for e in entries for r in encoder.encode(e)]
+    assert len(records) >= 3, records  # the payload's rows, each a record
+    idents = [(dict(r.headers)["relay.sequence"], int(dict(r.headers)["relay.part"])) for r in records]
+    assert len(set(idents)) == len(idents) and idents == sorted(idents, key=lambda i: i[1])

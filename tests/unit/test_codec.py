@@ -671,3 +671,63 @@ def test_protobuf_key_change_is_a_delete_packet_then_an_insert_packet_with_part_
         else:
             assert [c.value for c in row.after_columns] == list(after) and not row.before_columns
         assert dict(record.headers)["relay.part"] == part.encode()
+
+
+# -- transaction payloads (MySQL binlog_transaction_compression) -----------------------------------------
+
+
+def payload_entry(event_type: EventType, *rows: RowImage, index: int, inner_size: int = 60) -> Entry:
+    """A rows entry read from event ``index`` of a transaction payload at mysql-bin.000123:1000 (every
+    event of a payload carries the payload's place; 900 bytes compressed)."""
+    entry = rows_entry(event_type, *rows, offset=1000)
+    entry.header.event_length = 900
+    entry.payload_index, entry.inner_size = index, inner_size
+    return entry
+
+
+def identity_of(record: Record) -> tuple[int, int]:
+    msg = loads(record)
+    return int(msg["sequence"]), int(msg.get("part", 0))
+
+
+@pytest.mark.parametrize("codec", ["canal-json", "canal-protobuf"])
+def test_rows_of_a_transaction_payload_get_distinct_ordered_identities(codec: str) -> None:
+    m = (
+        mapping()
+        if codec == "canal-json"
+        else parse_mapping({**mapping().to_dict(), "defaults": {"codec": codec}})
+    )
+    enc = encoder(m)
+    other = ("43", "NEW", "1.00", None)
+    first = enc.encode(payload_entry(EventType.INSERT, RowImage(None, NEW), RowImage(None, other), index=2))
+    second = enc.encode(payload_entry(EventType.UPDATE, RowImage(NEW, PAID), index=3))
+    records = [*first, *second]
+    seqs = {int(dict(r.headers)["relay.sequence"]) for r in records}
+    assert seqs == {(123 << 32) | 1000}, "every row of the payload has the payload's sequence"
+    parts = [int(dict(r.headers)["relay.part"]) for r in records]
+    assert parts == sorted(parts) and len(set(parts)) == 3, parts  # in binlog order, distinct
+    if codec == "canal-json":
+        assert [identity_of(r)[1] for r in records] == parts
+    # an event after the payload (at its end offset or later) sorts after every row inside it
+    after = enc.encode(rows_entry(EventType.DELETE, RowImage(PAID, None), offset=1900))
+    assert int(dict(after[0].headers)["relay.sequence"]) > max(seqs)
+    # re-encoding is byte-identical
+    assert enc.encode(payload_entry(EventType.UPDATE, RowImage(NEW, PAID), index=3)) == second
+
+
+def test_a_key_change_inside_a_payload_keeps_its_halves_apart() -> None:
+    enc = encoder(mapping())
+    moved = ("20", "PAID", "19.90", None)
+    records = enc.encode(payload_entry(EventType.UPDATE, RowImage(NEW, moved), index=1))
+    delete, insert = records
+    base = ((1 << 21) | 0) << 1
+    assert (loads(delete)["type"], identity_of(delete)) == ("DELETE", ((123 << 32) | 1000, base))
+    assert (loads(insert)["type"], identity_of(insert)) == ("INSERT", ((123 << 32) | 1000, base + 1))
+
+
+def test_an_entry_inside_a_payload_weighs_its_own_size_in_the_store() -> None:
+    entry = payload_entry(EventType.INSERT, RowImage(None, NEW), index=0, inner_size=60)
+    assert entry.size == 60
+    outside = rows_entry(EventType.INSERT, RowImage(None, NEW))
+    outside.header.event_length = 77
+    assert outside.size == 77
