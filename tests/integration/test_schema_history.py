@@ -21,12 +21,12 @@ import pymysql
 import pytest
 
 from relay.binlog import events as ev
+from relay.cli.main import main
 from relay.common.retry import RetryPolicy
 from relay.config.sections import SourceConfig
 from relay.dev.services import MySQLService
 from relay.errors import SchemaError, SourceError
-from relay.schema.history import FileSchemaHistory, resync
-from relay.schema.server import read_table
+from relay.schema.history import FileSchemaHistory
 from relay.source.binlog_source import BinlogSource, StartPoint
 from relay.source.schema_start import attach_schema_history
 
@@ -165,7 +165,7 @@ def test_minimal_and_no_log_give_what_full_gives(servers: dict[str, MySQLService
 
 
 def test_unreadable_ddl_stops_and_resync_recovers(
-    mysql_server_factory: Callable[..., MySQLService], tmp_path: Path
+    mysql_server_factory: Callable[..., MySQLService], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     svc = mysql_server_factory("--binlog-row-metadata=MINIMAL")
     _execute(svc, BEFORE[:3])
@@ -187,10 +187,19 @@ def test_unreadable_ddl_stops_and_resync_recovers(
     with pytest.raises(SchemaError):
         _read(_source(svc, FileSchemaHistory(history.path), start), end)
 
-    conn = pymysql.connect(host=svc.host, port=svc.port, user=svc.user, password=svc.password)
-    with contextlib.closing(conn):
-        live = read_table(conn, "shop_00", "orders_00")
-    resync(FileSchemaHistory(history.path), live, ("shop_00", "orders_00"), None)
+    # `relay schema resync` takes the live definition at the broken DDL's place (after --yes).
+    config = tmp_path / "relay.yaml"
+    config.write_text(
+        f"source: {{host: {svc.host}, port: {svc.port}, user: {svc.user}, password: {svc.password}}}\n"
+        f"schema: {{history: auto, path: {history.path}}}\n"
+        f"positions: {{path: {tmp_path / 'position.json'}}}\n"
+        f"status: {{file: {tmp_path / 'status.json'}}}\n"
+    )
+    table = ["--table", "shop_00.orders_00"]
+    assert main(["schema", "resync", "-c", str(config), *table]) == 1  # not confirmed: nothing written
+    assert main(["schema", "resync", "-c", str(config), *table, "--yes"]) == 0
+    assert main(["schema", "show", "-c", str(config), *table, "--at", f"{end[0]}:{end[1]}"]) == 0
+    assert "latin1" in capsys.readouterr().out
     rows = _read(_source(svc, FileSchemaHistory(history.path), start), end)
     assert len(rows) == 1
     columns, images = rows[0][3], rows[0][4]
