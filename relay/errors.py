@@ -57,6 +57,12 @@ class DecodeError(SourceError):
     """A binlog event could not be decoded. Not retriable: reading it again gives the same bytes."""
 
 
+class SchemaError(SourceError):
+    """The schema history cannot give a table's definition exactly: a DDL the parser cannot apply, a
+    TABLE_MAP that differs from the history, a table it never saw. Not retriable: reading the same
+    binlog again gives the same answer; ``relay schema resync`` repairs the table's entry."""
+
+
 # --- canal's store and server ---------------------------------------------------------------------
 
 

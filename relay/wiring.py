@@ -32,6 +32,7 @@ from relay.kafka.publisher import KafkaPublisher, PublisherConfig, TopicDefaults
 from relay.positions.lock import InstanceLock
 from relay.positions.store import FilePositionStore, PositionStore
 from relay.positions.zookeeper import ZooKeeperPositionStore
+from relay.schema.history import FileSchemaHistory
 from relay.source.instance import CanalInstance, InstanceConfig
 
 
@@ -126,8 +127,19 @@ def sink_config(config: RelayConfig) -> SinkConfig:
 
 def instance_config(config: RelayConfig) -> InstanceConfig:
     return InstanceConfig(
-        name=config.instance, source=config.source, store=config.store_config(), sink=sink_config(config)
+        name=config.instance,
+        source=config.source,
+        store=config.store_config(),
+        sink=sink_config(config),
+        schema_history=config.schema.history,
     )
+
+
+def schema_history(config: RelayConfig) -> FileSchemaHistory | None:
+    """The schema history file ``schema.path`` names (None with ``schema.history: off``)."""
+    if config.schema.history == "off":
+        return None
+    return FileSchemaHistory(config.path(config.schema.path))
 
 
 def transactional_id(config: RelayConfig) -> str | None:
@@ -180,7 +192,7 @@ def build_relay(
             store.close()
 
     parts = RelayParts(
-        instance=CanalInstance(instance_config(config), store),
+        instance=CanalInstance(instance_config(config), store, schema_history(config)),
         positions=store,
         publisher=publisher or KafkaPublisher(publisher_config(config, mapping)),
         leadership=coordination.leadership,

@@ -118,12 +118,21 @@ class BinlogParser:
     """
 
     def __init__(
-        self, *, checksum: bool, mariadb: bool, log_file: str = "", timestamp_zone: tzinfo | str = UTC
+        self,
+        *,
+        checksum: bool,
+        mariadb: bool,
+        log_file: str = "",
+        timestamp_zone: tzinfo | str = UTC,
+        table_resolver: Callable[[ev.TableMapEvent], ev.TableMapEvent] | None = None,
     ) -> None:
         self.checksum = checksum
         self.rows = rows.RowDecoder(timestamp_zone)  # TIMESTAMP rendered in this connection's zone
         self.mariadb = mariadb
         self.log_file = log_file
+        # The schema history's hook (relay.schema.tracker): names, keys and types for a TABLE_MAP
+        # without full metadata, checked against the event; it may stop the stream (SchemaError).
+        self.table_resolver = table_resolver
         self._post_header: dict[int, int] = dict(_DEFAULT_POST_HEADER)
         self._tables: dict[int, ev.TableMapEvent] = {}
         self._decoded: dict[bytes, TableMapBody] = {}
@@ -324,6 +333,8 @@ class BinlogParser:
             decoded.columns,
             decoded.names_from_binlog,
         )
+        if self.table_resolver is not None:
+            event = self.table_resolver(event)
         self._tables[decoded.table_id] = event
         return event
 

@@ -21,13 +21,14 @@ import struct
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import pymysql
 
-from relay.binlog.events import BinlogEvent, TransactionPayloadEvent
+from relay.binlog.events import BinlogEvent, TableMapEvent, TransactionPayloadEvent
 from relay.binlog.gtid import GtidSet
 from relay.binlog.gtidset import encode_mysql_gtid_set
 from relay.binlog.parse import BinlogParser
@@ -66,6 +67,11 @@ class StreamConfig:
     tls: TlsConfig | None = None  # source.tls (relay.common.tls); None: plain
     # The zone TIMESTAMP values are rendered in: the server's time_zone, or source.timezone.
     timestamp_zone: str = "UTC"
+    # Fills in (and verifies) each TABLE_MAP before its rows are decoded: the schema history, where the
+    # server writes no full row metadata (relay.schema.tracker). None: the event as it is.
+    table_resolver: Callable[[TableMapEvent], TableMapEvent] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.server_id < 2**32:
@@ -362,6 +368,7 @@ class BinlogStream:
             mariadb=self.mariadb,
             log_file=file,
             timestamp_zone=self.config.timestamp_zone,
+            table_resolver=self.config.table_resolver,
         )
 
     def _stream_error(self, packet: bytes) -> SourceError:

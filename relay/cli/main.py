@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.positions import add_positions_parser
 
     add_positions_parser(sub)
+    from relay.cli.schema import add_schema_parser
+
+    add_schema_parser(sub)
     return parser
 
 

@@ -119,6 +119,14 @@ class StatusSettings:
 
 
 @dataclass(frozen=True)
+class SchemaSettings:
+    """The schema history (relay.schema): off, auto (used when binlog_row_metadata is not FULL), always."""
+
+    history: str = "off"
+    path: str = "var/{instance}/schema-history.jsonl"
+
+
+@dataclass(frozen=True)
 class LoggingSettings:
     level: str = "INFO"
     format: str = "plain"
@@ -138,6 +146,7 @@ class RelayConfig:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     ha: HAConfig = field(default_factory=HAConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    schema: SchemaSettings = field(default_factory=SchemaSettings)
     base_dir: str = "."  # relative paths are relative to the config file's directory's parent
 
     # -- derived values, each validated once ------------------------------------------------------
@@ -193,6 +202,16 @@ class RelayConfig:
         validate_counter(f.empty_transaction_interval_ms, "filter.empty_transaction_interval_ms")
         validate_counter(f.empty_transaction_threshold, "filter.empty_transaction_threshold")
         validate_kafka_settings(self.kafka.settings, "kafka.settings")
+        self._validate_schema()
+
+    def _validate_schema(self) -> None:
+        if self.schema.history not in ("off", "auto", "always"):
+            raise ConfigError("schema.history", f"must be off, auto or always, got {self.schema.history!r}")
+        if self.schema.history != "off" and self.positions.backend != "file":
+            # The history file is not shared between hosts: a takeover elsewhere would not find it.
+            raise ConfigError(
+                "schema.history", "needs positions.backend: file (a shared history is not done yet)"
+            )
 
     def _validate_transactions(self) -> None:
         k = self.kafka

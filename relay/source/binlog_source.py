@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -34,6 +34,7 @@ from relay.binlog.events import (
     HeartbeatEvent,
     QueryEvent,
     RotateEvent,
+    TableMapEvent,
     XaPrepareEvent,
     XidEvent,
 )
@@ -44,6 +45,7 @@ from relay.common.retry import Backoff
 from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint, SourceIdentity
+from relay.schema.tracker import SchemaTracker
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class ServerInfo:
     gtid_executed: str  # MySQL Executed_Gtid_Set / MariaDB gtid_binlog_pos ("" when none)
     # The zone TIMESTAMP values are rendered in: an IANA name or "+HH:MM" ("" when not resolved).
     time_zone: str = ""
+    # binlog_row_metadata as the server reports it ("" on servers without it, e.g. MySQL 5.7).
+    row_metadata: str = "FULL"
 
 
 @dataclass(frozen=True)
@@ -127,14 +131,17 @@ def _variables(conn: Any, names: tuple[str, ...]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in _query(conn, f"SHOW GLOBAL VARIABLES WHERE {like}")}
 
 
-def inspect_server(cfg: SourceConfig) -> ServerInfo:
-    """Read what the source needs to know about the server, and refuse a server that would lose data."""
+def inspect_server(cfg: SourceConfig, *, schema_history: bool = False) -> ServerInfo:
+    """Read what the source needs to know about the server, and refuse a server that would lose data.
+
+    ``schema_history``: column names and keys can come from the schema history (``relay.schema``), so
+    a server without binlog_row_metadata=FULL is accepted."""
     conn = _connect(cfg)
     try:
         version = str(_query(conn, "SELECT VERSION()")[0][0])
         mariadb = "mariadb" in version.lower()
         var = _variables(conn, _VARIABLES)
-        _refuse_unfit(cfg, var)
+        _refuse_unfit(cfg, var, schema_history)
         binlogs, status = _binlog_state(cfg, conn)
         gtid = var.get("gtid_binlog_pos", "") if mariadb else str(status[4] if len(status) > 4 else "")
         offset = str(_query(conn, "SELECT TIME_FORMAT(TIMEDIFF(NOW(), UTC_TIMESTAMP()), '%H:%i')")[0][0])
@@ -148,6 +155,7 @@ def inspect_server(cfg: SourceConfig) -> ServerInfo:
             end=(str(status[0]), int(status[1])),
             gtid_executed="".join(gtid.split()),
             time_zone=_server_zone(cfg, conn, var) if cfg.timezone == "server" else cfg.timezone,
+            row_metadata=var.get("binlog_row_metadata", "").upper(),
         )
     except pymysql.err.MySQLError as exc:
         raise _translate(cfg, exc, "checking the server") from exc
@@ -177,7 +185,7 @@ def _binlog_state(cfg: SourceConfig, conn: Any) -> tuple[tuple[tuple[str, int], 
     return binlogs, status[0]
 
 
-def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
+def _refuse_unfit(cfg: SourceConfig, var: dict[str, str], schema_history: bool = False) -> None:
     where = cfg.address
 
     def bad(setting: str, value: str, fix: str) -> SourceError:
@@ -192,7 +200,7 @@ def _refuse_unfit(cfg: SourceConfig, var: dict[str, str]) -> None:
     if var.get("binlog_row_image", "").upper() != "FULL":
         raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
     metadata = var.get("binlog_row_metadata")
-    if metadata is None or metadata.upper() != "FULL":
+    if (metadata is None or metadata.upper() != "FULL") and not schema_history:
         raise bad(
             "binlog_row_metadata",
             metadata or "unsupported by this server",
@@ -323,7 +331,9 @@ def _check_same_server(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) 
         )
 
 
-def _stream_config(cfg: SourceConfig, info: ServerInfo) -> StreamConfig:
+def _stream_config(
+    cfg: SourceConfig, info: ServerInfo, resolver: Callable[[TableMapEvent], TableMapEvent] | None = None
+) -> StreamConfig:
     return StreamConfig(
         host=cfg.host,
         port=cfg.port,
@@ -336,6 +346,7 @@ def _stream_config(cfg: SourceConfig, info: ServerInfo) -> StreamConfig:
         mariadb=info.mariadb,
         tls=cfg.tls,
         timestamp_zone=timestamp_zone(cfg, info),
+        table_resolver=resolver,
     )
 
 
@@ -423,6 +434,10 @@ class BinlogSource:
         self._backoff: Backoff | None = None
         self._closed = False
         self.reconnects = 0
+        # The schema history (relay.schema.tracker), attached by the instance where the server writes
+        # no full row metadata: it fills each TABLE_MAP and follows each DDL, in binlog order.
+        self.schema: SchemaTracker | None = None
+        self.accept_schema_history = False  # check(): accept a server without binlog_row_metadata=FULL
 
     @property
     def identity(self) -> SourceIdentity:
@@ -440,7 +455,7 @@ class BinlogSource:
         return self._stream.connection_id if self._stream is not None else None
 
     def check(self) -> ServerInfo:
-        self.info = inspect_server(self.config)
+        self.info = inspect_server(self.config, schema_history=self.accept_schema_history)
         return self.info
 
     def open(self, start: StartPoint) -> None:
@@ -451,7 +466,7 @@ class BinlogSource:
         self.close()
         self._closed = False
         self._delivered, self._in_txn, self._replaying, self._backoff = None, False, False, None
-        stream = BinlogStream(_stream_config(self.config, self.info))
+        stream = BinlogStream(_stream_config(self.config, self.info, self._resolver()))
         if start.journal:
             stream.open_at(start.journal, start.offset)
             self._boundary, self._gtid_start = (start.journal, start.offset), None
@@ -477,6 +492,8 @@ class BinlogSource:
             if event is None:
                 return None
             if self._pass(event):
+                if self.schema is not None and isinstance(event, QueryEvent):
+                    self.schema.on_query(event)  # before the next TABLE_MAP is parsed
                 return event
             if time.monotonic() >= deadline:
                 return None
@@ -532,6 +549,9 @@ class BinlogSource:
         elif isinstance(event, RotateEvent) and not self._in_txn:
             self._boundary = (event.next_file, event.position)
 
+    def _resolver(self) -> Callable[[TableMapEvent], TableMapEvent] | None:
+        return self.schema.resolve if self.schema is not None else None
+
     def _reconnect(self, cause: SourceConnectionError) -> None:
         """Open a new connection at the boundary, waiting out the backoff; SourceError when it runs out."""
         self._drop_stream()
@@ -561,7 +581,7 @@ class BinlogSource:
 
     def _reopen(self) -> None:
         assert self.info is not None
-        stream = BinlogStream(_stream_config(self.config, self.info))
+        stream = BinlogStream(_stream_config(self.config, self.info, self._resolver()))
         try:
             if self._boundary is not None:
                 stream.open_at(*self._boundary)

@@ -29,8 +29,10 @@ from relay.canal.sink import Sink, SinkConfig
 from relay.config.sections import SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, next_generation, resume_after
+from relay.schema.history import FileSchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
+from relay.source.schema_start import attach_schema_history
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +48,25 @@ class InstanceConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+    schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
 
 
 class CanalInstance:
     """A running canal instance. ``start`` → ``get_without_ack``/``ack``/``rollback`` → ``stop``."""
 
-    def __init__(self, config: InstanceConfig, positions: PositionStore) -> None:
+    def __init__(
+        self,
+        config: InstanceConfig,
+        positions: PositionStore,
+        schema_history: FileSchemaHistory | None = None,
+    ) -> None:
         self.config = config
         self.positions = positions
         self.failover = Failover(config.source)
         self.source = BinlogSource(master_config(config.source))
+        # Names and keys where the server writes no full row metadata (relay.source.schema_start).
+        self.schema_history = schema_history
+        self.source.accept_schema_history = schema_history is not None and config.schema_history != "off"
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
@@ -94,6 +105,8 @@ class CanalInstance:
                 self._switch(saved, str(exc))
             else:
                 self.start_point = resolve_start(self.config.source, self.info, saved)
+                history, mode = self.schema_history, self.config.schema_history
+                attach_schema_history(self.source, history, mode, self.start_point)
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
         self._thread = threading.Thread(

@@ -1,0 +1,118 @@
+"""``relay schema show|resync``: the table as the relay knows it, and repairing a table's history entry.
+
+Runs on the CLI's main thread. ``show`` reads the schema history file (``schema.path``) and prints a
+table as of a binlog place (``--at file:offset``; default: the saved position, else the newest
+record). ``resync`` reads the table's live definition from the server (information_schema) and
+appends it to the history — at the place of the table's broken DDL (the relay stopped on a DDL it
+could not apply), or at ``--at`` / the saved position (a table changed outside the binlog) — after
+the operator confirms (``--yes``); refused while a relay holds the instance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+import pymysql
+
+from relay.cli.positions import _refuse_if_active
+from relay.common import mysql
+from relay.config.load import load_config
+from relay.errors import ConfigError, SchemaError
+from relay.schema.history import FileSchemaHistory, Place, place_key, resync
+from relay.schema.server import read_table
+from relay.wiring import open_positions
+
+
+def add_schema_parser(sub: Any) -> None:
+    schema = sub.add_parser(
+        "schema",
+        help="show a table as the schema history knows it, or resync it from the server",
+        description="The schema history gives column names, keys and types where the server does not "
+        "write binlog_row_metadata=FULL (docs/architecture.md, 'Schema history').",
+    )
+    cmds = schema.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
+    show = cmds.add_parser("show", help="a table as the relay knows it at a binlog place")
+    show.add_argument("-c", "--config", required=True, help="the relay's config file")
+    show.add_argument("--table", required=True, help="schema.table, e.g. shop_07.orders_33")
+    show.add_argument("--at", help="binlog place file:offset (default: the saved position)")
+    show.set_defaults(func=cmd_schema_show)
+    sync = cmds.add_parser("resync", help="take a table's live definition into the history (relay stopped)")
+    sync.add_argument("-c", "--config", required=True, help="the relay's config file")
+    sync.add_argument("--table", required=True, help="schema.table")
+    sync.add_argument(
+        "--at", help="place file:offset (default: the table's broken DDL, else the saved position)"
+    )
+    sync.add_argument("--yes", action="store_true", help="confirm that the live definition is right there")
+    sync.set_defaults(func=cmd_schema_resync)
+
+
+def _table(text: str) -> tuple[str, str]:
+    schema, dot, table = text.partition(".")
+    if not dot or not schema or not table:
+        raise ConfigError("--table", f"must be schema.table, got {text!r}")
+    return schema, table
+
+
+def _place(text: str) -> Place:
+    file, colon, offset = text.rpartition(":")
+    if not colon or not file or not offset.isdigit():
+        raise ConfigError("--at", f"must be file:offset, got {text!r}")
+    return file, int(offset)
+
+
+def _history(config: Any) -> FileSchemaHistory:
+    path = config.path(config.schema.path)
+    if not path.exists():
+        raise SchemaError(f"no schema history at {path} (schema.history: {config.schema.history})")
+    return FileSchemaHistory(path)
+
+
+def _saved_place(config: Any) -> Place | None:
+    with open_positions(config) as store:
+        saved = store.load()
+    return (saved.journal, saved.offset) if saved is not None and saved.journal else None
+
+
+def cmd_schema_show(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    history = _history(config)
+    key = _table(args.table)
+    at = _place(args.at) if args.at else _saved_place(config)
+    if at is None:
+        at = max((r.at for r in history.records), key=place_key)
+    table = history.catalog_at(at).table(*key)
+    print(f"as of {at[0]}:{at[1]}")
+    print(table.describe() if table is not None else f"{key[0]}.{key[1]}: not known at this place")
+    return 0 if table is not None else 1
+
+
+def cmd_schema_resync(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _refuse_if_active(config)
+    history = _history(config)
+    key = _table(args.table)
+    at = _place(args.at) if args.at else None
+    s = config.source
+    conn = mysql.connect(s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout)
+    try:
+        with contextlib.closing(conn):
+            live = read_table(conn, *key)
+    except pymysql.err.MySQLError as exc:
+        raise SchemaError(f"{s.address}: cannot read {args.table}: {exc}") from exc
+    print(live.describe() if live is not None else f"{args.table}: no such table on the server")
+    if not args.yes:
+        print("not written: run again with --yes to confirm this definition")
+        return 1
+    try:
+        record = resync(history, live, key, at)
+    except SchemaError:
+        if at is not None:
+            raise
+        saved = _saved_place(config)
+        if saved is None:
+            raise
+        record = resync(history, live, key, saved)
+    print(f"resynced {args.table} at {record.at[0]}:{record.at[1]} in {history.path}")
+    return 0

@@ -1,0 +1,318 @@
+"""The schema model: what the relay knows about a table's columns, and what a TABLE_MAP must say of it.
+
+Owned here: ``ColumnDef`` / ``TableDef`` (frozen values that round-trip through JSON, as the history
+stores them), ``Catalog`` (every known table plus the charset facts needed to resolve a column's
+collation: database defaults, the server default, the server's collation ids), and the two things the
+binlog side needs from a definition:
+
+* ``signature`` — the (real type, size) a TABLE_MAP must carry for the column (MySQL ``Field::
+  binlog_type`` and ``save_field_metadata``): what the history is verified against at every TABLE_MAP;
+* ``column_meta`` — the ``relay.binlog.events.ColumnMeta`` that binlog_row_metadata=FULL would have
+  given: the name, the key flag, the signedness, the collation id (text decoding, ``varchar(16)`` in
+  characters), the ENUM/SET members.
+
+Pure values, no I/O; used on the binlog reader thread by ``relay.schema.tracker``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from relay.binlog import charsets, types
+from relay.binlog.events import ColumnMeta
+
+_INT_CODES = {"tinyint": types.TINY, "smallint": types.SHORT, "mediumint": types.INT24, "int": types.LONG,
+              "bigint": types.LONGLONG}  # fmt: skip
+_BLOB_SIZES = {"tiny": 1, "": 2, "medium": 3, "long": 4}
+_TEXTS = {f"{p}text": n for p, n in _BLOB_SIZES.items()}
+_BLOBS = {f"{p}blob": n for p, n in _BLOB_SIZES.items()}
+# Types whose values are characters (a collation applies); binary strings have the binary collation.
+CHARACTER = frozenset({"char", "varchar", "enum", "set", *_TEXTS})
+BINARY = frozenset({"binary", "varbinary", *_BLOBS})
+NUMERIC = frozenset({*_INT_CODES, "decimal", "float", "double"})
+KNOWN = CHARACTER | BINARY | NUMERIC | {"date", "datetime", "timestamp", "time", "year", "bit", "json",
+                                        "geometry"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDef:
+    """One column as declared: ``kind`` is MySQL's type name (``varchar``, ``decimal``, ``mediumtext``),
+    ``params`` its numbers (length, precision and scale, fsp, bits), ``collation`` the resolved collation
+    of a character column (``binary`` for binary strings, None for the rest)."""
+
+    name: str
+    kind: str
+    params: tuple[int, ...] = ()
+    unsigned: bool = False
+    collation: str | None = None
+    members: tuple[str, ...] | None = None  # ENUM / SET
+
+    def type_text(self) -> str:
+        """The declared type as SQL (for messages and ``relay schema show``)."""
+        text = self.kind
+        if self.members is not None:
+            text += "(" + ",".join("'" + m.replace("'", "''") + "'" for m in self.members) + ")"
+        elif self.params:
+            text += "(" + ",".join(str(p) for p in self.params) + ")"
+        if self.unsigned:
+            text += " unsigned"
+        if self.collation is not None and self.kind in CHARACTER:
+            text += f" collate {self.collation}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.params:
+            out["params"] = list(self.params)
+        if self.unsigned:
+            out["unsigned"] = True
+        if self.collation is not None:
+            out["collation"] = self.collation
+        if self.members is not None:
+            out["members"] = list(self.members)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ColumnDef:
+        members = data.get("members")
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            params=tuple(int(p) for p in data.get("params", ())),
+            unsigned=bool(data.get("unsigned", False)),
+            collation=data.get("collation"),
+            members=tuple(str(m) for m in members) if members is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TableDef:
+    """A table: its columns in order, its primary key (column names, in key order), its default
+    collation (for columns added later without one). ``broken`` is set, with the reason, when a DDL
+    on the table could not be applied: the definition is unknown until ``relay schema resync``."""
+
+    schema: str
+    name: str
+    columns: tuple[ColumnDef, ...] = ()
+    primary_key: tuple[str, ...] = ()
+    collation: str | None = None
+    broken: str = ""
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def index_of(self, column: str) -> int | None:
+        """The position of ``column`` (MySQL column names are case-insensitive)."""
+        lower = column.lower()
+        for i, c in enumerate(self.columns):
+            if c.name.lower() == lower:
+                return i
+        return None
+
+    def renamed(self, schema: str, name: str) -> TableDef:
+        return replace(self, schema=schema, name=name)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": self.schema,
+            "name": self.name,
+            "columns": [c.to_json() for c in self.columns],
+            "primary_key": list(self.primary_key),
+        }
+        if self.collation is not None:
+            out["collation"] = self.collation
+        if self.broken:
+            out["broken"] = self.broken
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableDef:
+        return cls(
+            schema=str(data["schema"]),
+            name=str(data["name"]),
+            columns=tuple(ColumnDef.from_json(c) for c in data.get("columns", ())),
+            primary_key=tuple(str(k) for k in data.get("primary_key", ())),
+            collation=data.get("collation"),
+            broken=str(data.get("broken", "")),
+        )
+
+    def describe(self) -> str:
+        """A readable, multi-line description (``relay schema show``)."""
+        lines = [f"{self.qualified}" + (f"  BROKEN: {self.broken}" if self.broken else "")]
+        keys = {k.lower() for k in self.primary_key}
+        for i, c in enumerate(self.columns):
+            mark = "  PRI" if c.name.lower() in keys else ""
+            lines.append(f"  {i + 1:>3} {c.name:<24} {c.type_text()}{mark}")
+        lines.append(
+            f"  primary key: ({', '.join(self.primary_key)})" if self.primary_key else "  no primary key"
+        )
+        if self.collation:
+            lines.append(f"  default collation: {self.collation}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Collation:
+    name: str
+    charset: str
+    id: int
+    default: bool  # the charset's default collation
+
+
+@dataclass
+class Catalog:
+    """Every table known at one binlog position, and the charset facts to resolve collations.
+
+    ``tables`` is keyed by (schema, table) as the server spells them (lower_case_table_names=0);
+    ``databases`` maps a schema to its default collation; ``server_collation`` is collation_server.
+    """
+
+    mariadb: bool = False
+    tables: dict[tuple[str, str], TableDef] = field(default_factory=dict)
+    databases: dict[str, str] = field(default_factory=dict)
+    server_collation: str = "utf8mb4_general_ci"
+    collations: dict[str, Collation] = field(default_factory=dict)
+
+    def copy(self) -> Catalog:
+        return Catalog(self.mariadb, dict(self.tables), dict(self.databases), self.server_collation,
+                       self.collations)  # fmt: skip
+
+    def table(self, schema: str, name: str) -> TableDef | None:
+        return self.tables.get((schema, name))
+
+    def default_collation(self, charset: str) -> str | None:
+        for c in self.collations.values():
+            if c.charset == charset and c.default:
+                return c.name
+        return None
+
+    def collation_id(self, name: str | None) -> int | None:
+        if name is None:
+            return None
+        if name == "binary":
+            return charsets.BINARY_COLLATION
+        found = self.collations.get(name)
+        return found.id if found is not None else None
+
+    def facts_json(self) -> dict[str, Any]:
+        """The charset facts (not the tables), as the history's snapshot record stores them."""
+        return {
+            "mariadb": self.mariadb,
+            "databases": dict(self.databases),
+            "server_collation": self.server_collation,
+            "collations": [[c.name, c.charset, c.id, c.default] for c in self.collations.values()],
+        }
+
+    @classmethod
+    def from_facts(cls, data: dict[str, Any]) -> Catalog:
+        collations = {
+            str(n): Collation(str(n), str(cs), int(i), bool(d)) for n, cs, i, d in data["collations"]
+        }
+        return cls(
+            mariadb=bool(data.get("mariadb", False)),
+            databases={str(k): str(v) for k, v in data.get("databases", {}).items()},
+            server_collation=str(data.get("server_collation", "utf8mb4_general_ci")),
+            collations=collations,
+        )
+
+
+# --- what a TABLE_MAP says of a column -------------------------------------------------------------
+
+
+def _maxlen(catalog: Catalog, collation: str | None) -> int:
+    cs = charsets.charset_of(catalog.collation_id(collation))
+    return cs.maxlen if cs is not None else 1
+
+
+def _set_bytes(count: int) -> int:
+    size = (count + 7) // 8
+    return 8 if size > 4 else size
+
+
+def signature(catalog: Catalog, col: ColumnDef) -> tuple[int, int]:
+    """The (real type, size) the column's TABLE_MAP entry carries; ``event_signature`` reads the same
+    from an event. Size: the metadata, except for the STRING family, where it is the length in bytes
+    (ENUM/SET: the pack length), as ``relay.binlog.types.string_type`` gives it."""
+    k, p = col.kind, col.params
+    if k in _INT_CODES:
+        return _INT_CODES[k], 0
+    if k == "decimal":
+        precision = p[0] if p else 10
+        scale = p[1] if len(p) > 1 else 0
+        return types.NEWDECIMAL, precision << 8 | scale
+    if k == "float":
+        return types.FLOAT, 4
+    if k == "double":
+        return types.DOUBLE, 8
+    if k in ("datetime", "timestamp", "time"):
+        code = {"datetime": types.DATETIME2, "timestamp": types.TIMESTAMP2, "time": types.TIME2}[k]
+        return code, p[0] if p else 0
+    if k == "date":
+        return types.DATE, 0
+    if k == "year":
+        return types.YEAR, 0
+    if k == "bit":
+        bits = p[0] if p else 1
+        return types.BIT, (bits // 8) << 8 | bits % 8
+    if k in ("char", "binary"):
+        n = p[0] if p else 1
+        return types.STRING, n * (_maxlen(catalog, col.collation) if k == "char" else 1)
+    if k == "enum":
+        return types.ENUM, 1 if len(col.members or ()) < 256 else 2
+    if k == "set":
+        return types.SET, _set_bytes(len(col.members or ()))
+    if k in ("varchar", "varbinary"):
+        n = p[0] if p else 0
+        return types.VARCHAR, n * (_maxlen(catalog, col.collation) if k == "varchar" else 1)
+    if k in _TEXTS:
+        return types.BLOB, _TEXTS[k]
+    if k in _BLOBS:
+        return types.BLOB, _BLOBS[k]
+    if k == "json":
+        return (types.BLOB, 4) if catalog.mariadb else (types.JSON, 4)
+    if k == "geometry":
+        return types.GEOMETRY, 4
+    raise ValueError(f"no binlog type for {k}")
+
+
+def event_signature(col: ColumnMeta) -> tuple[int, int]:
+    """(real type, size) of an event's column, comparable with ``signature``."""
+    if col.type_code in (types.STRING, types.ENUM, types.SET):
+        return col.type_code, types.string_type(col.meta)[1]
+    if col.type_code in (types.BLOB, types.TINY_BLOB, types.MEDIUM_BLOB, types.LONG_BLOB):
+        return types.BLOB, col.meta
+    if col.type_code == types.VAR_STRING:
+        return types.VARCHAR, col.meta
+    return col.type_code, col.meta
+
+
+def collation_of(catalog: Catalog, col: ColumnDef) -> int | None:
+    """The collation id FULL metadata gives the column: character and binary strings (and on MariaDB
+    GEOMETRY, which it counts as a character column); None for every other type."""
+    if col.kind in CHARACTER or col.kind in BINARY or (col.kind == "json" and catalog.mariadb):
+        return catalog.collation_id(col.collation)
+    if col.kind == "geometry" and catalog.mariadb:
+        return charsets.BINARY_COLLATION
+    return None
+
+
+def column_meta(catalog: Catalog, table: TableDef, index: int, event: ColumnMeta) -> ColumnMeta:
+    """The column as FULL metadata would describe it: the event's type, size and nullability, the
+    history's name, key flag, signedness, collation and members."""
+    col = table.columns[index]
+    raw = types.STRING if event.type_code in (types.ENUM, types.SET) else event.type_code
+    keys = {k.lower() for k in table.primary_key}
+    return types.column_meta(
+        index,
+        raw,
+        event.meta,
+        event.nullable,
+        name=col.name,
+        unsigned=col.unsigned and col.kind in NUMERIC,
+        charset=collation_of(catalog, col),
+        is_key=col.name.lower() in keys,
+        enum_values=col.members if col.kind == "enum" else None,
+        set_values=col.members if col.kind == "set" else None,
+    )

@@ -1,0 +1,63 @@
+"""The schema history's DDL application (sqlglot, MySQL dialect) and its durable, versioned store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay.binlog import types
+from relay.schema.ddl import UnappliedDdlError, apply_ddl
+from relay.schema.history import FileSchemaHistory, Record
+from relay.schema.model import Catalog, Collation, signature
+
+COLLATIONS = {
+    n: Collation(n, cs, i, d)
+    for n, cs, i, d in [
+        ("utf8mb4_general_ci", "utf8mb4", 45, True),
+        ("utf8mb4_bin", "utf8mb4", 46, False),
+        ("latin1_swedish_ci", "latin1", 8, True),
+    ]
+}
+
+
+def catalog() -> Catalog:
+    return Catalog(mariadb=True, collations=dict(COLLATIONS), databases={"d": "latin1_swedish_ci"})
+
+
+def test_columns_keys_and_renames_follow_the_ddl() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT UNSIGNED PRIMARY KEY, name VARCHAR(16) CHARACTER SET utf8mb4)", "d")
+    apply_ddl(c, "ALTER TABLE o ADD COLUMN note TEXT FIRST, CHANGE name title VARCHAR(20)", "d")
+    apply_ddl(c, "ALTER TABLE o DROP PRIMARY KEY, ADD PRIMARY KEY (id, title)", "d")
+    apply_ddl(c, "RENAME TABLE o TO p, p TO q", "d")
+    t = c.table("d", "q")
+    assert t is not None and c.table("d", "o") is None
+    assert [col.name for col in t.columns] == ["note", "id", "title"]
+    assert t.primary_key == ("id", "title")
+    assert t.columns[2].collation == "latin1_swedish_ci"  # CHANGE without a charset: the table's
+    assert signature(c, t.columns[2]) == (types.VARCHAR, 20)
+    assert signature(c, t.columns[1]) == (types.LONG, 0) and t.columns[1].unsigned
+
+
+def test_a_statement_the_parser_cannot_apply_names_its_table() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT)", "d")
+    with pytest.raises(UnappliedDdlError) as caught:
+        apply_ddl(c, "ALTER TABLE o CONVERT TO CHARACTER SET utf8mb4", "d")
+    assert caught.value.tables == (("d", "o"),)
+    assert apply_ddl(c, "CREATE INDEX ix ON o (id)", "d") == {}
+
+
+def test_the_history_answers_by_place(tmp_path: Path) -> None:
+    h = FileSchemaHistory(tmp_path / "h.jsonl")
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT)", "d")
+    h.append(Record("snapshot", ("b.000001", 100), tuple(c.tables.items()), c.facts_json()))
+    changes = apply_ddl(c, "ALTER TABLE o ADD COLUMN x INT", "d")
+    h.append(Record("ddl", ("b.000002", 50), tuple(changes.items()), {"databases": c.databases}, "ALTER"))
+    again = FileSchemaHistory(h.path)
+    assert len(again.catalog_at(("b.000001", 999)).tables[("d", "o")].columns) == 1
+    assert len(again.catalog_at(("b.000002", 50)).tables[("d", "o")].columns) == 2
+    with pytest.raises(Exception, match="no definitions as old"):
+        again.catalog_at(("b.000001", 4))
