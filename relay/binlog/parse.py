@@ -20,7 +20,7 @@ from collections.abc import Callable
 from relay.binlog import events as ev
 from relay.binlog import rows
 from relay.binlog.tablemap import TableMapBody, parse_table_map, read_lenenc
-from relay.errors import DecodeError, SourceError
+from relay.errors import DecodeError, IncompleteRowImageError, SourceError
 
 HEADER_LEN = 19
 _HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, log_pos, flags
@@ -311,7 +311,10 @@ class BinlogParser:
                 f"{self.log_file}:{header.start}: rows event for table id {table_id} without its TABLE_MAP "
                 "(the stream started inside a transaction?); resume from the transaction's start"
             )
-        decoded = rows.decode_rows(_ROWS_KIND[code], data, p, end, table)
+        try:
+            decoded = rows.decode_rows(_ROWS_KIND[code], data, p, end, table)
+        except IncompleteRowImageError as exc:
+            raise exc.at(f"{self.log_file}:{header.start}") from None
         if flags & STMT_END_F:
             # Table ids are valid until the end of the statement; a server re-maps them before the
             # next one, so a stale entry can only hide a missing TABLE_MAP.

@@ -131,11 +131,16 @@ class CanalInstance:
         # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
         # have to wait, so an idle stream adds no latency.
         burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
+        # A transaction's entries are held back until it ends (up to half the store), so that a
+        # change refused further in (an incomplete row image, a statement-logged DML) stops the
+        # relay before anything of that transaction can be published.
+        txn_limit = max(burst, self.store.config.buffer_size // 2)
         pending: list[Entry] = []
         try:
             while not self._stopping.is_set():
+                holding = builder.in_transaction
                 try:
-                    event = self.source.read(0.0 if pending else self.config.poll_seconds)
+                    event = self.source.read(0.0 if pending and not holding else self.config.poll_seconds)
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
@@ -145,7 +150,8 @@ class CanalInstance:
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
-                    pending = self._put(pending)
+                    if not holding:
+                        pending = self._put(pending)
                     continue
                 entries = builder.build(event)
                 if skip_at is not None and entries:
@@ -155,8 +161,8 @@ class CanalInstance:
                 entries = self.sink.process(entries)
                 if entries:
                     pending.extend(entries)
-                    if len(pending) >= burst:
-                        pending = self._put(pending)
+                if len(pending) >= (txn_limit if builder.in_transaction else burst):
+                    pending = self._put(pending)
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
