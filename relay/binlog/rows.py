@@ -571,7 +571,9 @@ def decode_rows(kind: str, data: bytes, pos: int, end: int, table: TableMapEvent
     return rows
 
 
-def _incomplete(kind: str, table: TableMapEvent, first: int, second: int, full: int) -> IncompleteRowImageError:
+def _incomplete(
+    kind: str, table: TableMapEvent, first: int, second: int, full: int
+) -> IncompleteRowImageError:
     """The error for a rows event whose images lack columns (binlog_row_image MINIMAL / NOBLOB).
 
     A FULL image has every column's bit set (MySQL and MariaDB both set all of them); INSERT has only
