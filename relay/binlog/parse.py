@@ -40,6 +40,7 @@ _FL_DDL = 0x20
 # Post-header lengths of binlog v4 for the events we read; a FORMAT_DESCRIPTION replaces them.
 _DEFAULT_POST_HEADER = {
     ev.QUERY_EVENT: 13,
+    ev.EXECUTE_LOAD_QUERY_EVENT: 26,
     ev.TABLE_MAP_EVENT: 8,
     23: 8,
     24: 8,
@@ -101,6 +102,9 @@ class BinlogParser:
         self._handlers: dict[int, _Handler] = {
             ev.ROTATE_EVENT: self._rotate,
             ev.QUERY_EVENT: self._query,
+            # LOAD DATA logged as a statement: a QUERY with a longer post-header (the file id and where
+            # the file name is in the statement); the guard in relay.canal.statements must see it.
+            ev.EXECUTE_LOAD_QUERY_EVENT: self._query,
             ev.XID_EVENT: self._xid,
             ev.GTID_LOG_EVENT: self._mysql_gtid,
             ev.ANONYMOUS_GTID_LOG_EVENT: self._anonymous_gtid,
@@ -200,7 +204,7 @@ class BinlogParser:
 
     def _query(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:
         thread_id, exec_time, schema_len, error_code, status_len = _QUERY_POST.unpack_from(data, body)
-        p = body + self._post_header.get(ev.QUERY_EVENT, 13) + status_len
+        p = body + self._post_header.get(header.type_code, 13) + status_len
         schema = _text(data[p : p + schema_len])
         sql = _text(data[p + schema_len + 1 : end])
         return ev.QueryEvent(header, thread_id, exec_time, error_code, schema, sql)

@@ -20,11 +20,13 @@ import logging
 import threading
 from dataclasses import dataclass, field, replace
 
+from relay.binlog.events import QueryEvent
 from relay.canal.entry import Entry
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
+from relay.canal.statements import StatementDmlGuard
 from relay.config.sections import SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, resume_after
@@ -58,6 +60,7 @@ class CanalInstance:
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
+        self.statements = StatementDmlGuard(config.source.statement_dml, self.sink.keeps_table)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
         self.last_saved: ResumePoint | None = None
@@ -153,6 +156,8 @@ class CanalInstance:
                     if not holding:
                         pending = self._put(pending)
                     continue
+                if isinstance(event, QueryEvent):
+                    self.statements.check(event)  # raises for statement-logged DML (stop)
                 entries = builder.build(event)
                 if skip_at is not None and entries:
                     entries, skip_at = _drop_published(entries, skip_at, start.skip)
