@@ -158,6 +158,9 @@ class GtidEvent(BinlogEvent):
     mariadb: bool
     standalone: bool = False
     is_ddl: bool = False
+    # MariaDB FL_PREPARED_XA: the transaction that follows is the prepared part of an XA transaction
+    # (MariaDB writes no XA START query; the XID is in the GTID event, and XA END / XA_PREPARE end it).
+    xa_prepared: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ CHECKSUM_CRC32 = 1
 STMT_END_F = 0x0001  # rows event flag: last rows event of a statement (MySQL Rows_event::STMT_END_F)
 _FL_STANDALONE = 0x01  # MariaDB GTID flags2 (MariaDB "GTID_EVENT" page)
 _FL_DDL = 0x20
+_FL_PREPARED_XA = 0x40
 
 # Post-header lengths of binlog v4 for the events we read; a FORMAT_DESCRIPTION replaces them.
 _DEFAULT_POST_HEADER = {
@@ -245,6 +246,7 @@ class BinlogParser:
             mariadb=True,
             standalone=bool(flags2 & _FL_STANDALONE),
             is_ddl=bool(flags2 & _FL_DDL),
+            xa_prepared=bool(flags2 & _FL_PREPARED_XA),
         )
 
     def _gtid_list(self, header: ev.EventHeader, data: bytes, body: int, end: int) -> ev.BinlogEvent:

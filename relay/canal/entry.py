@@ -217,6 +217,9 @@ class Entry:
     # True when nothing of this entry's transaction follows it: TRANSACTIONEND, or a statement that
     # is its own transaction (a DDL outside BEGIN/COMMIT). Set by the entry builder.
     closes_txn: bool = False
+    # The oldest XA transaction prepared but not yet decided when this entry was made (its start and
+    # GTID set before it), or None: a restart must read again from there (``relay.canal.xa``).
+    xa_hold: TxnContext | None = None
 
     @property
     def is_ddl(self) -> bool:

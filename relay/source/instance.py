@@ -27,9 +27,10 @@ from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
 from relay.canal.statements import StatementDmlGuard
+from relay.canal.xa import XaBuffer
 from relay.config.sections import SourceConfig, StoreConfig
-from relay.errors import RelayError, ServerError, SourceUnavailableError
-from relay.positions.store import PositionStore, ResumePoint, resume_after
+from relay.errors import RelayError, ServerError, SourceError, SourceUnavailableError
+from relay.positions.store import PositionStore, ResumePoint, already_published, resume_after
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
 
@@ -89,7 +90,11 @@ class CanalInstance:
                     raise
                 self._switch(saved, str(exc))
             else:
-                self.start_point = resolve_start(self.config.source, self.info, saved)
+                # With an XA transaction prepared and undecided at the save, reading starts at its
+                # PREPARE's transaction; what was published after it is dropped again (``_run_parser``).
+                self.start_point = resolve_start(
+                    self.config.source, self.info, saved.read_from if saved is not None else None
+                )
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
         self._thread = threading.Thread(
@@ -129,7 +134,8 @@ class CanalInstance:
         assert self.start_point is not None and self.info is not None
         start = self.start_point
         builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
-        skip_at = (start.journal, start.offset) if start.skip else None
+        xa = XaBuffer(self.config.source.xa_buffer_bytes)
+        published = self._published_before(start)
         # Entries of the events that are already buffered are put into the store together: one lock
         # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
         # have to wait, so an idle stream adds no latency.
@@ -149,7 +155,13 @@ class CanalInstance:
                         raise
                     pending = self._put(pending)
                     self._fail_over(exc)
-                    start, skip_at = self.start_point, None
+                    if xa.prepared:
+                        raise SourceError(
+                            f"instance {self.config.name}: cannot fail over while XA transactions are "
+                            f"prepared and undecided ({', '.join(xa.prepared)}): their changes were read "
+                            "from the master and are published only at their XA COMMIT"
+                        ) from exc
+                    start, published = self.start_point, None
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
@@ -159,8 +171,9 @@ class CanalInstance:
                 if isinstance(event, QueryEvent):
                     self.statements.check(event)  # raises for statement-logged DML (stop)
                 entries = builder.build(event)
-                if skip_at is not None and entries:
-                    entries, skip_at = _drop_published(entries, skip_at, start.skip)
+                entries = xa.process(event, entries)
+                if published is not None and entries:
+                    entries, published = _drop_published(entries, published)
                 if self._drop is not None and entries:
                     entries = self._drop.filter(entries)
                 entries = self.sink.process(entries)
@@ -177,6 +190,23 @@ class CanalInstance:
             self._failure = exc
         finally:
             self.source.close()
+
+    def _published_before(self, start: StartPoint) -> ResumePoint | None:
+        """What was published already at the place reading starts: skip entries up to it."""
+        saved = self._saved
+        if (
+            saved is not None
+            and saved.xa_journal
+            and (start.journal, start.offset)
+            == (
+                saved.xa_journal,
+                saved.xa_offset,
+            )
+        ):
+            return saved  # reading from a held XA PREPARE: everything up to the saved point was published
+        if start.skip:
+            return ResumePoint(start.journal, start.offset, start.skip)
+        return None
 
     def _put(self, entries: list[Entry]) -> list[Entry]:
         """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
@@ -258,18 +288,9 @@ class CanalInstance:
                     del self._resume[bid]
 
 
-def _drop_published(
-    entries: list[Entry], skip_at: tuple[str, int], skip: int
-) -> tuple[list[Entry], tuple[str, int] | None]:
-    """Drop the first ``skip`` entries of the transaction at ``skip_at``: they were published before."""
-    kept = []
-    done = False
-    for e in entries:
-        start = e.txn.start
-        if (start.journal, start.offset) == skip_at:
-            if e.txn_index < skip:
-                continue
-        else:
-            done = True  # a later transaction: nothing more to skip
-        kept.append(e)
-    return kept, (None if done else skip_at)
+def _drop_published(entries: list[Entry], point: ResumePoint) -> tuple[list[Entry], ResumePoint | None]:
+    """Drop the entries published before ``point``; None once an entry past it was seen."""
+    for i, e in enumerate(entries):
+        if not already_published(e, point):
+            return entries[i:], None
+    return [], point

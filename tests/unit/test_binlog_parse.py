@@ -194,13 +194,17 @@ def test_previous_gtids_round_trips_with_the_dump_encoding() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags2", "standalone", "is_ddl"), [(0x0C, False, False), (0x29, True, True), (0x01, True, False)]
-)
-def test_mariadb_gtid(flags2: int, standalone: bool, is_ddl: bool) -> None:
+    ("flags2", "standalone", "is_ddl", "xa"),
+    # 0x4C and 0x8D as MariaDB 10.11 writes them for XA PREPARE's and XA COMMIT's transactions.
+    [(0x0C, False, False, False), (0x29, True, True, False), (0x01, True, False, False),
+     (0x4C, False, False, True), (0x8D, True, False, False)],
+)  # fmt: skip
+def test_mariadb_gtid(flags2: int, standalone: bool, is_ddl: bool, xa: bool) -> None:
     body = struct.pack("<QIB", 9883, 2, flags2) + bytes(6)
     e = parser(mariadb=True).parse(event(ev.MARIADB_GTID_EVENT, body, server_id=10124), 1)
     assert isinstance(e, ev.GtidEvent)
     assert (e.gtid, e.mariadb, e.standalone, e.is_ddl) == ("2-10124-9883", True, standalone, is_ddl)
+    assert e.xa_prepared == xa
 
 
 def test_mariadb_gtid_list() -> None:
