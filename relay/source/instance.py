@@ -184,6 +184,9 @@ class CanalInstance:
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
+                # What closed before the failing transaction is sound: it goes to the store, to be
+                # published and acknowledged before the failure stops the consumer (get_without_ack).
+                self._put(_closed_prefix(pending))
                 self._failure = exc
         except BaseException as exc:
             log.exception("instance %s: parser crashed", self.config.name)
@@ -256,8 +259,19 @@ class CanalInstance:
             raise self._failure
 
     def get_without_ack(self, batch_size: int, timeout: float | None = None) -> Message:
-        self._raise_failure()
-        message = self.server.get_without_ack(batch_size, timeout)
+        """The next batch. Once the parser has failed, what it put before is still handed out; the
+        failure is raised when nothing is left and every batch handed out was acknowledged (or rolled
+        back), so the saved position reaches the failing transaction but never passes it."""
+        if self._failure is not None:
+            message = self.server.get_without_ack(batch_size, None)  # None: take what is there, no wait
+            if not message.entries:
+                with self._lock:
+                    outstanding = bool(self._resume)
+                if not outstanding:
+                    self._raise_failure()
+                self._stopping.wait(min(timeout or 0.0, self.config.poll_seconds))
+        else:
+            message = self.server.get_without_ack(batch_size, timeout)
         if message.entries:
             point = replace(resume_after(message.entries[-1]), source=self.source.identity)
             with self._lock:
@@ -286,6 +300,14 @@ class CanalInstance:
                 self.server.rollback(batch_id)
                 for bid in [b for b in self._resume if b >= batch_id]:
                     del self._resume[bid]
+
+
+def _closed_prefix(entries: list[Entry]) -> list[Entry]:
+    """``entries`` up to the last one that closes a transaction (nothing of an open one)."""
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i].closes_txn:
+            return entries[: i + 1]
+    return []
 
 
 def _drop_published(entries: list[Entry], point: ResumePoint) -> tuple[list[Entry], ResumePoint | None]:
