@@ -124,7 +124,7 @@ def mysql_server_factory(tmp_path: Path) -> Iterator[Callable[..., MySQLService]
     def start(*extra_args: str) -> MySQLService:
         directory = tmp_path / f"mysql{len(started)}"
         try:
-            embedded.find_binary("mariadbd", "mariadb-server-core")
+            embedded.find_binary("mariadbd")
         except ServiceError as exc:
             pytest.skip(str(exc))
         running = embedded.start_mysql(embedded.StartOptions(directory, extra_args=tuple(extra_args)))

@@ -58,7 +58,7 @@ def caught_up(pair: Pair) -> bool:
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[Pair]:
     try:
-        embedded.find_binary("mariadbd", "mariadb-server-core")
+        embedded.find_binary("mariadbd")
     except ServiceError as exc:
         pytest.skip(str(exc))
     primary = embedded.start_mysql(embedded.StartOptions(tmp_path / "primary"))
