@@ -27,6 +27,7 @@ statement as captured.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
@@ -42,6 +43,11 @@ _MAX_TOKENS = 4096  # a multi-table statement's references end long before this
 _SQL_SHOWN = 200  # characters of the statement quoted in messages
 
 Name = tuple[str, str]  # (schema, table)
+
+# The first word when the statement starts with one (no comment before it), and the words that may
+# start a data change; anything else is answered without tokenizing.
+_HEAD = re.compile(r"\s*([A-Za-z_]+)(?![\w$])")
+_VERBS = frozenset({"INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD", "WITH", "SELECT", "CREATE"})
 
 _INSERT_MODIFIERS = frozenset({"LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE"})
 _DELETE_MODIFIERS = frozenset({"LOW_PRIORITY", "QUICK", "IGNORE"})
@@ -88,6 +94,9 @@ class _Toks:
 
 def statement_dml(sql: str, schema: str) -> DmlStatement | None:
     """The data change a logged statement makes, or None when it is not one (see the module doc)."""
+    head = _HEAD.match(sql)
+    if head is not None and head.group(1).upper() not in _VERBS:
+        return None  # BEGIN, COMMIT, XA …, DDL: one regex, no tokenizing (a BEGIN per MySQL transaction)
     cur = _Toks(sql)
     verb = cur.word()
     cur.pos = 1

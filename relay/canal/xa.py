@@ -138,6 +138,8 @@ class XaBuffer:
             return entries  # the hot path: nothing to hold, nothing to stamp
         if isinstance(event, GtidEvent):
             self._next_is_xa = event.xa_prepared
+        elif not entries and not isinstance(event, XaPrepareEvent):
+            return entries  # TABLE_MAP, heartbeats, ROTATE …
         out: list[Entry] = []
         for entry in entries:
             self._route(entry, out)

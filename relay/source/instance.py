@@ -153,14 +153,14 @@ class CanalInstance:
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
-                    pending = self._put(pending)
-                    self._fail_over(exc)
-                    if xa.prepared:
+                    if xa.prepared:  # fail closed: their entries and positions are the master's
                         raise SourceError(
                             f"instance {self.config.name}: cannot fail over while XA transactions are "
                             f"prepared and undecided ({', '.join(xa.prepared)}): their changes were read "
                             "from the master and are published only at their XA COMMIT"
                         ) from exc
+                    pending = self._put(pending)
+                    self._fail_over(exc)
                     start, published = self.start_point, None
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
