@@ -1,4 +1,11 @@
-"""One canal instance: source → entry builder → sink → ring store, served through canal's streaming API.
+"""One canal instance: source → entry builder → XA buffer → sink → ring store, behind canal's streaming API.
+
+Fail closed on changes that cannot be captured exactly: the decoder refuses incomplete row images
+(``IncompleteRowImageError``), ``relay.canal.statements`` statement-logged DML on captured tables, and
+``relay.canal.xa`` holds prepared XA transactions until their decision. A transaction's entries are
+kept back from the store until it ends (up to half the store), so such a refusal stops the relay before
+anything of that transaction can be published; what closed before it is still published and
+acknowledged, then the failure is raised to the consumer.
 
 The composition root of the canal core. Like canal's ``CanalInstanceWithSpring`` it starts the
 downstream end first (positions → store → server) and the parser last, and stops the parser first.
