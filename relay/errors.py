@@ -63,6 +63,52 @@ class SchemaError(SourceError):
     binlog again gives the same answer; ``relay schema resync`` repairs the table's entry."""
 
 
+class IncompleteRowImageError(SourceError):
+    """A rows event whose before or after image lacks columns (the writing session used
+    ``binlog_row_image=MINIMAL`` or ``NOBLOB``): the change cannot be published exactly.
+
+    Not retriable: re-reading the event gives the same image. ``where`` is the event's
+    ``file:offset`` (filled in by the parser, which knows it).
+    """
+
+    def __init__(self, table: str, image: str, missing: tuple[str, ...], where: str = "") -> None:
+        self.table = table
+        self.image = image
+        self.missing = missing
+        self.where = where
+        at = f"{where}: " if where else ""
+        super().__init__(
+            f"{at}the rows event for {table} has an incomplete {image} image: column(s) "
+            f"{', '.join(missing)} missing (the session that wrote it had binlog_row_image=MINIMAL or "
+            "NOBLOB). The relay publishes only complete changes and stops here; nothing of this "
+            "transaction was published and the saved position stays before it. Fix: set "
+            "binlog_row_image=FULL for that session/user (and globally); this transaction cannot be "
+            "re-read any other way, so re-snapshot the affected rows and move the position past it "
+            "with `relay positions set`"
+        )
+
+    def at(self, where: str) -> IncompleteRowImageError:
+        """The same error, located at ``where`` (``file:offset``)."""
+        return IncompleteRowImageError(self.table, self.image, self.missing, where)
+
+
+class StatementDmlError(SourceError):
+    """A data change logged as an SQL statement (``binlog_format=STATEMENT``, or MIXED choosing a
+    statement) in a captured schema: its rows are not in the binlog, so they cannot be published.
+
+    Not retriable: re-reading gives the same statement. ``source.statement_dml: skip`` lets it pass
+    to the DDL audit topic only.
+    """
+
+
+class XaBufferFullError(SourceError):
+    """Prepared-but-undecided XA transactions hold more entry bytes than ``source.xa_buffer_bytes``.
+
+    Not retriable as such: re-reading buffers the same transactions again. Raise the limit, or decide
+    (XA COMMIT / XA ROLLBACK) the transactions the message names.
+    """
+
+
 # --- canal's store and server ---------------------------------------------------------------------
 
 

@@ -124,7 +124,7 @@ def mysql_server_factory(tmp_path: Path) -> Iterator[Callable[..., MySQLService]
     def start(*extra_args: str) -> MySQLService:
         directory = tmp_path / f"mysql{len(started)}"
         try:
-            services.find_binary("mariadbd", "mariadb-server-core")
+            services.find_binary("mariadbd")
         except ServiceError as exc:
             pytest.skip(str(exc))
         running = services.start_mysql(services.StartOptions(directory, extra_args=tuple(extra_args)))

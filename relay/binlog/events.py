@@ -30,6 +30,8 @@ ROTATE_EVENT = 4
 INTVAR_EVENT = 5
 RAND_EVENT = 13
 USER_VAR_EVENT = 14
+BEGIN_LOAD_QUERY_EVENT = 17
+EXECUTE_LOAD_QUERY_EVENT = 18
 FORMAT_DESCRIPTION_EVENT = 15
 XID_EVENT = 16
 TABLE_MAP_EVENT = 19
@@ -167,6 +169,9 @@ class GtidEvent(BinlogEvent):
     mariadb: bool
     standalone: bool = False
     is_ddl: bool = False
+    # MariaDB FL_PREPARED_XA: the transaction that follows is the prepared part of an XA transaction
+    # (MariaDB writes no XA START query; the XID is in the GTID event, and XA END / XA_PREPARE end it).
+    xa_prepared: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,9 @@ column — to the entry builder.
 Layout (MySQL ``Rows_log_event``): the column count (packed integer), the bitmap of columns present
 in the before image (DELETE, UPDATE) or after image (INSERT), for UPDATE a second bitmap for the
 after image; then rows until the end: a null bitmap over the present columns only, then each
-present, non-NULL value in its binary form. A column absent from the image (binlog_row_image
-MINIMAL/NOBLOB) is reported as None like a NULL: the relay needs FULL images.
+present, non-NULL value in its binary form. An image that lacks a column (binlog_row_image
+MINIMAL/NOBLOB in the writing session) raises ``IncompleteRowImageError``: the relay needs FULL images,
+and a missing column must never be published as if it were NULL.
 
 Speed: this is the per-row hot path. For each table map a plan is built once — one decoder closure
 per column, chosen by type when the plan is built — and cached (by object identity, then by the
@@ -56,8 +57,8 @@ from zoneinfo import ZoneInfo
 
 from relay.binlog import charsets, jsonb, jsondiff
 from relay.binlog import types as t
-from relay.binlog.events import DELETE, UPDATE, ColumnMeta, RowImage, TableMapEvent
-from relay.errors import DecodeError
+from relay.binlog.events import DELETE, INSERT, UPDATE, ColumnMeta, RowImage, TableMapEvent
+from relay.errors import DecodeError, IncompleteRowImageError
 
 # A value decoder: (event bytes, offset of the value) → (text, offset after it).
 ValueDecoder = Callable[[bytes, int], tuple[str, int]]
@@ -605,12 +606,32 @@ def _decode_rows(
             second_bits = int.from_bytes(data[pos : pos + bitmap_bytes], "little")
             pos += bitmap_bytes
         present = (first_bits, second_bits if kind == UPDATE else first_bits)
+        full = plan.full
+        if first_bits & full != full or second_bits & full != full:
+            # Once per event, not per row: the bitmaps say which columns every row image holds.
+            raise _incomplete(kind, table, first_bits, second_bits, full)
         if partial:
             return _partial_rows(data, pos, end, plan, present, table)
         rows = _rows(kind, data, pos, end, plan, present)
     except (IndexError, struct.error, ValueError, OverflowError) as exc:
         raise DecodeError(f"rows event for {table.schema}.{table.table} is malformed: {exc}") from exc
     return rows
+
+
+def _incomplete(
+    kind: str, table: TableMapEvent, first: int, second: int, full: int
+) -> IncompleteRowImageError:
+    """The error for a rows event whose images lack columns (binlog_row_image MINIMAL / NOBLOB).
+
+    A FULL image has every column's bit set (MySQL and MariaDB both set all of them); INSERT has only
+    an after image, DELETE only a before image, UPDATE both (``first`` before, ``second`` after).
+    """
+    if kind == UPDATE:
+        image, bits = ("before", first) if first & full != full else ("after", second)
+    else:
+        image, bits = ("after" if kind == INSERT else "before"), first
+    missing = tuple(c.name for c in table.columns if not bits >> c.index & 1)
+    return IncompleteRowImageError(f"{table.schema}.{table.table}", image, missing)
 
 
 def _image_reader(plan: _Plan, present: int) -> ImageReader:

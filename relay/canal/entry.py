@@ -227,6 +227,9 @@ class Entry:
     # them in the store by what they really hold. -1 / 0 outside a payload.
     payload_index: int = -1
     inner_size: int = 0
+    # The oldest XA transaction prepared but not yet decided when this entry was made (its start and
+    # GTID set before it), or None: a restart must read again from there (``relay.canal.xa``).
+    xa_hold: TxnContext | None = None
 
     @property
     def is_ddl(self) -> bool:

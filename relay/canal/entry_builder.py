@@ -13,7 +13,8 @@ returns the entries that event makes (usually one, often none); they go to the s
   non-transactional changes stay applied). ``XA END`` ends the prepared part of an XA transaction,
   as canal does; the XA_PREPARE event after it makes no entry (if one comes while a transaction is
   still open, it ends it). ``XA COMMIT`` / ``XA ROLLBACK`` are statements of their own: a ROWDATA
-  entry of type XACOMMIT / XAROLLBACK, as canal.
+  entry of type XACOMMIT / XAROLLBACK, as canal. (Holding the prepared part back until XA COMMIT, and
+  dropping it at XA ROLLBACK, is the next stage's job: ``relay.canal.xa``.)
 - Any other statement: a ROWDATA entry classified by ``relay.canal.ddl`` (``isDdl`` on every type but
   QUERY, canal's rule). Outside a transaction it is a transaction of its own (from its GTID event, or
   itself), ``closes_txn`` set.

@@ -117,6 +117,11 @@ class Sink:
     def _passes(self, name: str) -> tuple[bool, bool]:
         return self.include.matches(name), self.exclude.matches(name)
 
+    def keeps_table(self, schema: str, table: str) -> bool:
+        """Whether the filters keep the changes of ``schema.table``."""
+        included, black = self._passes(f"{schema}.{table}")
+        return included and not black
+
     def keeps(self, entry: Entry) -> bool:
         """Whether the filters keep this ROWDATA entry."""
         if self.include.empty and self.exclude.empty:

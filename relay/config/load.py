@@ -29,6 +29,7 @@ from relay.config.sections import (
     validate_failover,
     validate_ha,
     validate_kafka_settings,
+    validate_source_capture,
 )
 from relay.config.settings import build, interpolate
 from relay.errors import ConfigError
@@ -184,6 +185,7 @@ class RelayConfig:
             raise ConfigError("source.port", f"must be a TCP port, got {self.source.port}")
         if self.source.server_id <= 0:
             raise ConfigError("source.server_id", "must be a positive replica server id")
+        validate_source_capture(self.source, "source")
         if self.publish.batch_size <= 0:
             raise ConfigError("publish.batch_size", "must be positive")
         if self.publish.max_inflight_batches <= 0:

@@ -76,10 +76,24 @@ class SourceConfig:
     # The source id of the change identity (source id, sequence) on every record; "" means the relay's
     # instance name. Unique per source server group, unchanged across failover and HA takeover.
     id: str = ""
+    # A data change logged as a statement in a captured table: "stop" (fail closed) or "skip" (audit
+    # topic only, with a warning); see relay.canal.statements.
+    statement_dml: str = "stop"
+    # Entry bytes of XA transactions prepared but not yet committed or rolled back that the relay holds
+    # in memory; past it the relay stops (relay.canal.xa).
+    xa_buffer_bytes: int = 64 * 1024 * 1024
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def validate_source_capture(cfg: SourceConfig, path: str = "source") -> None:
+    """The keys that decide what the relay does with changes it cannot capture exactly."""
+    if cfg.statement_dml not in ("stop", "skip"):
+        raise ConfigError(f"{path}.statement_dml", f"must be stop or skip, got {cfg.statement_dml!r}")
+    if cfg.xa_buffer_bytes <= 0:
+        raise ConfigError(f"{path}.xa_buffer_bytes", f"must be positive, got {cfg.xa_buffer_bytes}")
 
 
 def validate_failover(cfg: SourceConfig, path: str = "source") -> None:

@@ -36,6 +36,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from relay.common.retry import RetryPolicy
+from relay.dev.programs import FILES, package_of
 from relay.errors import ConfigError, PortInUseError, ServiceError
 
 log = logging.getLogger(__name__)
@@ -463,9 +464,11 @@ def _start_on_free_port(start_once: Callable[[int], Running[S]]) -> Running[S]:
         return start_once(free_port())
 
 
-def find_binary(name: str, package: str) -> str:
+def find_binary(name: str) -> str:
+    """The path of program ``name``; ``ServiceError`` naming its Debian package (``relay.dev.programs``)."""
     path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *_SBIN_DIRS]))
     if path is None:
+        package = package_of(name)
         raise ServiceError(
             f"{name} not found: install it with `apt-get install -y {package}` (or run scripts/bootstrap)"
         )
@@ -480,8 +483,8 @@ def _fresh_dir(path: Path) -> Path:
 
 def start_mysql(opts: StartOptions) -> Running[MySQLService]:
     """A fresh MariaDB with a ROW / FULL-image / FULL-metadata binlog, a root and a ``relay`` account."""
-    install_db = find_binary("mariadb-install-db", "mariadb-server-core mariadb-client-core")
-    mariadbd = find_binary("mariadbd", "mariadb-server-core mariadb-client-core")
+    install_db = find_binary("mariadb-install-db")
+    mariadbd = find_binary("mariadbd")
     socket_path = opts.directory / "mysqld.sock"
     if len(str(socket_path)) > _MAX_SOCKET_PATH:
         raise ServiceError(f"directory path too long for a unix socket: {socket_path}")
@@ -631,11 +634,14 @@ def start_kafka(opts: StartOptions) -> Running[KafkaService]:
 
 def start_zookeeper(opts: StartOptions) -> Running[ZooKeeperService]:
     """A standalone ZooKeeper from Debian's package, bound to loopback, its admin HTTP server off."""
-    java = find_binary("java", "default-jre-headless")
+    java = find_binary("java")
     classpath = os.environ.get("RELAY_ZOOKEEPER_CLASSPATH", ZOOKEEPER_CLASSPATH)
     jar = classpath.split(":")[-1]
     if not Path(jar).exists():
-        raise ServiceError(f"{jar} not found: install ZooKeeper with `apt-get install -y zookeeper`")
+        package = package_of(jar) if jar in FILES else "zookeeper"
+        raise ServiceError(
+            f"{jar} not found: install it with `apt-get install -y {package}` (or run scripts/bootstrap)"
+        )
     if Path(_SLF4J_SIMPLE).exists():
         classpath += ":" + _SLF4J_SIMPLE  # without a binding ZooKeeper logs nothing, not even why it failed
     opts.directory.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from relay.binlog.gtid import GtidSet
 from relay.canal.entry import Entry
+from relay.common import binlog_names
 from relay.common.atomic import atomic_write_text
 from relay.errors import PositionError
 
@@ -57,6 +58,11 @@ class ResumePoint:
     ``mapping_version`` is the mapping version the records after this point were, or will be, published
     under; None: not recorded (positions saved before it existed, or set by an operator). Both default
     so that a point saved by an older relay reads as generation 0 with no mapping version.
+    ``xa_journal``:``xa_offset`` (with ``xa_gtid_set``, the GTID set before it), when set, is the start
+    of the oldest XA transaction that was prepared but not yet committed or rolled back: its changes
+    are published only at its XA COMMIT, so a restart reads again from there, keeps what it must
+    (prepared transactions) and drops what was already published (everything up to ``journal``:
+    ``offset`` + ``skip``). ``journal``/``offset``/``skip`` always mean "published up to here".
     """
 
     journal: str
@@ -70,6 +76,9 @@ class ResumePoint:
     generation: int = 0
     mapping_version: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    xa_journal: str = ""
+    xa_offset: int = 0
+    xa_gtid_set: str | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -93,7 +102,17 @@ class ResumePoint:
 
     def __str__(self) -> str:
         skip = f"+{self.skip}" if self.skip else ""
-        return f"{self.journal}:{self.offset}{skip}"
+        held = f" (read from {self.xa_journal}:{self.xa_offset}: XA prepared)" if self.xa_journal else ""
+        return f"{self.journal}:{self.offset}{skip}{held}"
+
+    @property
+    def read_from(self) -> ResumePoint:
+        """Where reading must start: this point, or the held XA start with nothing to skip there."""
+        if not self.xa_journal:
+            return self
+        return replace(
+            self, journal=self.xa_journal, offset=self.xa_offset, skip=0, gtid_set=self.xa_gtid_set
+        )
 
 
 def next_generation(saved: ResumePoint | None) -> int:
@@ -110,6 +129,28 @@ def next_generation(saved: ResumePoint | None) -> int:
 
 def resume_after(entry: Entry) -> ResumePoint:
     """The resume point once ``entry`` and everything before it has been acknowledged."""
+    point = _resume_after(entry)
+    hold = entry.xa_hold
+    if hold is None:
+        return point
+    return replace(
+        point, xa_journal=hold.start.journal, xa_offset=hold.start.offset, xa_gtid_set=hold.gtid_set_before
+    )
+
+
+def already_published(entry: Entry, point: ResumePoint) -> bool:
+    """Whether ``entry`` lies before ``point`` (published up to ``journal``:``offset`` + ``skip``).
+
+    Entries are compared by their transaction's start and their index in it, as ``resume_after``
+    makes points: a transaction that starts before the point, or the first ``skip`` entries of the
+    one that starts at it."""
+    start = entry.txn.start
+    here = (binlog_names.file_number(start.journal) or 0, start.offset)
+    there = (binlog_names.file_number(point.journal) or 0, point.offset)
+    return here < there or (here == there and entry.txn_index < point.skip)
+
+
+def _resume_after(entry: Entry) -> ResumePoint:
     txn = entry.txn
     h = entry.header
     if entry.closes_txn:

@@ -1,4 +1,11 @@
-"""One canal instance: source → entry builder → sink → ring store, served through canal's streaming API.
+"""One canal instance: source → entry builder → XA buffer → sink → ring store, behind canal's streaming API.
+
+Fail closed on changes that cannot be captured exactly: the decoder refuses incomplete row images
+(``IncompleteRowImageError``), ``relay.canal.statements`` statement-logged DML on captured tables, and
+``relay.canal.xa`` holds prepared XA transactions until their decision. A transaction's entries are
+kept back from the store until it ends (up to half the store), so such a refusal stops the relay before
+anything of that transaction can be published; what closed before it is still published and
+acknowledged, then the failure is raised to the consumer.
 
 The composition root of the canal core. Like canal's ``CanalInstanceWithSpring`` it starts the
 downstream end first (positions → store → server) and the parser last, and stops the parser first.
@@ -21,14 +28,17 @@ import logging
 import threading
 from dataclasses import dataclass, field, replace
 
+from relay.binlog.events import QueryEvent
 from relay.canal.entry import Entry
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
+from relay.canal.statements import StatementDmlGuard
+from relay.canal.xa import XaBuffer
 from relay.config.sections import SourceConfig, StoreConfig
-from relay.errors import RelayError, ServerError, SourceUnavailableError
-from relay.positions.store import PositionStore, ResumePoint, next_generation, resume_after
+from relay.errors import RelayError, ServerError, SourceError, SourceUnavailableError
+from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
 from relay.schema.history import FileSchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
@@ -70,6 +80,7 @@ class CanalInstance:
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
+        self.statements = StatementDmlGuard(config.source.statement_dml, self.sink.keeps_table)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
         self.last_saved: ResumePoint | None = None
@@ -104,7 +115,11 @@ class CanalInstance:
                     raise
                 self._switch(saved, str(exc))
             else:
-                self.start_point = resolve_start(self.config.source, self.info, saved)
+                # With an XA transaction prepared and undecided at the save, reading starts at its
+                # PREPARE's transaction; what was published after it is dropped again (``_run_parser``).
+                self.start_point = resolve_start(
+                    self.config.source, self.info, saved.read_from if saved is not None else None
+                )
                 history, mode = self.schema_history, self.config.schema_history
                 attach_schema_history(self.source, history, mode, self.start_point)
                 self.source.open(self.start_point)
@@ -146,47 +161,83 @@ class CanalInstance:
         assert self.start_point is not None and self.info is not None
         start = self.start_point
         builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
-        skip_at = (start.journal, start.offset) if start.skip else None
+        xa = XaBuffer(self.config.source.xa_buffer_bytes)
+        published = self._published_before(start)
         # Entries of the events that are already buffered are put into the store together: one lock
         # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
         # have to wait, so an idle stream adds no latency.
         burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
+        # A transaction's entries are held back until it ends (up to half the store), so that a
+        # change refused further in (an incomplete row image, a statement-logged DML) stops the
+        # relay before anything of that transaction can be published.
+        txn_limit = max(burst, self.store.config.buffer_size // 2)
         pending: list[Entry] = []
         try:
             while not self._stopping.is_set():
+                holding = builder.in_transaction
                 try:
-                    event = self.source.read(0.0 if pending else self.config.poll_seconds)
+                    event = self.source.read(0.0 if pending and not holding else self.config.poll_seconds)
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
+                    if xa.prepared:  # fail closed: their entries and positions are the master's
+                        raise SourceError(
+                            f"instance {self.config.name}: cannot fail over while XA transactions are "
+                            f"prepared and undecided ({', '.join(xa.prepared)}): their changes were read "
+                            "from the master and are published only at their XA COMMIT"
+                        ) from exc
                     pending = self._put(pending)
                     self._fail_over(exc)
-                    start, skip_at = self.start_point, None
+                    start, published = self.start_point, None
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
-                    pending = self._put(pending)
+                    if not holding:
+                        pending = self._put(pending)
                     continue
+                if isinstance(event, QueryEvent):
+                    self.statements.check(event)  # raises for statement-logged DML (stop)
                 entries = builder.build(event)
-                if skip_at is not None and entries:
-                    entries, skip_at = _drop_published(entries, skip_at, start.skip)
+                entries = xa.process(event, entries)
+                if published is not None and entries:
+                    entries, published = _drop_published(entries, published)
                 entries = self.sink.process(entries)
                 if self._drop is not None and entries:
                     # After the sink: what the standby re-reads is compared with what was put.
                     entries = self._drop.filter(entries)
                 if entries:
                     pending.extend(entries)
-                    if len(pending) >= burst:
-                        pending = self._put(pending)
+                if len(pending) >= (txn_limit if builder.in_transaction else burst):
+                    pending = self._put(pending)
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
+                # What closed before the failing transaction is sound: it goes to the store, to be
+                # published and acknowledged before the failure stops the consumer (get_without_ack).
+                self._put(_closed_prefix(pending))
                 self._failure = exc
         except BaseException as exc:
             log.exception("instance %s: parser crashed", self.config.name)
             self._failure = exc
         finally:
             self.source.close()
+
+    def _published_before(self, start: StartPoint) -> ResumePoint | None:
+        """What was published already at the place reading starts: skip entries up to it."""
+        saved = self._saved
+        if (
+            saved is not None
+            and saved.xa_journal
+            and (start.journal, start.offset)
+            == (
+                saved.xa_journal,
+                saved.xa_offset,
+            )
+        ):
+            return saved  # reading from a held XA PREPARE: everything up to the saved point was published
+        if start.skip:
+            return ResumePoint(start.journal, start.offset, start.skip)
+        return None
 
     def _put(self, entries: list[Entry]) -> list[Entry]:
         """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
@@ -244,8 +295,19 @@ class CanalInstance:
             raise self._failure
 
     def get_without_ack(self, batch_size: int, timeout: float | None = None) -> Message:
-        self._raise_failure()
-        message = self.server.get_without_ack(batch_size, timeout)
+        """The next batch. Once the parser has failed, what it put before is still handed out; the
+        failure is raised when nothing is left and every batch handed out was acknowledged (or rolled
+        back), so the saved position reaches the failing transaction but never passes it."""
+        if self._failure is not None:
+            message = self.server.get_without_ack(batch_size, None)  # None: take what is there, no wait
+            if not message.entries:
+                with self._lock:
+                    outstanding = bool(self._resume)
+                if not outstanding:
+                    self._raise_failure()
+                self._stopping.wait(min(timeout or 0.0, self.config.poll_seconds))
+        else:
+            message = self.server.get_without_ack(batch_size, timeout)
         if message.entries:
             point = replace(
                 resume_after(message.entries[-1]),
@@ -308,18 +370,17 @@ class CanalInstance:
                     del self._resume[bid]
 
 
-def _drop_published(
-    entries: list[Entry], skip_at: tuple[str, int], skip: int
-) -> tuple[list[Entry], tuple[str, int] | None]:
-    """Drop the first ``skip`` entries of the transaction at ``skip_at``: they were published before."""
-    kept = []
-    done = False
-    for e in entries:
-        start = e.txn.start
-        if (start.journal, start.offset) == skip_at:
-            if e.txn_index < skip:
-                continue
-        else:
-            done = True  # a later transaction: nothing more to skip
-        kept.append(e)
-    return kept, (None if done else skip_at)
+def _closed_prefix(entries: list[Entry]) -> list[Entry]:
+    """``entries`` up to the last one that closes a transaction (nothing of an open one)."""
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i].closes_txn:
+            return entries[: i + 1]
+    return []
+
+
+def _drop_published(entries: list[Entry], point: ResumePoint) -> tuple[list[Entry], ResumePoint | None]:
+    """Drop the entries published before ``point``; None once an entry past it was seen."""
+    for i, e in enumerate(entries):
+        if not already_published(e, point):
+            return entries[i:], None
+    return [], point

@@ -48,7 +48,7 @@ FAST_RETRY = RetryPolicy(initial=0.05, maximum=0.5, jitter=0.0, deadline=30.0)
 
 def start_server(directory: Path, *args: str, tz: str | None = None) -> services.Running[MySQLService]:
     try:
-        services.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd")
     except ServiceError as exc:
         pytest.skip(str(exc))
     with pytest.MonkeyPatch.context() as mp:
@@ -629,7 +629,7 @@ WINTER, SUMMER = "2024-01-15 12:00:00", "2024-07-15 12:00:00"
 
 def load_zone(svc: MySQLService, file: str, name: str) -> None:
     """Load one zone from the system tz database into the server's tz tables, under ``name``."""
-    tool = services.find_binary("mariadb-tzinfo-to-sql", "mariadb-server-core")
+    tool = services.find_binary("mariadb-tzinfo-to-sql")
     sql = subprocess.run([tool, f"/usr/share/zoneinfo/{file}", name], capture_output=True, check=True).stdout
     client_flag = pymysql.constants.CLIENT.MULTI_STATEMENTS
     with (

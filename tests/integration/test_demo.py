@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def _servers_installed() -> None:
     try:
-        services.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd")
     except ServiceError as exc:
         pytest.skip(str(exc))
 

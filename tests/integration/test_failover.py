@@ -80,7 +80,7 @@ def caught_up(pair: Pair) -> bool:
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[Pair]:
     try:
-        services.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd")
     except ServiceError as exc:
         pytest.skip(str(exc))
     primary = services.start_mysql(services.StartOptions(tmp_path / "primary"))

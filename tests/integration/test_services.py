@@ -119,7 +119,7 @@ def test_extra_server_options_make_a_misconfigured_server(
 
 def test_failed_start_reports_the_server_log(tmp_path: Path) -> None:
     try:
-        services.find_binary("mariadbd", "mariadb-server-core")
+        services.find_binary("mariadbd")
     except ServiceError as exc:
         pytest.skip(str(exc))
     opts = services.StartOptions(tmp_path / "bad", extra_args=("--no-such-option=1",))

@@ -16,6 +16,7 @@ import pytest
 from relay.binlog.events import RowsEvent
 from relay.common.tls import TlsConfig
 from relay.config.sections import SourceConfig
+from relay.dev.programs import package_of
 from relay.errors import ConfigError, SourceError
 from relay.source.binlog_source import BinlogSource, StartPoint, inspect_server
 from relay.source.retention import RetentionProbe
@@ -44,7 +45,9 @@ def tls_server(
     mysql_server_factory: Callable[..., Any], tmp_path: Path
 ) -> tuple[Any, dict[str, Path], SourceConfig]:
     if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make certificates")
+        pytest.skip(
+            f"no openssl to make certificates: install it with apt-get install -y {package_of('openssl')}"
+        )
     certs = make_certs(tmp_path)
     service = mysql_server_factory(
         f"--ssl-ca={certs['ca']}", f"--ssl-cert={certs['cert']}", f"--ssl-key={certs['key']}"

@@ -18,7 +18,7 @@ from relay.binlog.gtid import GtidSet
 from relay.binlog.parse import BinlogParser
 from relay.binlog.rows import RowDecoder
 from relay.binlog.stream import StreamConfig, _PacketReader, encode_mysql_gtid_set
-from relay.errors import ConfigError, DecodeError, SourceConnectionError, SourceError
+from relay.errors import ConfigError, DecodeError, IncompleteRowImageError, SourceConnectionError, SourceError
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 FILE = "mysql-bin.000007"
@@ -195,13 +195,17 @@ def test_previous_gtids_round_trips_with_the_dump_encoding() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags2", "standalone", "is_ddl"), [(0x0C, False, False), (0x29, True, True), (0x01, True, False)]
-)
-def test_mariadb_gtid(flags2: int, standalone: bool, is_ddl: bool) -> None:
+    ("flags2", "standalone", "is_ddl", "xa"),
+    # 0x4C and 0x8D as MariaDB 10.11 writes them for XA PREPARE's and XA COMMIT's transactions.
+    [(0x0C, False, False, False), (0x29, True, True, False), (0x01, True, False, False),
+     (0x4C, False, False, True), (0x8D, True, False, False)],
+)  # fmt: skip
+def test_mariadb_gtid(flags2: int, standalone: bool, is_ddl: bool, xa: bool) -> None:
     body = struct.pack("<QIB", 9883, 2, flags2) + bytes(6)
     e = parser(mariadb=True).parse(event(ev.MARIADB_GTID_EVENT, body, server_id=10124), 1)
     assert isinstance(e, ev.GtidEvent)
     assert (e.gtid, e.mariadb, e.standalone, e.is_ddl) == ("2-10124-9883", True, standalone, is_ddl)
+    assert e.xa_prepared == xa
 
 
 def test_mariadb_gtid_list() -> None:
@@ -498,3 +502,29 @@ def test_reader_does_not_count_time_the_caller_was_away_as_server_silence(
     assert reader.next(0.05) is None  # only 0.1 s of actual waiting so far
     server.sendall(packets(b"\x00late heartbeat"))
     assert reader.next(0.05) == b"\x00late heartbeat"
+
+
+def test_execute_load_query_is_read_as_a_query() -> None:
+    # LOAD DATA logged as a statement (MariaDB/MySQL EXECUTE_LOAD_QUERY): the QUERY post-header plus
+    # file id (4), the file name's start and end in the statement (4 + 4) and the duplicate handling (1).
+    sql = b"LOAD DATA INFILE '/tmp/SQL_LOAD-1-2-3.data' INTO TABLE `t` FIELDS TERMINATED BY ','"
+    post = struct.pack("<IIBHH", 7, 0, 4, 0, 0) + struct.pack("<IIIB", 3, 17, 43, 0)
+    e = parser().parse(event(ev.EXECUTE_LOAD_QUERY_EVENT, post + b"shop\0" + sql), 1)
+    assert isinstance(e, ev.QueryEvent)
+    assert (e.schema, e.sql) == ("shop", sql.decode())
+
+
+def test_incomplete_row_image_is_located_at_its_event() -> None:
+    p = parser()
+    p.parse(event(ev.TABLE_MAP_EVENT, table_map_body()), 1)
+    tm = p.table(22)
+    assert tm is not None
+    ncols = len(tm.columns)
+    # An UPDATE whose before image has only the first column (binlog_row_image=MINIMAL).
+    head = (22).to_bytes(6, "little") + struct.pack("<HH", 1, 2)
+    bits = (ncols + 7) // 8
+    body = head + bytes([ncols]) + (1).to_bytes(bits, "little") + ((1 << ncols) - 1).to_bytes(bits, "little")
+    with pytest.raises(
+        IncompleteRowImageError, match=rf"^{FILE}:{1000 - 19 - len(body) - 4}: the rows event"
+    ):
+        p.parse(event(ev.UPDATE_ROWS_EVENT, body), 1)

@@ -13,7 +13,7 @@ from relay.binlog import events as ev
 from relay.binlog import rows
 from relay.binlog import types as t
 from relay.binlog.events import ColumnMeta, TableMapEvent
-from relay.errors import DecodeError
+from relay.errors import DecodeError, IncompleteRowImageError, SourceError
 from tests.unit.test_binlog_types import encode_decimal
 
 HEADER = ev.EventHeader(1_700_000_000, ev.TABLE_MAP_EVENT, 1, 100, 1000, 0, "mysql-bin.000001")
@@ -355,20 +355,39 @@ def test_delete_has_only_before() -> None:
     assert row == ev.RowImage(("9", "", "-0.01"), None)
 
 
-def test_minimal_image_null_bitmap_counts_present_columns_only() -> None:
+def test_incomplete_images_are_refused_with_the_missing_columns() -> None:
     tbl = three_columns()
-    # Only columns 0 and 2 present; the null bitmap has 2 bits, the 2nd set (column 2 NULL).
+    # DELETE with only columns 0 and 2 in its before image (binlog_row_image=MINIMAL/NOBLOB).
     data = bytes([3]) + bitmap([True, False, True]) + bitmap([False, True]) + struct.pack("<i", 5)
-    (row,) = UTC_DECODER.decode_rows(ev.DELETE, data, 0, len(data), tbl)
-    assert row.before == ("5", None, None)
-    # UPDATE with different bitmaps for the two images (before: PK only; after: all columns).
+    with pytest.raises(IncompleteRowImageError) as err:
+        UTC_DECODER.decode_rows(ev.DELETE, data, 0, len(data), tbl)
+    assert (err.value.table, err.value.image, err.value.missing) == ("db.tbl", "before", ("c1",))
+    assert not err.value.retriable and isinstance(err.value, SourceError)
+    assert "binlog_row_image=FULL" in str(err.value) and "relay positions set" in str(err.value)
+    # UPDATE: a full before image, an after image with the changed column only.
+    data = (
+        bytes([3]) + bitmap([True, True, True]) + bitmap([False, True, False])
+        + image([struct.pack("<i", 5), b"\x01x", None]) + bitmap([False]) + b"\x01y"
+    )  # fmt: skip
+    with pytest.raises(IncompleteRowImageError) as err:
+        UTC_DECODER.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
+    assert (err.value.image, err.value.missing) == ("after", ("c0", "c2"))
+    # UPDATE: a PK-only before image.
     data = (
         bytes([3]) + bitmap([True, False, False]) + bitmap([True, True, True])
         + bitmap([False]) + struct.pack("<i", 5)
         + bitmap([False, False, True]) + struct.pack("<i", 5) + b"\x01x"
     )  # fmt: skip
-    (row,) = UTC_DECODER.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
-    assert row == ev.RowImage(("5", None, None), ("5", "x", None))
+    with pytest.raises(IncompleteRowImageError) as err:
+        UTC_DECODER.decode_rows(ev.UPDATE, data, 0, len(data), tbl)
+    assert (err.value.image, err.value.missing) == ("before", ("c1", "c2"))
+    # INSERT naming fewer columns than its TABLE_MAP: the last column is missing too.
+    data = bytes([2]) + bitmap([True, True]) + image([struct.pack("<i", 5), b"\x01x"])
+    with pytest.raises(IncompleteRowImageError) as err:
+        UTC_DECODER.decode_rows(ev.INSERT, data, 0, len(data), tbl)
+    assert (err.value.image, err.value.missing) == ("after", ("c2",))
+    located = err.value.at("mysql-bin.000007:1234")
+    assert str(located).startswith("mysql-bin.000007:1234: the rows event for db.tbl")
 
 
 def test_wide_table_with_many_nulls() -> None:
