@@ -395,8 +395,11 @@ def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its
         records = cluster.read(changes)
         after = a.log_path.read_bytes()[resumed_at:].decode(errors="replace")
         assert "no longer the active relay" in after, after[-3000:]
-        sent = [line for line in after.splitlines() if ": sent " in line or "acked, position" in line]
-        assert not sent, f"relay-0 sent or acked after it was resumed: {sent[:5]}"
+        # A send that passed its fence check just before the freeze may log "sent" once it resumes: in
+        # transactional mode that is harmless as long as nothing commits and nothing is acked (the
+        # broker fences the old producer) — which is what is checked here and, below, in the log.
+        acked = [line for line in after.splitlines() if "acked, position" in line]
+        assert not acked, f"relay-0 acked after it was resumed: {acked[:5]}"
         assert "committed" not in after, "relay-0 committed a transaction after it was resumed"
         point, epoch = read_position_node(zk, cluster.layout.position)
         assert epoch == epoch_b and point is not None, "the position was written by another epoch"
