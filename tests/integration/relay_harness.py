@@ -169,6 +169,11 @@ def create_shards(conn: Any, prefix: str, shards: int, tables: int) -> None:
         )
 
 
+def orders_tables(prefix: str, shards: int, tables: int) -> list[str]:
+    """The physical ``orders`` tables ``create_shards`` made ("db.table")."""
+    return [f"{prefix}_{d:02d}.orders_{t:02d}" for d in range(shards) for t in range(tables)]
+
+
 def drop_shards(conn: Any, prefix: str, shards: int) -> None:
     with conn.cursor() as cur:
         for d in range(shards):
