@@ -96,9 +96,8 @@ def as_text(value: Any) -> str | None:
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.isoformat(sep=" ")
+        naive: dt.datetime = value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+        return naive.isoformat(sep=" ")
     if isinstance(value, (dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, (bytes, bytearray, memoryview)):
