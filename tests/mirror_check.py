@@ -139,7 +139,8 @@ def select_rows(
 
 def assert_mirror_equals(got: dict[Key, Row], want: dict[Key, Row], what: str = "mirror") -> None:
     """Same keys, and for each key the same columns with the same text; the message lists every
-    difference (key, mirror row, SELECT row)."""
+    difference (key, mirror row, SELECT row). An empty SELECT fails: it would prove nothing."""
+    assert want, "SELECT found no rows: nothing to compare the mirror with"
     missing = sorted(want.keys() - got.keys(), key=str)
     extra = sorted(got.keys() - want.keys(), key=str)
     differ = [(k, got[k], want[k]) for k in sorted(got.keys() & want.keys(), key=str) if got[k] != want[k]]
