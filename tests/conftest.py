@@ -10,6 +10,10 @@ from, in this order:
 3. the embedded servers of ``relay.dev.services`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
    this process so that they die with it.
 
+``spark``: ONE local SparkSession (local[2], ``relay-kafka`` registered) for the whole test session, started
+the first time a test asks for it (so sessions without such a test start no JVM); the test is skipped
+where pyspark or pyarrow is not installed.
+
 Tests under ``tests/integration/`` get the ``integration`` marker automatically.
 """
 
@@ -19,9 +23,11 @@ import contextlib
 import functools
 import os
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +214,25 @@ def _zookeeper_container() -> Iterator[ZooKeeperService]:
         yield service
     finally:
         container.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spark
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The session's local SparkSession, ``relay-kafka`` registered; stopped at the end of the session."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from relay.spark import register
+    from relay.spark.mirror import local_session
+
+    session = local_session(app="relay-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()

@@ -35,6 +35,8 @@ class Rec:
     key: bytes | None
     value: bytes
     headers: dict[str, bytes] = field(default_factory=dict)
+    timestamp_ms: int = -1  # the record's timestamp and its type, as confluent_kafka's msg.timestamp()
+    timestamp_type: int = 0
 
     @property
     def json(self) -> dict[str, Any]:
@@ -85,7 +87,10 @@ def read_topic(
             if msg.error():
                 raise KafkaException(msg.error())
             headers = {k: v for k, v in (msg.headers() or [])}
-            out.append(Rec(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+            ts_type, ts = msg.timestamp()
+            out.append(
+                Rec(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, ts, ts_type)
+            )
     finally:
         consumer.close()
     return out
@@ -162,6 +167,11 @@ def create_shards(conn: Any, prefix: str, shards: int, tables: int) -> None:
         cur.execute(
             f"CREATE TABLE {prefix}_00.customers (id INT PRIMARY KEY, name VARCHAR(64)) ENGINE=InnoDB"
         )
+
+
+def orders_tables(prefix: str, shards: int, tables: int) -> list[str]:
+    """The physical ``orders`` tables ``create_shards`` made ("db.table")."""
+    return [f"{prefix}_{d:02d}.orders_{t:02d}" for d in range(shards) for t in range(tables)]
 
 
 def drop_shards(conn: Any, prefix: str, shards: int) -> None:

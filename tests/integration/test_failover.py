@@ -3,7 +3,9 @@
 broker: the primary dies while the relay is behind, the relay switches to the replica (by GTID, or by
 timestamp minus the fallback interval), the replica is promoted and written to, and the topic holds every
 change exactly once per content — a change re-read from the replica that was already published from the
-primary is dropped, so the only repeats are byte-identical re-publications — and rebuilds the table.
+primary is dropped, so the only repeats are byte-identical re-publications — and rebuilds the table, both
+in log order and as the Spark mirror (``apply_changes``), every column equal to SELECT on the promoted
+replica.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from tests.integration.relay_harness import (
     Writer,
     apply_records,
     create_shards,
+    orders_tables,
     read_topic,
     select_orders,
     wait_for,
     write_configs,
 )
+from tests.mirror_check import assert_mirror_equals, mirror_records, rows_by_key, select_rows
 
 SHARDS, TABLES = 2, 2
 MASTER_FLUSHES = 110  # the master's binlog is at mysql-bin.0001xx, the replica's at .00000x
@@ -137,7 +141,7 @@ def master_position(service: MySQLService) -> tuple[str, int]:
 
 @pytest.mark.parametrize("mode", ["gtid", "timestamp"])
 def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign_repeats(
-    pair: Pair, kafka_service: KafkaService, tmp_path: Path, mode: str
+    pair: Pair, kafka_service: KafkaService, spark: Any, tmp_path: Path, mode: str
 ) -> None:
     primary, replica = pair.primary.service, pair.replica.service
     prefix = f"fo{mode[0]}{time.monotonic_ns() % 10**7}"
@@ -227,6 +231,10 @@ def test_primary_dies_the_relay_continues_on_the_replica_without_loss_or_foreign
     with contextlib.closing(replica.connect()) as conn:
         # Each partition in log order, each key's sequences increasing: the state equals SELECT.
         assert apply_records(records) == select_orders(conn, prefix, SHARDS, TABLES)
+        selected = select_rows(conn, orders_tables(prefix, SHARDS, TABLES))
+    # The Spark mirror of the same records (both servers', both generations') equals SELECT on the replica.
+    mirrored = mirror_records(spark, records, tmp_path / "mirror", f"{prefix}.orders")
+    assert_mirror_equals(rows_by_key(mirrored), selected)
 
 
 def _mapping(prefix: str) -> dict[str, Any]:

@@ -11,6 +11,9 @@
   successor's ``init_transactions`` fences it, so nothing it had queued lands after the successor's
   records, and the position epoch is the successor's.
 
+The transactional takeover and the mapping edit then SIGKILL also end with the Spark mirror of the records
+(``apply_changes``) equal to SELECT over the shards, every column.
+
 Every wait is a condition with a deadline.
 """
 
@@ -52,6 +55,7 @@ from tests.integration.relay_harness import (
     create_shards,
     drop_shards,
     master_position,
+    orders_tables,
     read_topic,
     row_sequences,
     select_orders,
@@ -59,6 +63,7 @@ from tests.integration.relay_harness import (
     wait_for,
     write_configs,
 )
+from tests.mirror_check import assert_mirror_equals, mirror_records, rows_by_key, select_rows
 
 SHARDS, TABLES = 2, 2
 SESSION = 4.0  # ZooKeeper's minimum with tickTime=2000: two ticks
@@ -145,6 +150,12 @@ class Cluster:
         assert len(row_sequences(records)) == changes
         assert apply_records(records) == select_orders(self.conn, self.prefix, SHARDS, TABLES)
         return check_exact_repeats(records)
+
+    def assert_mirrored(self, spark: Any, records: list[Rec]) -> None:
+        """The Spark mirror of ``records`` (``apply_changes``) equals SELECT over the shards, every column."""
+        mirrored = mirror_records(spark, records, self.tmp / "mirror", f"{self.prefix}.orders")
+        want = select_rows(self.conn, orders_tables(self.prefix, SHARDS, TABLES))
+        assert_mirror_equals(rows_by_key(mirrored), want)
 
 
 def distinct_changes(wanted: int) -> Callable[[list[Rec]], bool]:
@@ -354,7 +365,7 @@ def open_transaction_at_freeze(log: str) -> int:
 
 
 def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its_successor(
-    cluster: Cluster,
+    cluster: Cluster, spark: Any
 ) -> None:
     # Long transactions (1 s) and records lingering in the producer (200 ms): frozen at any moment, the
     # relay has a transaction open with records sent to the broker and records still queued in librdkafka.
@@ -419,6 +430,7 @@ def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its
         )
         last[ident] = seq
     repeats = cluster.assert_complete(records, changes)
+    cluster.assert_mirrored(spark, records)
     refused = after.count("newer producer with the same transactionalId")  # librdkafka's log of the refusal
     print(
         f"SIGSTOP (transactional): {pending} records in relay-0's open transaction at the freeze, "
@@ -429,7 +441,7 @@ def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its
 
 
 def test_a_mapping_edit_then_sigkill_the_successor_republishes_the_tail_under_the_saved_version(
-    cluster: Cluster,
+    cluster: Cluster, spark: Any
 ) -> None:
     # One mapping file shared by the relays (file store with history). Version 2 adds a tag: every record
     # published under it carries a relay.tag header, so a tail re-published under the wrong version
@@ -461,6 +473,7 @@ def test_a_mapping_edit_then_sigkill_the_successor_republishes_the_tail_under_th
     changes = writer.stop()
     records = cluster.read(changes)
     cluster.assert_complete(records, changes)  # log order per key, repeats byte-identical, state == SELECT
+    cluster.assert_mirrored(spark, records)
     log = successor.log()
     assert "resuming under mapping version 1" in log, log[-3000:]
     assert "mapping switched from version 1 to version 2" in log, log[-3000:]

@@ -6,7 +6,8 @@ equals SELECT over both servers' shards, no row lost to a key collision. A key-c
 compacted topic leaves no row under the old key: a DELETE, then a tombstone after it in the old key's
 partition, then an INSERT under the new key. The topic is read back with an independent assign()-based
 consumer, and each key's records are applied in their partition's offset order (never re-sorted by
-sequence).
+sequence); the same records mirrored by Spark (``apply_changes``) equal SELECT too, every column, each key
+with its shard — and mirroring them again, or in two batches, gives the same table.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from tests.integration.relay_harness import (
     master_position,
     read_topic,
     write_configs,
+)
+from tests.mirror_check import (
+    assert_mirror_equals,
+    assert_rebuilds_the_same,
+    mirror_records,
+    rows_by_key,
+    select_rows,
 )
 
 COLUMNS = ("id", "status", "amount")
@@ -126,7 +134,7 @@ def relay_config(tmp: Path, service: Any, bootstrap: str, prefix: str, instance:
 
 
 def test_two_servers_one_logical_topic_with_overlapping_ids_lose_no_row(
-    mysql_service: Any, mysql_server_factory: Any, kafka_service: Any, tmp_path: Path
+    spark: Any, mysql_service: Any, mysql_server_factory: Any, kafka_service: Any, tmp_path: Path
 ) -> None:
     other = mysql_server_factory()
     prefix = f"sk{tmp_path.name[-6:].replace('-', '')}".lower()
@@ -145,6 +153,11 @@ def test_two_servers_one_logical_topic_with_overlapping_ids_lose_no_row(
             )
             assert relay_a.error is None and relay_b.error is None
         want = {**select_all(mysql_service, tables_a), **select_all(other, tables_b)}
+        with contextlib.closing(mysql_service.connect()) as a, contextlib.closing(other.connect()) as b:
+            selected = {
+                **select_rows(a, tables_a, key_shard=True),
+                **select_rows(b, tables_b, key_shard=True),
+            }
 
     rows = row_records(records)
     assert len(rows) == expected  # every change once; no tombstones: the topic is not compacted
@@ -166,10 +179,18 @@ def test_two_servers_one_logical_topic_with_overlapping_ids_lose_no_row(
     # keyed by the primary key alone, the same records would collapse the shards' rows into 5
     naive = {json.loads(r.key or b"")["id"] for r in rows if r.json["type"] != "DELETE"}
     assert len(naive) < len(want)
+    # The Spark mirror of the same records equals SELECT over both servers, every column, keys with their
+    # shard; applied again, or rebuilt in two batches, it is the same table.
+    assert len(selected) == len(want)
+    mirrored = mirror_records(spark, records, tmp_path / "mirror", f"{prefix}.orders")
+    assert_mirror_equals(rows_by_key(mirrored), selected)
+    assert_rebuilds_the_same(
+        spark, records, tmp_path / "mirror", tmp_path / "rebuilt", f"{prefix}.orders", mirrored
+    )
 
 
 def test_key_change_on_a_compacted_topic_leaves_no_row_under_the_old_key(
-    mysql_service: Any, kafka_service: Any, tmp_path: Path
+    spark: Any, mysql_service: Any, kafka_service: Any, tmp_path: Path
 ) -> None:
     prefix = f"kc{tmp_path.name[-6:].replace('-', '')}".lower()
     bootstrap = kafka_service.bootstrap_servers
@@ -190,6 +211,8 @@ def test_key_change_on_a_compacted_topic_leaves_no_row_under_the_old_key(
             )
             assert relay.error is None
         want = select_all(mysql_service, tables)
+        with contextlib.closing(mysql_service.connect()) as conn:
+            selected = select_rows(conn, tables, key_shard=True)
 
     # Tansu keeps every record (it does not compact on demand): the records themselves are checked.
     assert len(row_records(records)) == expected
@@ -218,6 +241,10 @@ def test_key_change_on_a_compacted_topic_leaves_no_row_under_the_old_key(
         recs = sorted((r for r in records if r.key == gone), key=lambda r: r.offset)
         assert [r.value is None for r in recs] == [False, False, True]
         assert "part" not in recs[1].json and recs[1].json["type"] == "DELETE"
+    # The Spark mirror of the same records (tombstones included) equals SELECT: nothing under an old key.
+    mirrored = rows_by_key(mirror_records(spark, records, tmp_path / "mirror", f"{prefix}.orders"))
+    assert_mirror_equals(mirrored, selected)
+    assert all(key[1] not in ("2", "3") for key in mirrored)
 
 
 @pytest.mark.parametrize("codec", ["canal-protobuf"])
