@@ -45,6 +45,11 @@ def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # A local session needs no network name: Spark otherwise resolves the machine's host name at start
+        # and fails ("UnknownHostException") where it is not in /etc/hosts (fresh containers, chroots).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
     return (
         SparkSession.builder.master(master)
         .appName(app)
