@@ -556,6 +556,7 @@ class Relay:
             mapping_version=self.mapping.version,
             kafka_mode=self.config.kafka.mode,
             transactional_id=self.publisher.transactional_id,
+            snapshot=self.instance.snapshot_status(),
             **self._ha_status(),
         )
         try:

@@ -170,6 +170,14 @@ def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str) 
     ).encode()
 
 
+def snapshot_row_text(je: JsonEntry, sequence: int, data: str) -> bytes:
+    """A snapshot read's value: an INSERT (``old`` null, ``rowIndex`` 0) with ``"snapshot":true`` after
+    ``sequence``. canal has no READ type; readers that ignore unknown fields see an INSERT."""
+    return (
+        f'{{"id":{sequence}{je.middle}{data}],"old":null{je.tail}0}},"sequence":{sequence},"snapshot":true}}'
+    ).encode()
+
+
 def changed(
     names: tuple[str, ...], before: Sequence[str | None], after: Sequence[str | None]
 ) -> dict[str, str | None]:

@@ -65,6 +65,7 @@ from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
 from relay.positions.store import MAX_GENERATION, SourceIdentity
+from relay.source.snapshot import SNAPSHOT_PROP
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ H_TYPE = "relay.type"
 H_TAG = "relay.tag"
 H_SEQUENCE = "relay.sequence"
 H_SOURCE_ID = "relay.source.id"
+H_SNAPSHOT = SNAPSHOT_PROP  # "true" on a snapshot read (relay.source.snapshot); absent on live changes
+_SNAPSHOT_MARK = (SNAPSHOT_PROP, "true")
 
 MAX_OFFSET = 1 << 32
 FILE_BITS = 20
@@ -231,6 +234,8 @@ class RecordEncoder:
         if rc.is_ddl:
             return self._ddl(entry, rc)
         if rc.event_type in _ROW_TYPES:
+            if rc.props and _SNAPSHOT_MARK in rc.props:
+                return self._snapshot_rows(entry, rc)
             return self._rows(entry, rc)
         return self._audit(entry, rc, None, entry_sequence(entry))
 
@@ -309,6 +314,39 @@ class RecordEncoder:
             out.append(
                 Record(topic, None, key_of(plan, image), value, (*headers, (H_SEQUENCE, str(seq).encode())))
             )
+        return out
+
+    def _snapshot_rows(self, entry: Entry, rc: RowChange) -> list[Record]:
+        """A snapshot chunk (``relay.source.snapshot``): INSERTs marked as snapshot reads, every row with
+        the chunk's sequence (its identity is completed by the key), ``rowIndex`` 0."""
+        h = entry.header
+        plan = self._table_plan(h.schema_name, h.table_name, rc.columns)
+        if plan is None or not rc.rows:
+            return []
+        route = plan.route
+        self._topics.add(route.topic)
+        seq = entry_sequence(entry)
+        headers = (
+            *plan.headers,
+            (H_TYPE, b"INSERT"),
+            *plan.tag,
+            self._source_header,
+            (H_SNAPSHOT, b"true"),
+            (H_SEQUENCE, str(seq).encode()),
+        )
+        out = []
+        if plan.json is not None:
+            je = codec_json.json_entry(plan.json, self._server(h.server_id), entry, "INSERT")
+            for row in rc.rows:
+                assert row.after is not None  # a snapshot row is an after image
+                data = codec_json.object_text(plan.json.data_format, row.after)
+                value = codec_json.snapshot_row_text(je, seq, data)
+                out.append(Record(route.topic, None, self._key(plan, row.after), value, headers))
+            return out
+        server = self.source.address
+        for row in rc.rows:
+            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id)
+            out.append(Record(route.topic, None, self._key(plan, row.after), value, headers))
         return out
 
     @staticmethod

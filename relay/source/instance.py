@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from relay.canal.entry import Entry
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
-from relay.config.sections import SourceConfig, StoreConfig
+from relay.config.sections import SnapshotConfig, SourceConfig, StartConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, next_generation, resume_after
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
+from relay.source.snapshot import EXTRA_KEY, Snapshot, SnapshotEntry, plan
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,10 @@ class InstanceConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+    # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
+    # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    captures: Callable[[str, str], bool] | None = None
 
 
 class CanalInstance:
@@ -78,6 +86,10 @@ class CanalInstance:
         # stamped on their resume points (``ResumePoint.mapping_version``).
         self.mapping_version: int | None = None
         self.started = threading.Event()  # set once the server is checked and the parser thread runs
+        # The running snapshot, if any, and its checkpoint as of the last batch handed out (saved in
+        # every resume point's ``extra``, so a restart continues it).
+        self.snapshot: Snapshot | None = None
+        self._snapshot_state: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -96,6 +108,7 @@ class CanalInstance:
                 self.start_point = resolve_start(self.config.source, self.info, saved)
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
+                self._begin_snapshot(saved)
         self._thread = threading.Thread(
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
@@ -112,9 +125,24 @@ class CanalInstance:
         """The store's ack sequence (the last entry acknowledged); -1 before any."""
         return self.store.sequences[2]
 
+    def snapshot_status(self) -> dict[str, Any] | None:
+        """The running snapshot's progress (read by the status file and the metrics), or None."""
+        if self.snapshot is None:
+            return None
+        status = self.snapshot.status()
+        saved = self.saved_point
+        acked = saved.extra.get(EXTRA_KEY) if saved is not None else None
+        if isinstance(acked, dict) and acked.get("id") == status["id"]:
+            status["acked_rows"] = sum(int(t["rows"]) for t in acked["tables"].values())
+        else:
+            status["acked_rows"] = 0
+        return status
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the parser first, then the store; unacknowledged batches are simply not saved."""
         self._stopping.set()
+        if self.snapshot is not None:
+            self.snapshot.stop()
         self.store.close()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -139,10 +167,14 @@ class CanalInstance:
         # have to wait, so an idle stream adds no latency.
         burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
         pending: list[Entry] = []
+        snap = self.snapshot
         try:
             while not self._stopping.is_set():
                 try:
-                    event = self.source.read(0.0 if pending else self.config.poll_seconds)
+                    wait = 0.0 if pending else self.config.poll_seconds
+                    if snap is not None and snap.active:
+                        wait = min(wait, 0.005)  # a chunk waits for the parser to reach its watermark
+                    event = self.source.read(wait)
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
@@ -152,9 +184,13 @@ class CanalInstance:
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
+                    if snap is not None:
+                        pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
                     pending = self._put(pending)
                     continue
                 entries = builder.build(event)
+                if snap is not None:
+                    snap.observe(event, entries)
                 if skip_at is not None and entries:
                     entries, skip_at = _drop_published(entries, skip_at, start.skip)
                 entries = self.sink.process(entries)
@@ -163,8 +199,10 @@ class CanalInstance:
                     entries = self._drop.filter(entries)
                 if entries:
                     pending.extend(entries)
-                    if len(pending) >= burst:
-                        pending = self._put(pending)
+                if snap is not None:
+                    pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
+                if len(pending) >= burst:
+                    pending = self._put(pending)
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
@@ -229,6 +267,8 @@ class CanalInstance:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
+        if self.snapshot is not None and self.snapshot.failure is not None:
+            raise self.snapshot.failure
 
     def get_without_ack(self, batch_size: int, timeout: float | None = None) -> Message:
         self._raise_failure()
@@ -238,6 +278,7 @@ class CanalInstance:
                 resume_after(message.entries[-1]),
                 source=self.source.identity,
                 mapping_version=self.mapping_version,
+                extra=self._snapshot_extra(message.entries),
             )
             with self._lock:
                 self._resume[message.batch_id] = point
@@ -293,6 +334,48 @@ class CanalInstance:
                 self.server.rollback(batch_id)
                 for bid in [b for b in self._resume if b >= batch_id]:
                     del self._resume[bid]
+            # The snapshot checkpoint goes back with the batches: to the last one still outstanding.
+            last = self._resume[max(self._resume)] if self._resume else self.saved_point
+            if self._snapshot_state is not None and last is not None:
+                self._snapshot_state = last.extra.get(EXTRA_KEY, self._snapshot_state)
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def _begin_snapshot(self, saved: ResumePoint | None) -> None:
+        """Start a snapshot if the mode asks for one, or continue the one the saved point records."""
+        cfg, captures = self.config.snapshot, self.config.captures
+        if cfg.mode == "never" or captures is None or self.info is None or self.start_point is None:
+            return
+        state = saved.extra.get(EXTRA_KEY) if saved is not None else None
+        if state is not None:
+            if state.get("done"):
+                self._snapshot_state = state
+                return
+        elif saved is None and (cfg.mode == "initial" or not _start_configured(self.config.source.start)):
+            snapshot_id = f"{self.config.name}-{int(time.time())}"
+            state = plan(cfg, master_config(self.config.source), captures, snapshot_id)
+        else:
+            return
+        self._snapshot_state = state
+        self.snapshot = Snapshot(
+            cfg,
+            master_config(self.config.source),
+            state,
+            server_id=self.info.server_id,
+            mariadb=self.info.mariadb,
+        )
+        self.snapshot.start((self.start_point.journal, self.start_point.offset))
+
+    def _snapshot_extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
+        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
+        for e in reversed(entries):
+            if isinstance(e, SnapshotEntry):
+                self._snapshot_state = e.checkpoint
+                break
+        return {EXTRA_KEY: self._snapshot_state} if self._snapshot_state is not None else {}
+
+
+def _start_configured(start: StartConfig) -> bool:
+    return bool(start.gtid or start.journal or start.timestamp is not None)
 
 
 def _drop_published(
