@@ -256,8 +256,7 @@ class Snapshot:
             log.error("snapshot: table %s skipped: %s", name, self.skipped[name])
             self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
             return
-        with self._lock:
-            self._watches[(db, table)] = _Watch(spec)  # before the first low: see every later change
+        self.watch(spec)  # before the first low: every later change of the table is seen
         where = str(self.state.get("where") or "")
         while not self._stop.is_set():
             low = _master_position(conn)
@@ -278,6 +277,11 @@ class Snapshot:
                 return
             after = last
             self._rate.take(len(rows))
+
+    def watch(self, spec: TableSpec) -> None:
+        """From now on the parser records the keys of ``spec`` the binlog changes."""
+        with self._lock:
+            self._watches[(spec.db, spec.table)] = _Watch(spec)
 
     def _submit(self, chunk: Chunk) -> None:
         with self._lock:
