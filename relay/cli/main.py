@@ -305,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.positions import add_positions_parser
 
     add_positions_parser(sub)
+    from relay.cli.snapshot import add_snapshot_parser
+
+    add_snapshot_parser(sub)
     return parser
 
 

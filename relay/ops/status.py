@@ -61,7 +61,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         # idempotent / transactional / exactly-once: the running relay's, else the config's
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
-        **_snapshot_report(data.get("snapshot") if running else None, point),
+        **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }
     try:
@@ -86,7 +86,7 @@ def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint 
         return None
 
 
-def _snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> dict[str, Any]:
+def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> dict[str, Any]:
     """``snapshot``: one progress line; ``snapshot_tables``: a line per table. From the running relay's
     status file, else from the checkpoint in the saved position (what a restart continues)."""
     state = live

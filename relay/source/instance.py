@@ -17,6 +17,7 @@ the next generation (``Entry.generation``, saved in the resume point after them)
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -90,6 +91,7 @@ class CanalInstance:
         # every resume point's ``extra``, so a restart continues it).
         self.snapshot: Snapshot | None = None
         self._snapshot_state: dict[str, Any] | None = None
+        self._snapshot_fresh: dict[str, Any] | None = None  # the running snapshot's state before any chunk
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,9 +169,9 @@ class CanalInstance:
         # have to wait, so an idle stream adds no latency.
         burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
         pending: list[Entry] = []
-        snap = self.snapshot
         try:
             while not self._stopping.is_set():
+                snap = self.snapshot
                 try:
                     wait = 0.0 if pending else self.config.poll_seconds
                     if snap is not None and snap.active:
@@ -189,6 +191,8 @@ class CanalInstance:
                     pending = self._put(pending)
                     continue
                 entries = builder.build(event)
+                # Read after the event arrived: an on-demand snapshot started meanwhile sees it.
+                snap = self.snapshot
                 if snap is not None:
                     snap.observe(event, entries)
                 if skip_at is not None and entries:
@@ -335,9 +339,13 @@ class CanalInstance:
                 for bid in [b for b in self._resume if b >= batch_id]:
                     del self._resume[bid]
             # The snapshot checkpoint goes back with the batches: to the last one still outstanding.
+            # (A point of an earlier snapshot means none of the current one's chunks was handed out.)
             last = self._resume[max(self._resume)] if self._resume else self.saved_point
-            if self._snapshot_state is not None and last is not None:
-                self._snapshot_state = last.extra.get(EXTRA_KEY, self._snapshot_state)
+            back = last.extra.get(EXTRA_KEY) if last is not None else None
+            current = self._snapshot_state
+            if current is not None:
+                same = isinstance(back, dict) and back.get("id") == current.get("id")
+                self._snapshot_state = back if same else self._snapshot_fresh or current
 
     # -- snapshots -------------------------------------------------------------------------------
     def _begin_snapshot(self, saved: ResumePoint | None) -> None:
@@ -355,7 +363,9 @@ class CanalInstance:
             state = plan(cfg, master_config(self.config.source), captures, snapshot_id)
         else:
             return
-        self._snapshot_state = state
+        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
+        self._snapshot_state = copy.deepcopy(state)
+        self._snapshot_fresh = copy.deepcopy(state)
         self.snapshot = Snapshot(
             cfg,
             master_config(self.config.source),
@@ -364,6 +374,43 @@ class CanalInstance:
             mariadb=self.info.mariadb,
         )
         self.snapshot.start((self.start_point.journal, self.start_point.offset))
+
+    def request_snapshot(
+        self, only: Callable[[str, str], bool], snapshot_id: str, where: str = ""
+    ) -> str | None:
+        """Start an on-demand snapshot of the physical tables ``only`` names (and the sink filters
+        keep) while streaming; returns why not, or None once it runs. Publisher thread."""
+        running = self.snapshot
+        if running is not None and running.active:
+            return f"snapshot {running.state['id']} is still running"
+        if self.info is None or self._drop is not None:
+            return "the instance is not reading its master"
+
+        def captures(db: str, table: str) -> bool:
+            name = f"{db}.{table}"
+            return self.sink.include.matches(name) and not self.sink.exclude.matches(name) and only(db, table)
+
+        source = master_config(self.config.source)
+        state = plan(self.config.snapshot, source, captures, snapshot_id, where)
+        if not state["tables"]:
+            return "no captured table matches"
+        snap = Snapshot(
+            self.config.snapshot, source, state, server_id=self.info.server_id, mariadb=self.info.mariadb
+        )
+        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
+        self._snapshot_state = copy.deepcopy(state)
+        self._snapshot_fresh = copy.deepcopy(state)
+        self.snapshot = snap  # before its readers start: the parser watches for it from the next event
+        snap.start(self.source.delivered)
+        return None
+
+    def cancel_snapshot(self) -> str | None:
+        """Cancel the running snapshot; returns why not, or None. Publisher thread."""
+        snap = self.snapshot
+        if snap is None or not snap.active:
+            return "no snapshot is running"
+        self._snapshot_state = snap.cancel()
+        return None
 
     def _snapshot_extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
         """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""

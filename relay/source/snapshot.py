@@ -208,6 +208,16 @@ class Snapshot:
         for th in self._threads:
             th.join(timeout)
 
+    def cancel(self) -> dict[str, Any]:
+        """Stop reading; chunks not yet put are dropped. Returns the state to save from now on."""
+        self.stop()
+        with self._lock:
+            self._submitted = []
+            self.cancelled = True
+            self.state["cancelled"] = True
+            self.state["done"] = True
+            return copy.deepcopy(self.state)
+
     @property
     def active(self) -> bool:
         """True while chunks may still come (the parser then polls the binlog more often)."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from relay.dev.services import KafkaService
 from relay.kafka.codec import sequence
 from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import (
+    REPO_ROOT,
     Rec,
     RelayProcess,
     Writer,
@@ -110,13 +113,13 @@ class Case:
     def topic(self) -> str:
         return f"{self.prefix}.orders"
 
-    def configure(self) -> Path:
+    def configure(self, start: tuple[str, int] | None = None) -> Path:
         return write_configs(
             self.tmp,
             mysql=self.mysql,
             bootstrap=self.bootstrap,
             mapping=single_table_mapping(self.prefix),
-            start=None,
+            start=start,
             instance=self.prefix,
             include=f"{self.prefix}_\\d+\\..*",
             extra=LOAD,
@@ -248,6 +251,26 @@ def _relay_statements(case: Case) -> list[str]:
         return [f"{kind}: {arg}" for kind, arg in cur.fetchall()]
 
 
+def _check(case: Case, records: list[Rec]) -> tuple[list[Rec], int, list[str]]:
+    """State from the topic == SELECT, repeats exact, snapshot reads marked, no lock or write by the
+    relay's account; returns (snapshot records, exact repeats, the account's statements)."""
+    state, repeats = rebuild(records)
+    expected = select_orders(case.conn, case.prefix, SHARDS, TABLES)
+    missing = sorted(set(expected) - set(state))[:5]
+    extra = sorted(set(state) - set(expected))[:5]
+    differ = [k for k in expected if k in state and state[k] != expected[k]][:5]
+    assert state == expected, f"missing {missing}, extra {extra}, different {differ}"
+    snapshots = [r for r in records if r.json.get("snapshot")]
+    assert snapshots, "no snapshot reads in the topic"
+    for r in snapshots[:50]:
+        assert r.headers.get("relay.snapshot") == b"true" and r.json["type"] == "INSERT"
+    statements = _relay_statements(case)
+    assert any("SELECT" in s and case.prefix in s and "LIMIT" in s for s in statements), statements[:20]
+    bad = [s for s in statements if s.startswith("Query") and FORBIDDEN.search(s.split(": ", 1)[1])]
+    assert not bad, bad[:10]
+    return snapshots, repeats, statements
+
+
 def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, record_property: Any) -> None:
     cfg = case.configure()
     writer = KeyChangingWriter(case.mysql, case.prefix, dict(case.existing), seed=7)
@@ -269,24 +292,55 @@ def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, r
     relay.signal(signal.SIGTERM)
     assert relay.wait(20) == 0
 
-    state, repeats = rebuild(records)
-    expected = select_orders(case.conn, case.prefix, SHARDS, TABLES)
-    missing = sorted(set(expected) - set(state))[:5]
-    extra = sorted(set(state) - set(expected))[:5]
-    differ = [k for k in expected if k in state and state[k] != expected[k]][:5]
-    assert state == expected, f"missing {missing}, extra {extra}, different {differ}"
-    snapshots = [r for r in records if r.json.get("snapshot")]
-    assert snapshots, "no snapshot reads in the topic"
-    for r in snapshots[:50]:
-        assert r.headers.get("relay.snapshot") == b"true" and r.json["type"] == "INSERT"
-    statements = _relay_statements(case)
-    assert any("SELECT" in s and case.prefix in s and "LIMIT" in s for s in statements), statements[:20]
-    bad = [s for s in statements if s.startswith("Query") and FORBIDDEN.search(s.split(": ", 1)[1])]
-    assert not bad, bad[:10]
+    snapshots, repeats, statements = _check(case, records)
     record_property("snapshot_records", len(snapshots))
     record_property("row_changes", changes)
     print(
         f"snapshot x2 SIGKILL: {total} existing rows, {changes} live row changes "
         f"({writer.key_changes} key changes), {len(records)} records, {len(snapshots)} snapshot reads, "
         f"{repeats} exact repeats, {len(statements)} statements by the relay's account"
+    )
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay.cli", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_on_demand_snapshot_of_one_table_while_streaming_with_a_sigkill(case: Case) -> None:
+    """Streaming from the binlog's end (no initial snapshot: source.start is set), then ``relay snapshot
+    run`` re-reads the logical table (all four shards) under load; SIGKILL once in the middle."""
+    cfg = case.configure(start=master_position(case.conn))
+    writer = KeyChangingWriter(case.mysql, case.prefix, dict(case.existing), seed=11)
+    writer.start()
+    relay = case.relay(cfg)
+    wait_for(lambda: relay.status().get("batches_acked", 0) >= 3, 60, "the relay streaming")
+    assert not relay.status().get("snapshot"), "no initial snapshot with source.start set"
+    ran = _run_cli("snapshot", "run", "-c", str(cfg), "--table", f"{case.prefix}.orders")
+    assert ran.returncode == 0 and "accepted" in ran.stdout, ran.stdout + ran.stderr
+    total = len(case.existing)
+    wait_for(lambda: _acked_rows(relay) >= total * 0.3, 120, "30% of the on-demand snapshot acked")
+    relay.signal(signal.SIGKILL)
+    assert relay.wait(10) == -signal.SIGKILL
+    shown = _run_cli("snapshot", "status", "-c", str(cfg))
+    assert "interrupted" in shown.stdout, shown.stdout + shown.stderr
+    relay = case.relay(cfg)
+    wait_for(lambda: bool(_snapshot_status(relay).get("done")), 180, "the on-demand snapshot done")
+    refused = _run_cli("snapshot", "cancel", "-c", str(cfg))
+    assert refused.returncode == 1 and "no snapshot is running" in refused.stdout, refused.stdout
+    changes = writer.stop()
+    wait_for(lambda: _caught_up(case, relay), 120, "the relay caught up with the binlog")
+    records = _read_all(case)
+    relay.signal(signal.SIGTERM)
+    assert relay.wait(20) == 0
+    snapshots, repeats, _ = _check(case, records)
+    print(
+        f"on-demand snapshot, 1 SIGKILL: {total} existing rows, {changes} live row changes, "
+        f"{len(records)} records, {len(snapshots)} snapshot reads, {repeats} exact repeats"
     )
