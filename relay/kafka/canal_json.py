@@ -9,7 +9,10 @@ are encoded. ``relay.kafka.codec`` calls this on the publisher thread and hands 
 
 Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
 
-    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence
+    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence snapshot
+
+``snapshot`` (true) appears only on snapshot reads (``snapshot_row_text``): INSERTs with ``es``/``ts`` 0,
+``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot``).
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
   re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an

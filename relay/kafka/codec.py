@@ -24,7 +24,12 @@ What becomes what:
 
 Headers (bytes): ``relay.db``, ``relay.table`` (logical), ``relay.physical.db``,
 ``relay.physical.table``, ``relay.type`` (INSERT/UPDATE/DELETE/ALTER…), ``relay.tag`` (when the route
-has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal).
+has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.snapshot`` ("true", on snapshot reads
+only), ``relay.sequence`` (decimal).
+
+A snapshot chunk (an entry marked by ``relay.source.snapshot``) becomes one INSERT per row, every row with
+the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module): its identity is
+(source id, sequence, key).
 
 The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
 key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:

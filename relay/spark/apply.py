@@ -9,13 +9,14 @@ Layout under ``out``: ``<db>.<table>/`` — the live rows (table columns plus ``
 ``_source_id``, ``_es``), readable with ``spark.read.parquet``; ``_relay_state/<db>.<table>/tombstones/``
 — the keys deleted and the identity of their delete.
 
-Rules: records are de-duplicated by their change identity (source id, sequence); the change with the
-highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a new key) removes the row and
-leaves a tombstone, so a replayed older INSERT cannot bring it back; repeated records carry the same
-identity and change nothing. Applying the same records twice gives the same table, which is what makes
-a re-run micro-batch (or a replay from the start) harmless. A key's sequences stay ordered across the
-relay's MySQL failover, ``relay positions set`` and HA takeover (the generation in their top bits); a
-key's changes must come from one source id (true for sharded tables, where each key lives on one shard).
+Rules: records are de-duplicated by their change identity (source id, sequence, and the key: the rows of a
+snapshot chunk share one sequence); the change with the highest sequence per key wins (a snapshot read is an
+INSERT, so an upsert at its sequence); a DELETE (or an UPDATE that moved a row to a new key) removes the row
+and leaves a tombstone, so a replayed older INSERT cannot bring it back; repeated records carry the same
+identity and change nothing. Applying the same records twice gives the same table, which is what makes a
+re-run micro-batch (or a replay from the start) harmless. A key's sequences stay ordered across the relay's
+MySQL failover, ``relay positions set`` and HA takeover (the generation in their top bits); a key's changes
+must come from one source id (true for sharded tables, where each key lives on one shard).
 
 Each table is rewritten whole every batch (parquet has no in-place update): written next to the old
 directory, then swapped by rename; a crash between the renames is repaired on the next call.
@@ -111,7 +112,9 @@ def apply_table(changes_df: DataFrame, out: str | Path, table: str) -> None:
     _recover(live_path)
     _recover(tomb_path)
     # One row per change identity (source id, sequence): a re-published record changes nothing.
-    rows = typed(changes_df, table).dropDuplicates(["_source_id", "_sequence"])
+    # (The key completes the identity of snapshot reads, whose chunk shares one sequence; a live change's
+    # repeats have the same key too.) A snapshot read is an INSERT: an upsert ordered by its sequence.
+    rows = typed(changes_df, table).dropDuplicates(["_source_id", "_sequence", "_key"])
     columns = [c for c in rows.columns if not c.startswith("_")]
     events = _events(rows, columns)
     live, tombs = _read(spark, live_path), _read(spark, tomb_path)
