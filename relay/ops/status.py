@@ -102,6 +102,8 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
         if state.get("done")
         else ("running" if live is not None else "interrupted (continues on start)")
     )
+    if live is not None and live.get("read") and not live.get("done"):
+        what = "read, publishing"  # every chunk is in the store, not all of them acknowledged yet
     line = f"{state.get('id')}: {what}, {done}/{len(tables)} tables, {rows} rows"
     if live is not None:
         line += f", {live.get('acked_rows', 0)} acked, {live.get('rows_per_second', 0)} rows/s"

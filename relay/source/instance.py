@@ -134,10 +134,14 @@ class CanalInstance:
         status = self.snapshot.status()
         saved = self.saved_point
         acked = saved.extra.get(EXTRA_KEY) if saved is not None else None
+        # "read": every chunk is in the store; "done": every chunk is acknowledged (in Kafka).
+        status["read"] = status["done"]
         if isinstance(acked, dict) and acked.get("id") == status["id"]:
             status["acked_rows"] = sum(int(t["rows"]) for t in acked["tables"].values())
+            status["done"] = bool(acked.get("done"))
         else:
             status["acked_rows"] = 0
+            status["done"] = False
         return status
 
     def stop(self, timeout: float = 10.0) -> None:

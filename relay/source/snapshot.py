@@ -61,10 +61,11 @@ from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.errors import RelayError, SourceError
-from relay.source.snapshot_tables import TableSpec, describe_table, list_tables
+from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables
 
 log = logging.getLogger(__name__)
 
+ER_NO_SUCH_TABLE = 1146
 SNAPSHOT_PROP = "relay.snapshot"  # RowChange.props marker of a snapshot chunk (read by the codec)
 EXTRA_KEY = "snapshot"  # ResumePoint.extra key of the checkpoint
 Pos = tuple[tuple[str, int], int]  # (file_order(journal), offset): binlog positions in order
@@ -230,6 +231,18 @@ class Snapshot:
             s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout,
             read_timeout=max(s.read_timeout, 300.0),
         )  # fmt: skip
+        zone = s.timezone
+        if zone and zone != "server":
+            # TIMESTAMP text in the zone the binlog side renders it in (relay.binlog.rows).
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET SESSION time_zone = %s", ("+00:00" if zone.upper() == "UTC" else zone,))
+            except pymysql.err.MySQLError as exc:
+                conn.close()
+                raise SourceError(
+                    f"snapshot: the server cannot render TIMESTAMP values in source.timezone {zone!r} "
+                    f"({exc}); load its time zone tables or use an offset like +08:00"
+                ) from exc
         conn.decoders = {}  # values as the server's text (bytes for binary columns): no float rounding
         return conn
 
@@ -260,12 +273,29 @@ class Snapshot:
             entry = self.state["tables"][name]
             after = entry["after"]
             estimated = entry.get("estimated_rows", 0)
-        spec = describe_table(conn, db, table, estimated)
-        if not spec.key:
-            self.skipped[name] = "no PRIMARY KEY and no UNIQUE key over NOT NULL columns"
-            log.error("snapshot: table %s skipped: %s", name, self.skipped[name])
-            self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
+        try:
+            spec = describe_table(conn, db, table, estimated)
+        except NoSuchTableError:
+            self._skip(TableSpec(db, table, (), (), (), ""), after, "dropped or renamed")
             return
+        if not spec.key:
+            self._skip(spec, after, "no PRIMARY KEY and no UNIQUE key over NOT NULL columns")
+            return
+        try:
+            self._read_chunks(conn, spec, after)
+        except pymysql.err.ProgrammingError as exc:
+            if mysql.error_code(exc) != ER_NO_SUCH_TABLE:
+                raise
+            self.unwatch(spec)
+            self._skip(spec, after, "dropped or renamed")
+
+    def _skip(self, spec: TableSpec, after: list[str | None] | None, why: str) -> None:
+        """Done with ``spec`` without reading (more of) it: listed under ``skipped``, logged."""
+        self.skipped[spec.name] = why
+        log.error("snapshot: table %s skipped: %s", spec.name, why)
+        self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
+
+    def _read_chunks(self, conn: Any, spec: TableSpec, after: list[str | None] | None) -> None:
         self.watch(spec)  # before the first low: every later change of the table is seen
         where = str(self.state.get("where") or "")
         while not self._stop.is_set():
@@ -292,6 +322,10 @@ class Snapshot:
         """From now on the parser records the keys of ``spec`` the binlog changes."""
         with self._lock:
             self._watches[(spec.db, spec.table)] = _Watch(spec)
+
+    def unwatch(self, spec: TableSpec) -> None:
+        with self._lock:
+            self._watches.pop((spec.db, spec.table), None)
 
     def _submit(self, chunk: Chunk) -> None:
         with self._lock:

@@ -40,6 +40,10 @@ _F32 = struct.Struct("<f")
 K_TEXT, K_BINARY, K_INT, K_DECIMAL, K_FLOAT, K_DOUBLE, K_BIT = range(7)
 
 
+class NoSuchTableError(SourceError):
+    """The table is gone (dropped or renamed since the snapshot listed it)."""
+
+
 def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -75,7 +79,9 @@ class TableSpec:
             out.append(col)
         return ", ".join(out)
 
-    def chunk_query(self, after: Sequence[str] | None, limit: int, where: str = "") -> tuple[str, list[Any]]:
+    def chunk_query(
+        self, after: Sequence[str | None] | None, limit: int, where: str = ""
+    ) -> tuple[str, list[Any]]:
         """The SELECT of the chunk after key ``after`` (None: the first), ``limit`` rows, in key order."""
         names = [quote_name(self.columns[i].name) for i in self.key]
         conds: list[str] = []
@@ -95,9 +101,11 @@ class TableSpec:
         sql += " ORDER BY " + ", ".join(names) + f" LIMIT {int(limit)}"
         return sql, params
 
-    def key_param(self, key_index: int, text: str) -> Any:
+    def key_param(self, key_index: int, text: str | None) -> Any:
         """A key value's canal text as a query parameter compared exactly (never as a double)."""
         kind = self.kinds[self.key[key_index]]
+        if text is None:  # not in a chunk key (its columns are NOT NULL); kept for the type
+            return None
         if kind in (K_INT, K_BIT):
             return int(text)
         if kind == K_DECIMAL:
@@ -237,7 +245,7 @@ def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> T
         (db, table),
     )
     if not cols:
-        raise SourceError(f"{db}.{table}: no such table (dropped?)")
+        raise NoSuchTableError(f"{db}.{table}: no such table (dropped or renamed?)")
     stats = _dicts(
         conn,
         "SELECT INDEX_NAME, COLUMN_NAME, SEQ_IN_INDEX, NON_UNIQUE, SUB_PART "

@@ -49,7 +49,13 @@ from tests.integration.relay_harness import (
 SHARDS, TABLES = 2, 2
 ROWS_PER_TABLE = 1500  # 3000 existing rows per shard
 FIRST_ID = 1_000_000
-SNAPSHOT: dict[str, Any] = {"mode": "when_needed", "chunk_rows": 250, "parallelism": 2}
+# Rate-limited, so that the kills land in the middle of the snapshot.
+SNAPSHOT: dict[str, Any] = {
+    "mode": "when_needed",
+    "chunk_rows": 250,
+    "parallelism": 2,
+    "max_rows_per_second": 1500,
+}
 LOAD: dict[str, Any] = {
     "store": {"buffer_size": 256, "batch_mode": "ITEMSIZE"},
     "publish": {"batch_size": 32, "max_inflight_batches": 4, "drain_seconds": 10.0},
@@ -280,11 +286,16 @@ def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, r
     for share in (0.2, 0.5):
         proc = relay
         wait_for(lambda: _acked_rows(proc) >= total * share, 120, f"{share:.0%} of the snapshot acked")  # noqa: B023
-        assert not _snapshot_status(relay).get("done")
+        assert not _snapshot_status(relay).get("read")
         relay.signal(signal.SIGKILL)
         assert relay.wait(10) == -signal.SIGKILL
         relay = case.relay(cfg)
     wait_for(lambda: bool(_snapshot_status(relay).get("done")), 180, "the snapshot done")
+    shown = _run_cli("status", "-c", str(cfg))  # four orders shards and the customers table of shard 00
+    assert re.search(r"^snapshot\s+\S+: done, 5/5 tables, \d+ rows, \d+ acked", shown.stdout, re.M), (
+        shown.stdout
+    )
+    assert re.search(rf"^  {case.prefix}_01\.orders_01\s+chunk \d+, \d+/~\d+ rows, done$", shown.stdout, re.M)
     wait_for(lambda: writer.key_changes >= 30, 60, "30 key changes written")
     changes = writer.stop()
     wait_for(lambda: _caught_up(case, relay), 120, "the relay caught up with the binlog")
