@@ -104,6 +104,8 @@ class Chunk:
     rows: list[tuple[str | None, ...]]
     last_key: list[str | None] | None
     done: bool  # the table's last chunk
+    ddls: int = 0  # the table's DDL count (``_Watch.ddls``) when ``spec`` was read
+    redo: bool = False  # set instead of putting it: a DDL came in between, read it again
     emitted: threading.Event = field(default_factory=threading.Event)
 
 
@@ -114,6 +116,7 @@ class _Watch:
     spec: TableSpec
     changes: list[tuple[Pos, tuple[str | None, ...]]] = field(default_factory=list)
     key_index: dict[tuple[str, ...], tuple[int, ...] | None] = field(default_factory=dict)
+    ddls: int = 0  # DDL statements on the table the parser has seen since the watch began
 
 
 class _RateLimit:
@@ -297,8 +300,18 @@ class Snapshot:
 
     def _read_chunks(self, conn: Any, spec: TableSpec, after: list[str | None] | None) -> None:
         self.watch(spec)  # before the first low: every later change of the table is seen
+        ddls = -1  # read the definition again now: a DDL before the watch began is not counted
         where = str(self.state.get("where") or "")
         while not self._stop.is_set():
+            if ddls != self._ddls(spec):
+                ddls = self._ddls(spec)
+                new = describe_table(conn, spec.db, spec.table, spec.estimated_rows)
+                same_key = [new.columns[i].name for i in new.key] == [spec.columns[i].name for i in spec.key]
+                if not same_key:
+                    log.warning("snapshot: table %s has a new key; reading it from its start", spec.name)
+                    after = None
+                spec = new
+                self.watch(spec, keep_changes=same_key)
             low = _master_position(conn)
             sql, params = spec.chunk_query(after, self.config.chunk_rows, where)
             with conn.cursor() as cur:
@@ -307,21 +320,34 @@ class Snapshot:
             high = _master_position(conn)
             rows = [spec.row_text(r) for r in raw]
             last = list(spec.key_of(rows[-1])) if rows else after
-            chunk = Chunk(spec, low, high, rows, last, len(rows) < self.config.chunk_rows)
+            chunk = Chunk(spec, low, high, rows, last, len(rows) < self.config.chunk_rows, ddls)
             self._rows_read += len(rows)
             self._submit(chunk)
             while not chunk.emitted.wait(0.2):
                 if self._stop.is_set():
                     return
+            if chunk.redo:
+                log.info("snapshot: table %s changed its definition; reading the chunk again", spec.name)
+                continue
             if chunk.done:
                 return
             after = last
             self._rate.take(len(rows))
 
-    def watch(self, spec: TableSpec) -> None:
-        """From now on the parser records the keys of ``spec`` the binlog changes."""
+    def watch(self, spec: TableSpec, keep_changes: bool = False) -> None:
+        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs);
+        ``keep_changes``: a new definition of a watched table, what was recorded stays."""
         with self._lock:
-            self._watches[(spec.db, spec.table)] = _Watch(spec)
+            old = self._watches.get((spec.db, spec.table))
+            w = _Watch(spec)
+            if keep_changes and old is not None:
+                w.changes, w.ddls = old.changes, old.ddls
+            self._watches[(spec.db, spec.table)] = w
+
+    def _ddls(self, spec: TableSpec) -> int:
+        with self._lock:
+            w = self._watches.get((spec.db, spec.table))
+            return w.ddls if w is not None else 0
 
     def unwatch(self, spec: TableSpec) -> None:
         with self._lock:
@@ -342,10 +368,13 @@ class Snapshot:
         with self._lock:
             for e in entries:
                 rc = e.store_value
-                if e.entry_type != EntryType.ROWDATA or not isinstance(rc, RowChange) or not rc.rows:
+                if e.entry_type != EntryType.ROWDATA or not isinstance(rc, RowChange):
                     continue
                 w = self._watches.get((e.header.schema_name, e.header.table_name))
                 if w is None:
+                    continue
+                if rc.is_ddl:
+                    w.ddls += 1  # chunks read under the old definition are read again
                     continue
                 at = position(e.header.logfile_name, e.header.logfile_offset)
                 index = _key_index(w, rc)
@@ -367,15 +396,22 @@ class Snapshot:
                 return []
             self._submitted = [c for c in self._submitted if c.high > pos]
             for chunk in ready:
-                out.append(self._emit(chunk, pos, journal, gtid_set))
+                entry = self._emit(chunk, pos, journal, gtid_set)
+                if entry is not None:
+                    out.append(entry)
         for chunk in ready:
             chunk.emitted.set()
         return out
 
-    def _emit(self, chunk: Chunk, pos: Pos, journal: str, gtid_set: str | None) -> SnapshotEntry:
+    def _emit(self, chunk: Chunk, pos: Pos, journal: str, gtid_set: str | None) -> SnapshotEntry | None:
         spec = chunk.spec
         w = self._watches.get((spec.db, spec.table))
         rows = chunk.rows
+        if w is not None and w.ddls != chunk.ddls:
+            # A DDL between the definition this chunk was read under and its place: its rows have the
+            # old shape (or its place follows the DDL). Nothing is put; the reader reads it again.
+            chunk.redo = True
+            return None
         if w is not None:
             changed = {key for at, key in w.changes if at < pos}
             if changed:

@@ -168,3 +168,22 @@ def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
         assert value["old"] is None and value["es"] == 0 and value["source"]["rowIndex"] == 0
     assert json.loads(records[1].value)["data"] == [{"id": "6", "status": None}]
     assert encoder.encode(entry)[0].value == records[0].value  # the same chunk again: the same bytes
+
+
+def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap.watch(spec)
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A")], ["1"], False, ddls=0)
+    snap._submit(chunk)
+    header = Header(FILE, 1100, 1, 0, 100, EventType.ALTER, spec.db, spec.table)
+    ddl = Entry(
+        header,
+        EntryType.ROWDATA,
+        RowChange(EventType.ALTER, is_ddl=True),
+        TxnContext(EntryPosition(FILE, 1100)),
+    )
+    snap.observe(_event(1100, 100), [ddl])
+    assert snap.due(False, None) == []  # nothing put
+    assert chunk.emitted.is_set() and chunk.redo
+    assert snap.state["tables"][spec.name]["chunks"] == 0  # the checkpoint did not move
