@@ -92,11 +92,14 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
     state = live
     if state is None and point is not None:
         state = point.extra.get("snapshot")
-    if not isinstance(state, dict) or "tables" not in state:
+    if not isinstance(state, dict) or "id" not in state:
         return {"snapshot": None, "snapshot_tables": None}
-    tables: dict[str, Any] = state["tables"]
+    tables: dict[str, Any] = state.get("tables", {})
     done = sum(1 for t in tables.values() if t["done"])
     rows = sum(int(t["rows"]) for t in tables.values())
+    if "table_count" in state:  # a finished snapshot's compacted checkpoint
+        done = int(state["table_count"])
+        rows = int(state["rows"])
     what = (
         "done"
         if state.get("done")
@@ -104,7 +107,7 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
     )
     if live is not None and live.get("read") and not live.get("done"):
         what = "read, publishing"  # every chunk is in the store, not all of them acknowledged yet
-    line = f"{state.get('id')}: {what}, {done}/{len(tables)} tables, {rows} rows"
+    line = f"{state.get('id')}: {what}, {done}/{max(done, len(tables))} tables, {rows} rows"
     if live is not None:
         line += f", {live.get('acked_rows', 0)} acked, {live.get('rows_per_second', 0)} rows/s"
         if live.get("eta_seconds") is not None:

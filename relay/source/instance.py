@@ -35,7 +35,7 @@ from relay.errors import RelayError, ServerError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, next_generation, resume_after
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
-from relay.source.snapshot import EXTRA_KEY, Snapshot, SnapshotEntry, plan
+from relay.source.snapshot import EXTRA_KEY, Snapshot, SnapshotEntry, compacted, plan, state_rows
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class CanalInstance:
         # "read": every chunk is in the store; "done": every chunk is acknowledged (in Kafka).
         status["read"] = status["done"]
         if isinstance(acked, dict) and acked.get("id") == status["id"]:
-            status["acked_rows"] = sum(int(t["rows"]) for t in acked["tables"].values())
+            status["acked_rows"] = state_rows(acked)
             status["done"] = bool(acked.get("done"))
         else:
             status["acked_rows"] = 0
@@ -420,7 +420,7 @@ class CanalInstance:
         """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
         for e in reversed(entries):
             if isinstance(e, SnapshotEntry):
-                self._snapshot_state = e.checkpoint
+                self._snapshot_state = compacted(e.checkpoint)
                 break
         return {EXTRA_KEY: self._snapshot_state} if self._snapshot_state is not None else {}
 

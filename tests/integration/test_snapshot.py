@@ -185,6 +185,8 @@ def _acked_rows(proc: RelayProcess) -> int:
     if not text:
         return 0
     state = ResumePoint.from_json(text).extra.get("snapshot") or {}
+    if "rows" in state:  # finished: the compacted checkpoint
+        return int(state["rows"])
     return sum(int(t["rows"]) for t in state.get("tables", {}).values())
 
 

@@ -187,3 +187,21 @@ def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> No
     assert snap.due(False, None) == []  # nothing put
     assert chunk.emitted.is_set() and chunk.redo
     assert snap.state["tables"][spec.name]["chunks"] == 0  # the checkpoint did not move
+
+
+def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
+    from relay.ops.status import snapshot_report
+    from relay.positions.store import ResumePoint
+    from relay.source.snapshot import compacted, state_rows
+
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    (entry,) = snap.due(False, None)
+    assert isinstance(entry, SnapshotEntry)
+    small = compacted(entry.checkpoint)
+    assert small == {"id": "s1", "done": True, "cancelled": False, "rows": 1, "table_count": 1, "skipped": {}}
+    assert state_rows(small) == state_rows(entry.checkpoint) == 1
+    point = ResumePoint(FILE, 1000, extra={"snapshot": small})
+    report = snapshot_report(None, ResumePoint.from_json(point.to_json()))
+    assert report["snapshot"] == "s1: done, 1/1 tables, 1 rows"
