@@ -205,3 +205,39 @@ def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
     point = ResumePoint(FILE, 1000, extra={"snapshot": small})
     report = snapshot_report(None, ResumePoint.from_json(point.to_json()))
     assert report["snapshot"] == "s1: done, 1/1 tables, 1 rows"
+
+
+class _FakeInstance:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def request_snapshot(self, only: Any, snapshot_id: str, where: str = "") -> str | None:
+        self.asked.append((snapshot_id, where))
+        assert only("shop_03", "orders_07") and not only("shop_03", "other")
+        return None
+
+    def cancel_snapshot(self) -> str | None:
+        return "no snapshot is running"
+
+
+def test_requests_from_the_cli_are_checked_then_carried_out(tmp_path: Any) -> None:
+    from relay.daemon import snapshot_requests as requests
+
+    inst: Any = _FakeInstance()
+    mapping = _mapping()
+    answer = requests.handle(
+        inst, mapping, {"id": "r1", "action": "run", "table": "shop.orders", "where": "id > 5"}
+    )
+    assert answer["accepted"] and inst.asked == [("r1", "id > 5")]
+    bad = requests.handle(
+        inst, mapping, {"id": "r2", "action": "run", "table": "shop.orders", "where": "1; DROP"}
+    )
+    assert not bad["accepted"] and "';'" in bad["reason"]
+    assert (
+        requests.handle(inst, mapping, {"id": "r3", "action": "cancel"})["reason"] == "no snapshot is running"
+    )
+    assert not requests.handle(inst, mapping, {"id": "r4", "action": "wipe"})["accepted"]
+    path = tmp_path / "req.json"
+    assert requests.take_request(path) is None
+    path.write_text('{"id": "r5", "action": "cancel"}')
+    assert requests.take_request(path) == {"id": "r5", "action": "cancel"} and not path.exists()
