@@ -36,6 +36,7 @@ only read the source and wait; ``observe``/``due`` run on the parser thread; ``s
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import queue
@@ -60,7 +61,7 @@ from relay.canal.entry import (
 from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
-from relay.errors import RelayError, SourceError
+from relay.errors import RelayError, SourceConnectionError, SourceError
 from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables
 
 log = logging.getLogger(__name__)
@@ -273,15 +274,34 @@ class Snapshot:
         return conn
 
     def _read_tables(self) -> None:
+        """One reader: tables from the queue until none is left. A lost connection is retried with
+        ``source.retry`` (the table continues after its last chunk put); anything else stops the
+        snapshot, and the relay with it (``failure``)."""
         conn = None
+        name: str | None = None
+        backoff = self.source.retry.start(sleep=self._stop.wait)
         try:
-            conn = self._connect()
             while not self._stop.is_set():
+                if name is None:
+                    try:
+                        name = self._todo.get_nowait()
+                    except queue.Empty:
+                        return
                 try:
-                    name = self._todo.get_nowait()
-                except queue.Empty:
-                    return
-                self._read_table(conn, name)
+                    conn = conn or self._connect()
+                    self._read_table(conn, name)
+                    name = None
+                    backoff.reset()
+                except (SourceError, pymysql.err.MySQLError) as exc:
+                    if not _connection_lost(exc):
+                        raise
+                    if conn is not None:
+                        with contextlib.suppress(pymysql.err.MySQLError):
+                            conn.close()
+                    conn = None
+                    log.warning("snapshot %s: reading %s: %s; reconnecting", self.state["id"], name, exc)
+                    if not backoff.wait():
+                        raise SourceError(f"snapshot: gave up reconnecting to read {name}: {exc}") from exc
         except (RelayError, pymysql.err.MySQLError) as exc:
             if not self._stop.is_set():
                 log.error("snapshot %s: reader stopped: %s", self.state["id"], exc)
@@ -479,6 +499,18 @@ class Snapshot:
             "rows_per_second": round(rate, 1),
             "eta_seconds": None if self.done or rate <= 0 else round(remaining / rate, 1),
         }
+
+
+# Server-side codes that mean the connection is gone: killed, server shutting down, gone away.
+_LOST = frozenset({1053, 1927, 2006, 2013})
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """A lost or refused connection (client-side CR_* codes, a killed connection): worth reconnecting."""
+    if isinstance(exc, SourceConnectionError):
+        return True
+    code = mysql.error_code(exc)
+    return 2000 <= code < 3000 or code in _LOST
 
 
 def _key_index(w: _Watch, rc: RowChange) -> tuple[int, ...] | None:

@@ -14,6 +14,7 @@ Every wait is a condition with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from relay.dev import services
@@ -251,6 +253,20 @@ def rebuild(records: list[Rec]) -> tuple[dict[str, dict[str, str | None]], int]:
     return {k: v for k, (_, v) in state.items() if v is not None}, repeats
 
 
+def _kill_readers(case: Case) -> int:
+    """KILL the relay account's connections other than the binlog dump (the snapshot readers)."""
+    with case.conn.cursor() as cur:
+        cur.execute(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND COMMAND <> 'Binlog Dump'",
+            (case.mysql.replication_user,),
+        )
+        ids = [int(r[0]) for r in cur.fetchall()]
+        for ident in ids:
+            with contextlib.suppress(pymysql.err.MySQLError):
+                cur.execute(f"KILL CONNECTION {ident}")
+    return len(ids)
+
+
 def _relay_statements(case: Case) -> list[str]:
     with case.conn.cursor() as cur:
         cur.execute(
@@ -313,6 +329,10 @@ def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, r
         if share == 0.2:  # a DDL on a shard while it may be read: its chunks are read again if so
             with case.conn.cursor() as cur:
                 cur.execute(f"ALTER TABLE {case.prefix}_01.orders_01 MODIFY status VARCHAR(32)")
+            proc = relay
+            wait_for(lambda: bool(_snapshot_status(proc)), 60, "the snapshot continuing")  # noqa: B023
+            # Kill the readers' connections: they reconnect and go on.
+            wait_for(lambda: _kill_readers(case) > 0, 30, "a snapshot reader's connection killed")
     wait_for(lambda: _metrics(port).get("relay_snapshot_tables_remaining", 1) == 0, 180, "metrics: all read")
     samples = _metrics(port)
     table = f'relay_snapshot_rows{{table="{case.prefix}_01.orders_01"}}'
@@ -331,6 +351,8 @@ def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, r
     assert relay.wait(20) == 0
 
     snapshots, repeats, statements = _check(case, records)
+    logs = "".join(p.log() for p in case.procs)
+    assert re.search(r"snapshot \S+: reading \S+: .*; reconnecting", logs), "the killed readers reconnected"
     record_property("snapshot_records", len(snapshots))
     record_property("row_changes", changes)
     print(
