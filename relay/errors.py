@@ -284,6 +284,11 @@ class DataLossError(SparkSourceError):
 # --- development services, demo, benchmark --------------------------------------------------------
 
 
+class SnapshotRequestError(RelayError):
+    """``relay snapshot run|cancel`` got no answer or a refusal from the running relay (none runs, a
+    snapshot is already running, the table is unknown). Not retriable as such: the message says why."""
+
+
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 

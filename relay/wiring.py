@@ -12,7 +12,7 @@ relay (the CLI's, a test's, the benchmark worker's).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -21,7 +21,7 @@ from mapping.model import Mapping
 from mapping.store import FileMappingStore, MappingStore
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
 from mapping.watch import MappingWatcher
-from relay.canal.sink import SinkConfig
+from relay.canal.sink import NameFilter, SinkConfig
 from relay.config.load import RelayConfig
 from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
@@ -125,13 +125,16 @@ def sink_config(config: RelayConfig) -> SinkConfig:
     )
 
 
-def instance_config(config: RelayConfig) -> InstanceConfig:
+def instance_config(config: RelayConfig, mapping: Mapping | None = None) -> InstanceConfig:
+    """The canal instance's settings; with ``mapping``, snapshots cover the tables it and the filters keep."""
     return InstanceConfig(
         name=config.instance,
         source=config.source,
         store=config.store_config(),
         sink=sink_config(config),
         schema_history=config.schema.history,
+        snapshot=config.snapshot,
+        captures=None if mapping is None else snapshot_captures(config, mapping),
     )
 
 
@@ -140,6 +143,19 @@ def schema_history(config: RelayConfig) -> FileSchemaHistory | None:
     if config.schema.history == "off":
         return None
     return FileSchemaHistory(config.path(config.schema.path))
+
+
+def snapshot_captures(config: RelayConfig, mapping: Mapping) -> Callable[[str, str], bool]:
+    """Which physical tables a snapshot reads: those the sink filters keep and the mapping routes."""
+    sink = sink_config(config)
+    include = NameFilter("filter.include", sink.filter, empty_value=True)
+    exclude = NameFilter("filter.exclude", sink.black_filter, empty_value=False)
+
+    def captures(db: str, table: str) -> bool:
+        name = f"{db}.{table}"
+        return include.matches(name) and not exclude.matches(name) and mapping.resolve(db, table) is not None
+
+    return captures
 
 
 def transactional_id(config: RelayConfig) -> str | None:
@@ -192,7 +208,7 @@ def build_relay(
             store.close()
 
     parts = RelayParts(
-        instance=CanalInstance(instance_config(config), store, schema_history(config)),
+        instance=CanalInstance(instance_config(config, mapping), store, schema_history(config)),
         positions=store,
         publisher=publisher or KafkaPublisher(publisher_config(config, mapping)),
         leadership=coordination.leadership,

@@ -13,6 +13,7 @@ import yaml
 
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
+from relay.dev.bench.snapshot import render_snapshot
 from relay.dev.bench.stats import render_stall, render_table
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
@@ -45,6 +46,12 @@ def add_bench_parser(subparsers: Any) -> None:
             help=f"row changes in the {name} backlog "
             f"(default {DEFAULT_ROWS[name]:,}; --quick {QUICK_ROWS[name]:,})",
         )
+    bench.add_argument(
+        "--snapshot-rows",
+        type=int,
+        help="existing rows for the snapshot workload S: snapshot -> Kafka acked vs a plain streaming SELECT "
+        "(default 100,000; --quick 20,000; 0 skips)",
+    )
     bench.add_argument("--no-baselines", action="store_true", help="measure the relay only")
     bench.add_argument(
         "--latency-rate", type=float, default=1000.0, help="offered rows/s for the latency figure"
@@ -89,6 +96,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         ("repeat", args.repeat),
         ("latency_seconds", args.latency_seconds),
         ("stall_mb", args.stall_mb),
+        ("snapshot_rows", args.snapshot_rows),
     ):
         if value is not None:
             kw[key] = value
@@ -121,6 +129,8 @@ def render_report(report: BenchReport) -> str:
     ]
     if report.stall is not None:
         lines += ["", render_stall(report.stall)]
+    if report.snapshot is not None:
+        lines += ["", render_snapshot(report.snapshot)]
     lines += report.notes
     return "\n".join(lines)
 

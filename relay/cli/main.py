@@ -198,6 +198,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         width = max(len(k) for k in report)
         for key, value in report.items():
+            if isinstance(value, dict):  # snapshot_tables: a line each
+                print(f"{key:<{width}}  {'-' if not value else ''}")
+                for name, line in value.items():
+                    print(f"  {name:<{width - 2}}  {line}")
+                continue
             print(f"{key:<{width}}  {value if value is not None else '-'}")
     return 0 if report.get("running") else 1
 
@@ -303,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.schema import add_schema_parser
 
     add_schema_parser(sub)
+
+    from relay.cli.snapshot import add_snapshot_parser
+
+    add_snapshot_parser(sub)
     return parser
 
 

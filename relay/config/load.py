@@ -21,6 +21,7 @@ from relay.config.sections import (
     BatchMode,
     HAConfig,
     MetricsConfig,
+    SnapshotConfig,
     SourceConfig,
     StoreConfig,
     compile_filter,
@@ -148,6 +149,7 @@ class RelayConfig:
     ha: HAConfig = field(default_factory=HAConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     schema: SchemaSettings = field(default_factory=SchemaSettings)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     base_dir: str = "."  # relative paths are relative to the config file's directory's parent
 
     # -- derived values, each validated once ------------------------------------------------------
@@ -176,6 +178,7 @@ class RelayConfig:
         self._validate_transactions()
         self._validate_ha()
         self.metrics.validate("metrics")
+        self.snapshot.validate("snapshot")
         self.source.tls.validate("source.tls")
         if self.mapping.store not in ("file", "zookeeper"):
             raise ConfigError("mapping.store", f"must be file or zookeeper, got {self.mapping.store!r}")

@@ -20,6 +20,41 @@ from relay.errors import ConfigError, StoreError
 
 FAILOVER_MODES = ("auto", "gtid", "timestamp")
 
+# --- snapshot ----------------------------------------------------------------------------------------
+
+SNAPSHOT_MODES = ("initial", "when_needed", "never")
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """Reading the existing rows of the captured tables (``relay.source.snapshot``).
+
+    ``mode``: ``when_needed`` snapshots when no position is saved and ``source.start`` names no place
+    to start from; ``initial`` whenever no position is saved; ``never`` not at all. An unfinished
+    snapshot recorded in the saved position is continued unless the mode is ``never``.
+    ``max_rows_per_second`` 0: no limit. ``request_file``: where ``relay snapshot run|cancel`` leave
+    requests for the running relay (``{instance}`` is replaced; relative to the config's base).
+    """
+
+    mode: str = "when_needed"
+    chunk_rows: int = 2000
+    max_rows_per_second: float = 0.0
+    parallelism: int = 1
+    request_file: str = "var/{instance}/snapshot-request.json"
+
+    def validate(self, path: str = "snapshot") -> None:
+        if self.mode not in SNAPSHOT_MODES:
+            raise ConfigError(
+                f"{path}.mode", f"must be one of {', '.join(SNAPSHOT_MODES)}, got {self.mode!r}"
+            )
+        if not 1 <= self.chunk_rows <= 1_000_000:
+            raise ConfigError(f"{path}.chunk_rows", f"must be 1..1000000, got {self.chunk_rows}")
+        if self.max_rows_per_second < 0:
+            raise ConfigError(f"{path}.max_rows_per_second", "must be 0 (no limit) or positive")
+        if not 1 <= self.parallelism <= 16:
+            raise ConfigError(f"{path}.parallelism", f"must be 1..16, got {self.parallelism}")
+
+
 # --- source ------------------------------------------------------------------------------------------
 
 

@@ -193,6 +193,7 @@ class RelayCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._counters()
         yield from self._gauges()
+        yield from self._snapshot_gauges()
         yield from self._server_gauges(self.server())
 
     def _counters(self) -> Iterator[Metric]:
@@ -251,6 +252,30 @@ class RelayCollector(Collector):
                     "Binlog time of the saved position",
                     point.timestamp / 1000,
                 )
+
+    def _snapshot_gauges(self) -> Iterator[Metric]:
+        snap = self.exporter.relay.instance.snapshot_status()
+        if snap is None:
+            return
+        rows = GaugeMetricFamily(
+            "relay_snapshot_rows", "Snapshot rows put into the store, per physical table", labels=["table"]
+        )
+        chunks = GaugeMetricFamily(
+            "relay_snapshot_chunks", "Snapshot chunks read, per table", labels=["table"]
+        )
+        for name, t in snap["tables"].items():
+            rows.add_metric([redact(name)], t["rows"])
+            chunks.add_metric([redact(name)], t["chunks"])
+        yield rows
+        yield chunks
+        yield _gauge("relay_snapshot_acked_rows", "Snapshot rows acknowledged by Kafka", snap["acked_rows"])
+        remaining = sum(1 for t in snap["tables"].values() if not t["done"])
+        yield _gauge("relay_snapshot_tables_remaining", "Tables the snapshot has still to read", remaining)
+        yield _gauge("relay_snapshot_rows_per_second", "Snapshot read rate", snap["rows_per_second"])
+        if snap["eta_seconds"] is not None:
+            yield _gauge(
+                "relay_snapshot_eta_seconds", "Estimated time to finish the snapshot", snap["eta_seconds"]
+            )
 
     def _server_gauges(self, view: ServerView) -> Iterator[Metric]:
         yield _gauge("relay_source_up", "1 when the last check of the MySQL server succeeded", int(view.up))

@@ -60,6 +60,7 @@ from relay.canal.entry import Entry, RowChange
 from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
+from relay.daemon import snapshot_requests
 from relay.daemon.status import RelayStats, write_status
 from relay.errors import MappingError, PublishError, RecordRejectedError, RelayError
 from relay.ha.leadership import Leadership
@@ -143,6 +144,8 @@ class Relay:
         self._pending: Mapping | None = None
         self._batch_rows: dict[int, tuple[int, int, int]] = {}  # batch id → (records, rows, last event ms)
         self._next_status = 0.0
+        self._next_request_check = 0.0
+        self._snapshot_answer: dict[str, object] | None = None  # the last on-demand request's answer
 
     def observe(self, observer: RelayObserver) -> None:
         """Add an observer (before ``run``): it is started and stopped with the publish loop."""
@@ -235,6 +238,7 @@ class Relay:
                 failed = self.publisher.failed()
                 if failed is not None:
                     self._recover(failed, backoff)
+                self._snapshot_requests()
                 self._write_status()
             self._drain()
         except BaseException as exc:
@@ -461,6 +465,8 @@ class Relay:
         self.instance.publish_under(new.version)  # a restart from here publishes under ``new``
         old, self._encoder.mapping, self.mapping = self.mapping, new, new
         self._pending = None
+        if self.config.snapshot.mode != "never":
+            self._snapshot_answer = snapshot_requests.after_mapping_switch(self.instance, old, new)
         if self.watcher is not None:
             self.watcher.accept(new)
         else:
@@ -534,6 +540,18 @@ class Relay:
         except RelayError as exc:
             log.warning("while abandoning the batches in flight: %s", exc)
 
+    # -- on-demand snapshots ---------------------------------------------------------------------
+    def _snapshot_requests(self) -> None:
+        """A ``relay snapshot run|cancel`` request waiting in its file: carried out at this boundary."""
+        now = time.monotonic()
+        if now < self._next_request_check:
+            return
+        self._next_request_check = now + snapshot_requests.CHECK_SECONDS
+        request = snapshot_requests.take_request(self.config.path(self.config.snapshot.request_file))
+        if request is not None:
+            self._snapshot_answer = snapshot_requests.handle(self.instance, self.mapping, request)
+            self._write_status(force=True)
+
     # -- status ----------------------------------------------------------------------------------
     def _write_status(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -556,6 +574,8 @@ class Relay:
             mapping_version=self.mapping.version,
             kafka_mode=self.config.kafka.mode,
             transactional_id=self.publisher.transactional_id,
+            snapshot=self.instance.snapshot_status(),
+            snapshot_request=self._snapshot_answer,
             **self._ha_status(),
         )
         try:

@@ -9,7 +9,10 @@ are encoded. ``relay.kafka.codec`` calls this on the publisher thread and hands 
 
 Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
 
-    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence
+    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence snapshot
+
+``snapshot`` (true) appears only on snapshot reads (``snapshot_row_text``): INSERTs with ``es``/``ts`` 0,
+``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot``).
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
   re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an
@@ -167,6 +170,14 @@ def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str) 
     """One row's canal-json value from its ``data`` object text and ``old`` field text."""
     return (
         f'{{"id":{sequence}{je.middle}{data}],"old":{old}{je.tail}{row_index}}},"sequence":{sequence}}}'
+    ).encode()
+
+
+def snapshot_row_text(je: JsonEntry, sequence: int, data: str) -> bytes:
+    """A snapshot read's value: an INSERT (``old`` null, ``rowIndex`` 0) with ``"snapshot":true`` after
+    ``sequence``. canal has no READ type; readers that ignore unknown fields see an INSERT."""
+    return (
+        f'{{"id":{sequence}{je.middle}{data}],"old":null{je.tail}0}},"sequence":{sequence},"snapshot":true}}'
     ).encode()
 
 

@@ -36,8 +36,13 @@ What becomes what:
 
 Headers (bytes): ``relay.db``, ``relay.table`` (logical), ``relay.physical.db``,
 ``relay.physical.table``, ``relay.type`` (INSERT/UPDATE/DELETE/ALTER…), ``relay.tag`` (when the route
-has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.sequence`` (decimal), ``relay.part``
-(only on the two records of a key change).
+has one), ``relay.source.id`` (the relay's ``source.id``), ``relay.snapshot`` ("true", on snapshot reads
+only), ``relay.sequence`` (decimal), ``relay.part`` (where it is not 0: the two records of a key change, the
+rows of a transaction payload or of a snapshot chunk).
+
+A snapshot chunk (an entry marked by ``relay.source.snapshot``) becomes one INSERT per row, every row with
+the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` = the
+row's ordinal in the chunk << 1: its identity is (source id, sequence, part).
 
 The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
 key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:
@@ -79,6 +84,7 @@ from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
 from relay.positions.store import MAX_GENERATION, SourceIdentity
+from relay.source.snapshot import SNAPSHOT_PROP
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,8 @@ H_TAG = "relay.tag"
 H_SEQUENCE = "relay.sequence"
 H_SOURCE_ID = "relay.source.id"
 H_PART = "relay.part"
+H_SNAPSHOT = SNAPSHOT_PROP  # "true" on a snapshot read (relay.source.snapshot); absent on live changes
+_SNAPSHOT_MARK = (SNAPSHOT_PROP, "true")
 
 MAX_OFFSET = 1 << 32
 FILE_BITS = 20
@@ -351,6 +359,8 @@ class RecordEncoder:
         if rc.is_ddl:
             return self._ddl(entry, rc)
         if rc.event_type in _ROW_TYPES:
+            if rc.props and _SNAPSHOT_MARK in rc.props:
+                return self._snapshot_rows(entry, rc)
             return self._rows(entry, rc)
         return self._audit(entry, rc, None, entry_sequence(entry))
 
@@ -529,6 +539,41 @@ class RecordEncoder:
             ),
         )
         return [delete, _tombstone(delete), insert] if plan.compact else [delete, insert]
+
+    def _snapshot_rows(self, entry: Entry, rc: RowChange) -> list[Record]:
+        """A snapshot chunk (``relay.source.snapshot``): INSERTs marked as snapshot reads, every row with
+        the chunk's sequence and ``part`` = its ordinal in the chunk << 1 (so (source id, sequence, part)
+        stays the identity), ``rowIndex`` 0."""
+        h = entry.header
+        plan = self._table_plan(h.schema_name, h.table_name, rc.columns)
+        if plan is None or not rc.rows:
+            return []
+        route = plan.route
+        self._topics.add(route.topic)
+        seq = entry_sequence(entry)
+        headers = (
+            *plan.headers,
+            (H_TYPE, b"INSERT"),
+            *plan.tag,
+            self._source_header,
+            (H_SNAPSHOT, b"true"),
+        )
+        out = []
+        if plan.json is not None:
+            je = codec_json.json_entry(plan.json, self._server(h.server_id), entry, "INSERT")
+            for i, row in enumerate(rc.rows):
+                assert row.after is not None  # a snapshot row is an after image
+                data = codec_json.object_text(plan.json.data_format, row.after)
+                value = _with_part(codec_json.snapshot_row_text(je, seq, data), i << 1)
+                key = self._key(plan, row.after)
+                out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, i << 1))))
+            return out
+        server = self.source.address
+        for i, row in enumerate(rc.rows):
+            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id, i << 1)
+            key = self._key(plan, row.after)
+            out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, i << 1))))
+        return out
 
     @staticmethod
     def _key(plan: _Plan, image: tuple[str | None, ...] | None) -> bytes:

@@ -61,6 +61,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         # idempotent / transactional / exactly-once: the running relay's, else the config's
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
+        **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }
     try:
@@ -83,6 +84,42 @@ def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint 
     except RelayError as exc:
         report["position_error"] = str(exc)
         return None
+
+
+def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> dict[str, Any]:
+    """``snapshot``: one progress line; ``snapshot_tables``: a line per table. From the running relay's
+    status file, else from the checkpoint in the saved position (what a restart continues)."""
+    state = live
+    if state is None and point is not None:
+        state = point.extra.get("snapshot")
+    if not isinstance(state, dict) or "id" not in state:
+        return {"snapshot": None, "snapshot_tables": None}
+    tables: dict[str, Any] = state.get("tables", {})
+    done = sum(1 for t in tables.values() if t["done"])
+    rows = sum(int(t["rows"]) for t in tables.values())
+    if "table_count" in state:  # a finished snapshot's compacted checkpoint
+        done = int(state["table_count"])
+        rows = int(state["rows"])
+    what = (
+        "done"
+        if state.get("done")
+        else ("running" if live is not None else "interrupted (continues on start)")
+    )
+    if live is not None and live.get("read") and not live.get("done"):
+        what = "read, publishing"  # every chunk is in the store, not all of them acknowledged yet
+    line = f"{state.get('id')}: {what}, {done}/{max(done, len(tables))} tables, {rows} rows"
+    if live is not None:
+        line += f", {live.get('acked_rows', 0)} acked, {live.get('rows_per_second', 0)} rows/s"
+        if live.get("eta_seconds") is not None:
+            line += f", ETA {live['eta_seconds']} s"
+        if live.get("failure"):
+            line += f", failed: {live['failure']}"
+    per_table = {
+        name: f"chunk {t['chunks']}, {t['rows']}/~{t.get('estimated_rows', '?')} rows"
+        + (", done" if t["done"] else "")
+        for name, t in tables.items()
+    }
+    return {"snapshot": line, "snapshot_tables": per_table}
 
 
 def _fill_percent(data: dict[str, Any]) -> float | None:

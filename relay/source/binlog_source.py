@@ -498,6 +498,11 @@ class BinlogSource:
             if time.monotonic() >= deadline:
                 return None
 
+    @property
+    def delivered(self) -> tuple[str, int] | None:
+        """(file, end offset) of the last real event handed out; None before the first."""
+        return self._delivered
+
     def _pass(self, event: BinlogEvent) -> bool:
         """Track an event; False for what a new connection repeats of what was already delivered."""
         h = event.header

@@ -24,9 +24,13 @@ the next generation (``Entry.generation``, saved in the resume point after them)
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from relay.binlog.events import QueryEvent
 from relay.canal.entry import Entry
@@ -36,13 +40,14 @@ from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
 from relay.canal.statements import StatementDmlGuard
 from relay.canal.xa import XaBuffer
-from relay.config.sections import SourceConfig, StoreConfig
+from relay.config.sections import SnapshotConfig, SourceConfig, StartConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
 from relay.schema.history import FileSchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
 from relay.source.schema_start import attach_schema_history
+from relay.source.snapshot import EXTRA_KEY, Snapshot, SnapshotEntry, compacted, plan, state_rows
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,10 @@ class InstanceConfig:
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
     schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
+    # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
+    # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    captures: Callable[[str, str], bool] | None = None
 
 
 class CanalInstance:
@@ -100,6 +109,11 @@ class CanalInstance:
         # stamped on their resume points (``ResumePoint.mapping_version``).
         self.mapping_version: int | None = None
         self.started = threading.Event()  # set once the server is checked and the parser thread runs
+        # The running snapshot, if any, and its checkpoint as of the last batch handed out (saved in
+        # every resume point's ``extra``, so a restart continues it).
+        self.snapshot: Snapshot | None = None
+        self._snapshot_state: dict[str, Any] | None = None
+        self._snapshot_fresh: dict[str, Any] | None = None  # the running snapshot's state before any chunk
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -124,6 +138,7 @@ class CanalInstance:
                 attach_schema_history(self.source, history, mode, self.start_point)
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
+                self._begin_snapshot(saved)
         self._thread = threading.Thread(
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
@@ -140,9 +155,28 @@ class CanalInstance:
         """The store's ack sequence (the last entry acknowledged); -1 before any."""
         return self.store.sequences[2]
 
+    def snapshot_status(self) -> dict[str, Any] | None:
+        """The running snapshot's progress (read by the status file and the metrics), or None."""
+        if self.snapshot is None:
+            return None
+        status = self.snapshot.status()
+        saved = self.saved_point
+        acked = saved.extra.get(EXTRA_KEY) if saved is not None else None
+        # "read": every chunk is in the store; "done": every chunk is acknowledged (in Kafka).
+        status["read"] = status["done"]
+        if isinstance(acked, dict) and acked.get("id") == status["id"]:
+            status["acked_rows"] = state_rows(acked)
+            status["done"] = bool(acked.get("done"))
+        else:
+            status["acked_rows"] = 0
+            status["done"] = False
+        return status
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the parser first, then the store; unacknowledged batches are simply not saved."""
         self._stopping.set()
+        if self.snapshot is not None:
+            self.snapshot.stop()
         self.store.close()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -175,8 +209,12 @@ class CanalInstance:
         try:
             while not self._stopping.is_set():
                 holding = builder.in_transaction
+                snap = self.snapshot
                 try:
-                    event = self.source.read(0.0 if pending and not holding else self.config.poll_seconds)
+                    wait = 0.0 if pending and not holding else self.config.poll_seconds
+                    if snap is not None and snap.active:
+                        wait = min(wait, 0.005)  # a chunk waits for the parser to reach its watermark
+                    event = self.source.read(wait)
                 except SourceUnavailableError as exc:
                     if not self.failover.enabled or self._drop is not None:
                         raise
@@ -192,6 +230,8 @@ class CanalInstance:
                     builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
                     continue
                 if event is None:
+                    if snap is not None:
+                        pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
                     if not holding:
                         pending = self._put(pending)
                     continue
@@ -199,6 +239,10 @@ class CanalInstance:
                     self.statements.check(event)  # raises for statement-logged DML (stop)
                 entries = builder.build(event)
                 entries = xa.process(event, entries)
+                # Read after the event arrived: an on-demand snapshot started meanwhile sees it.
+                snap = self.snapshot
+                if snap is not None:
+                    snap.observe(event, entries)
                 if published is not None and entries:
                     entries, published = _drop_published(entries, published)
                 entries = self.sink.process(entries)
@@ -207,6 +251,8 @@ class CanalInstance:
                     entries = self._drop.filter(entries)
                 if entries:
                     pending.extend(entries)
+                if snap is not None:
+                    pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
                 if len(pending) >= (txn_limit if builder.in_transaction else burst):
                     pending = self._put(pending)
         except RelayError as exc:
@@ -293,6 +339,8 @@ class CanalInstance:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
+        if self.snapshot is not None and self.snapshot.failure is not None:
+            raise self.snapshot.failure
 
     def get_without_ack(self, batch_size: int, timeout: float | None = None) -> Message:
         """The next batch. Once the parser has failed, what it put before is still handed out; the
@@ -313,6 +361,7 @@ class CanalInstance:
                 resume_after(message.entries[-1]),
                 source=self.source.identity,
                 mapping_version=self.mapping_version,
+                extra=self._snapshot_extra(message.entries),
             )
             with self._lock:
                 self._resume[message.batch_id] = point
@@ -368,6 +417,91 @@ class CanalInstance:
                 self.server.rollback(batch_id)
                 for bid in [b for b in self._resume if b >= batch_id]:
                     del self._resume[bid]
+            # The snapshot checkpoint goes back with the batches: to the last one still outstanding.
+            # (A point of an earlier snapshot means none of the current one's chunks was handed out.)
+            last = self._resume[max(self._resume)] if self._resume else self.saved_point
+            back = last.extra.get(EXTRA_KEY) if last is not None else None
+            current = self._snapshot_state
+            if current is not None:
+                same = isinstance(back, dict) and back.get("id") == current.get("id")
+                self._snapshot_state = back if same else self._snapshot_fresh or current
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def _begin_snapshot(self, saved: ResumePoint | None) -> None:
+        """Start a snapshot if the mode asks for one, or continue the one the saved point records."""
+        cfg, captures = self.config.snapshot, self.config.captures
+        if cfg.mode == "never" or captures is None or self.info is None or self.start_point is None:
+            return
+        state = saved.extra.get(EXTRA_KEY) if saved is not None else None
+        if state is not None:
+            if state.get("done"):
+                self._snapshot_state = state
+                return
+        elif saved is None and (cfg.mode == "initial" or not _start_configured(self.config.source.start)):
+            snapshot_id = f"{self.config.name}-{int(time.time())}"
+            state = plan(cfg, master_config(self.config.source), captures, snapshot_id)
+        else:
+            return
+        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
+        self._snapshot_state = copy.deepcopy(state)
+        self._snapshot_fresh = copy.deepcopy(state)
+        self.snapshot = Snapshot(
+            cfg,
+            master_config(self.config.source),
+            state,
+            server_id=self.info.server_id,
+            mariadb=self.info.mariadb,
+        )
+        self.snapshot.start((self.start_point.journal, self.start_point.offset))
+
+    def request_snapshot(
+        self, only: Callable[[str, str], bool], snapshot_id: str, where: str = ""
+    ) -> str | None:
+        """Start an on-demand snapshot of the physical tables ``only`` names (and the sink filters
+        keep) while streaming; returns why not, or None once it runs. Publisher thread."""
+        running = self.snapshot
+        if running is not None and running.active:
+            return f"snapshot {running.state['id']} is still running"
+        if self.info is None or self._drop is not None:
+            return "the instance is not reading its master"
+
+        def captures(db: str, table: str) -> bool:
+            name = f"{db}.{table}"
+            return self.sink.include.matches(name) and not self.sink.exclude.matches(name) and only(db, table)
+
+        source = master_config(self.config.source)
+        state = plan(self.config.snapshot, source, captures, snapshot_id, where)
+        if not state["tables"]:
+            return "no captured table matches"
+        snap = Snapshot(
+            self.config.snapshot, source, state, server_id=self.info.server_id, mariadb=self.info.mariadb
+        )
+        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
+        self._snapshot_state = copy.deepcopy(state)
+        self._snapshot_fresh = copy.deepcopy(state)
+        self.snapshot = snap  # before its readers start: the parser watches for it from the next event
+        snap.start(self.source.delivered)
+        return None
+
+    def cancel_snapshot(self) -> str | None:
+        """Cancel the running snapshot; returns why not, or None. Publisher thread."""
+        snap = self.snapshot
+        if snap is None or not snap.active:
+            return "no snapshot is running"
+        self._snapshot_state = snap.cancel()
+        return None
+
+    def _snapshot_extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
+        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
+        for e in reversed(entries):
+            if isinstance(e, SnapshotEntry):
+                self._snapshot_state = compacted(e.checkpoint)
+                break
+        return {EXTRA_KEY: self._snapshot_state} if self._snapshot_state is not None else {}
+
+
+def _start_configured(start: StartConfig) -> bool:
+    return bool(start.gtid or start.journal or start.timestamp is not None)
 
 
 def _closed_prefix(entries: list[Entry]) -> list[Entry]:

@@ -9,17 +9,18 @@ Layout under ``out``: ``<db>.<table>/`` — the live rows (table columns plus ``
 ``_source_id``, ``_es``), readable with ``spark.read.parquet``; ``_relay_state/<db>.<table>/tombstones/``
 — the keys deleted and the identity of their delete.
 
-Rules: records are de-duplicated by their change identity (source id, sequence, part); the change with
-the highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a new key, as records of
-older relays have it; the relay now publishes such a change as a DELETE under the old key and an INSERT
-under the new one, both with the row's sequence and parts 0 and 1) removes the row and leaves a
-tombstone, so a replayed older INSERT cannot bring it back; the key includes the record key's ``_shard``
-where the mapping puts the shard identity into keys, so equal ids of two shards are two rows; repeated
-records carry the same identity and change nothing. Applying the same records twice gives the same
-table, which is what makes a re-run micro-batch (or a replay from the start) harmless. A key's
-sequences stay ordered across the relay's MySQL failover, ``relay positions set`` and HA takeover (the
-generation in their top bits); a key's changes must come from one source id (true for sharded tables,
-where each key lives on one shard).
+Rules: records are de-duplicated by their change identity (source id, sequence, part); the change with the
+highest sequence per key wins; a DELETE (or an UPDATE that moved a row to a new key, as records of older
+relays have it; the relay now publishes such a change as a DELETE under the old key and an INSERT under the
+new one, both with the row's sequence and parts 0 and 1) removes the row and leaves a tombstone, so a
+replayed older INSERT cannot bring it back; the key includes the record key's ``_shard`` where the mapping
+puts the shard identity into keys, so equal ids of two shards are two rows; repeated records carry the same
+identity and change nothing. A snapshot read is an INSERT: an upsert at its sequence (the rows of a snapshot
+chunk share one sequence and are told apart by part). Applying the same records twice gives the same table,
+which is what makes a re-run micro-batch (or a replay from the start) harmless. A key's sequences stay
+ordered across the relay's MySQL failover, ``relay positions set`` and HA takeover (the generation in their
+top bits); a key's changes must come from one source id (true for sharded tables, where each key lives on
+one shard).
 
 Each table is rewritten whole every batch (parquet has no in-place update): written next to the old
 directory, then swapped by rename; a crash between the renames is repaired on the next call.
@@ -120,6 +121,8 @@ def apply_table(changes_df: DataFrame, out: str | Path, table: str) -> None:
     _recover(live_path)
     _recover(tomb_path)
     # One row per change identity (source id, sequence): a re-published record changes nothing.
+    # One row per change identity (source id, sequence, part): a re-published record changes nothing. A
+    # snapshot read is an INSERT: an upsert ordered by its sequence.
     rows = typed(changes_df, table).dropDuplicates(["_source_id", "_sequence", "_part"])
     columns = [c for c in rows.columns if not c.startswith("_")]
     events = _events(rows, columns)

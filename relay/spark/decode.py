@@ -10,18 +10,21 @@ Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.s
 ``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
 ``source_id`` ("" for records written before source ids existed), ``es``/``ts`` (ms), ``gtid``,
 ``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after`` (column → canal text; null where
-the change has no such image) and ``source`` (id, server, serverId, serverUuid, physical database/table,
-binlog file, offset, gtid, rowIndex). canal-json's ``old`` (the changed columns' previous values) is
-folded into ``before``. (``source_id``, ``sequence``) is the change identity: a repeated record repeats
-it, and ``sequence`` orders the changes of a key (generation, binlog file, offset, row; see
-docs/architecture.md, "Record format").
+the change has no such image), ``source`` (id, server, serverId, serverUuid, physical database/table,
+binlog file, offset, gtid, rowIndex) and ``snapshot`` (true for a snapshot read: an INSERT carrying a
+row as the snapshot's SELECT read it; docs/architecture.md, "Snapshots"). canal-json's ``old`` (the
+changed columns' previous values) is folded into ``before``. (``source_id``, ``sequence``, ``part``) is
+the change identity (``part`` 0 but for the two records of a key change and the rows of a transaction
+payload or a snapshot chunk, which share one sequence): a repeated record repeats it, and (``sequence``,
+``part``) orders the changes of a key (generation, binlog file, offset, row; see docs/architecture.md,
+"Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
-``_es``, ``_key``, ``_old_key`` (the row identity after and before the change: the key columns' values, and
-the key's ``_shard`` where the mapping puts the shard identity into keys). For a batch DataFrame (e.g. a
-``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not break a running query:
-a new column appears, a dropped one is simply absent (null once merged into a table).
+``_es``, ``_key``, ``_old_key``, ``_snapshot`` (the row identity after and before the change: the key
+columns' values, and the key's ``_shard`` where the mapping puts the shard identity into keys). For a batch
+DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not
+break a running query: a new column appears, a dropped one is simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ CANAL_JSON_TYPE = StructType(
         StructField("source", SOURCE_TYPE),
         StructField("sequence", LongType()),
         StructField("part", LongType()),
+        StructField("snapshot", BooleanType()),
     ]
 )
 CHANGE_TYPE = StructType(
@@ -100,9 +104,10 @@ CHANGE_TYPE = StructType(
         StructField("before", _TEXT_MAP),
         StructField("after", _TEXT_MAP),
         StructField("source", SOURCE_TYPE),
+        StructField("snapshot", BooleanType()),
     ]
 )
-META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key")
+META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key", "_snapshot")
 
 
 def _json_change(m: Column) -> Column:
@@ -140,6 +145,7 @@ def _json_change(m: Column) -> Column:
         F.when(kind == "DELETE", data).when(kind == "UPDATE", before_update).alias("before"),
         F.when(kind.isin("INSERT", "UPDATE"), data).alias("after"),
         m["source"].alias("source"),
+        F.coalesce(m["snapshot"], F.lit(False)).alias("snapshot"),
     )
 
 
@@ -262,6 +268,7 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         F.col("es").alias("_es"),
         _key_of("after").alias("_key"),
         _key_of("before").alias("_old_key"),
+        F.coalesce(F.col("snapshot"), F.lit(False)).alias("_snapshot"),
     )
 
 

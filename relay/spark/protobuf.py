@@ -65,4 +65,5 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
             "gtid": h.gtid,
             "rowIndex": None,
         },
+        "snapshot": ("relay.snapshot", "true") in [*h.props, *rc.props],
     }

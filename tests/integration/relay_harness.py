@@ -125,6 +125,9 @@ def write_configs(
         "kafka": {"bootstrap_servers": bootstrap, "ddl_topic": f"{instance}.ddl"},
         "status": {"interval_seconds": 0.2},
         "logging": {"level": "DEBUG"},
+        # Tests that want the existing rows say so (tests/integration/test_snapshot.py): the tables of
+        # a shared server would otherwise be snapshotted by every relay started without a position.
+        "snapshot": {"mode": "never"},
     }
     for key, value in (extra or {}).items():
         section = data.setdefault(key, {})

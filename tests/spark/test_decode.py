@@ -173,3 +173,34 @@ def test_shard_keys_keep_equal_ids_of_two_shards_and_a_key_change_leaves_no_old_
     ]
     apply_changes(changes(df), out)  # re-applied: the same table
     assert len(spark.read.parquet(str(table_path(out, "shop.orders"))).collect()) == 3
+
+
+def snapshot_read(seq: int, row: dict[str, Any]) -> bytes:
+    msg = json.loads(value(seq, "INSERT", row))
+    msg["snapshot"] = True
+    return json.dumps(msg, ensure_ascii=False).encode()
+
+
+def test_snapshot_reads_are_marked_and_applied_as_upserts_by_sequence(spark: Any, tmp_path: Path) -> None:
+    row = {"id": "1", "blob": "a", "price": "1.00", "at": "2024-05-01 10:00:00.000"}
+    chunk = (7 << 32) | 999  # one chunk: every row has its sequence
+    batch = frame(
+        spark,
+        [
+            ('{"id":"1"}', value(chunk - 500, "INSERT", row)),  # a live change before the chunk
+            ('{"id":"1"}', snapshot_read(chunk, {**row, "price": "2.00"})),
+            ('{"id":"2"}', snapshot_read(chunk, {**row, "id": "2"})),
+            ('{"id":"2"}', snapshot_read(chunk, {**row, "id": "2"})),  # a repeat
+            ('{"id":"3"}', snapshot_read(chunk, {**row, "id": "3"})),
+            ('{"id":"3"}', value(chunk + 1, "DELETE", {**row, "id": "3"})),  # a live change after it
+        ],
+    )
+    decoded = changes(batch)
+    marks = [r["snapshot"] for r in decoded.orderBy("offset").collect()]
+    assert marks == [False, True, True, True, True, False]
+    assert typed(decoded, "d.t").where("_snapshot").count() == 4
+    out = tmp_path / "out"
+    apply_changes(decoded, out)
+    table = {str(r["id"]): r for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    assert sorted(table) == ["1", "2"]  # 3 deleted after its snapshot read
+    assert table["1"]["price"] == Decimal("2.00") and table["2"]["_sequence"] == chunk

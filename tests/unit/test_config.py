@@ -63,6 +63,10 @@ def test_example_values_are_the_defaults() -> None:
         ({"kafka": {"settings": {"acks": "1"}}}, "kafka.settings"),
         ({"logging": {"format": "xml"}}, "logging.format"),
         ({"instance": "a b"}, "instance"),
+        ({"snapshot": {"mode": "always"}}, "snapshot.mode"),
+        ({"snapshot": {"chunk_rows": 0}}, "snapshot.chunk_rows"),
+        ({"snapshot": {"parallelism": 0}}, "snapshot.parallelism"),
+        ({"snapshot": {"max_rows_per_second": -1}}, "snapshot.max_rows_per_second"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(data: dict[str, Any], key: str) -> None:

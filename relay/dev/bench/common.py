@@ -40,6 +40,7 @@ class BenchOptions:
     latency_rate: float = 1000.0  # offered rows/s
     latency_seconds: float = 8.0
     stall_mb: int = 1024  # 0: no stall measurement
+    snapshot_rows: int = 100_000  # the snapshot workload (relay.dev.bench.snapshot); 0: skipped
     stall_hold_seconds: float = 5.0
     mysql: str | None = None  # mysql://user:pass@host:port (a replication-capable account); None: embedded
     kafka: str | None = None  # host:port; None: embedded
@@ -50,7 +51,14 @@ class BenchOptions:
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchOptions:
-        base = cls(repeat=1, rows=dict(QUICK_ROWS), latency_seconds=3.0, stall_mb=128, stall_hold_seconds=3.0)
+        base = cls(
+            repeat=1,
+            rows=dict(QUICK_ROWS),
+            latency_seconds=3.0,
+            stall_mb=128,
+            stall_hold_seconds=3.0,
+            snapshot_rows=20_000,
+        )
         return replace(base, **kw)
 
 

@@ -39,6 +39,7 @@ from relay.dev.bench.common import (
     create_topics,
     run_worker,
 )
+from relay.dev.bench.snapshot import SnapshotResult, run_snapshot
 from relay.dev.bench.stall import run_stall
 from relay.dev.bench.stats import Latency, StallResult, WorkloadResult
 from relay.errors import BenchError, RelayError
@@ -53,6 +54,7 @@ class BenchReport:
     workloads: list[WorkloadResult]
     stall: StallResult | None
     notes: list[str]
+    snapshot: SnapshotResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class BenchReport:
             "options": self.options,
             "workloads": [w.to_json() for w in self.workloads],
             "stall": self.stall.to_json() if self.stall else None,
+            "snapshot": self.snapshot.to_json() if self.snapshot else None,
             "notes": self.notes,
         }
 
@@ -244,6 +247,7 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
                     + ["bench.ddl", "bench.warmup"],
                 )
                 results = [run_workload(ctx, name) for name in options.workloads]
+                snapshot = run_snapshot(ctx, options.snapshot_rows) if options.snapshot_rows > 0 else None
                 stall = None
                 if options.stall_mb > 0 and mysql.flavor != "mariadb":
                     notes.append("stall not measured: its backlog is written with MariaDB's sequence engine")
@@ -258,6 +262,6 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
                     cur.execute(f"DROP DATABASE IF EXISTS {wl.DB}")
                 conn.close()
         opts = {k: v for k, v in options.__dict__.items() if k not in ("mysql",)}
-        return BenchReport(info, opts, results, stall, notes)
+        return BenchReport(info, opts, results, stall, notes, snapshot)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from relay.kafka.publisher import BatchHandle, KafkaPublisher, Record
 
 TOPIC_PARTITIONS = 3
@@ -65,6 +67,12 @@ def relay_mapping(partitions: int = TOPIC_PARTITIONS) -> dict[str, Any]:
         "unmapped": {"action": "drop"},
         "logical_dbs": {"bench": {"physical": ["relay_bench"], "topic": "bench.{table}"}},
     }
+
+
+def write_mapping_file(path: Path) -> None:
+    """``relay_mapping()`` as the mapping file a relay's config names (``Relay.run`` reads it at start)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(relay_mapping()))
 
 
 def relay_config_data(spec: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +163,7 @@ def _build_relay(spec: dict[str, Any], record_acks: bool) -> tuple[Any, AckRecor
     Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
     config = parse_config(relay_config_data(spec), base_dir=spec["workdir"])
     mapping = parse_mapping(relay_mapping())
+    write_mapping_file(config.path(config.mapping.file))  # the relay reads the store again when it starts
     settings = publisher_config(config, mapping)
     recorder = AckRecorder(settings) if record_acks else None
     publisher = recorder or KafkaPublisher(settings)

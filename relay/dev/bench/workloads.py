@@ -81,6 +81,14 @@ def create_schema(conn: Any, workloads: list[str]) -> None:
             cur.execute(_DDL.format(db=DB, table=table))
 
 
+def create_table(conn: Any, table: str) -> None:
+    """The mixed-type table ``table`` in the bench database, empty."""
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+        cur.execute(f"DROP TABLE IF EXISTS {DB}.{table}")
+        cur.execute(_DDL.format(db=DB, table=table))
+
+
 def master_position(conn: Any) -> tuple[str, int]:
     with conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")

@@ -1,0 +1,106 @@
+"""On-demand snapshot requests: how ``relay snapshot run|cancel`` reaches a running relay.
+
+The channel is a file next to the status file (``snapshot.request_file``): the CLI writes one JSON
+request atomically (``{"id", "action": "run"|"cancel", "table": "<logical db>.<table>", "where"}``), the
+relay's publisher thread looks for it at batch boundaries (at most every ``CHECK_SECONDS``), removes it
+and answers in its status file (``snapshot_request``: id, accepted, reason). A file needs no extra
+service and works wherever the CLI can reach the status file (the same host or volume); with HA, the
+request goes to the active relay's file. ``run`` re-reads every shard of one logical table — the
+physical tables the CURRENT mapping routes to it and the sink filters keep — with the watermark rules of
+``relay.source.snapshot``, while the live stream goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from mapping.model import Mapping
+from relay.errors import RelayError
+from relay.source.instance import CanalInstance
+
+log = logging.getLogger(__name__)
+
+CHECK_SECONDS = 0.5
+
+
+def take_request(path: Path) -> dict[str, Any] | None:
+    """The waiting request, removed from ``path``; None when there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot read the snapshot request %s: %s", path, exc)
+        return None
+    path.unlink(missing_ok=True)
+    try:
+        request = json.loads(text)
+    except ValueError:
+        return {"id": None, "action": "invalid"}
+    return request if isinstance(request, dict) else {"id": None, "action": "invalid"}
+
+
+def logical_table(mapping: Mapping, table: str) -> Any:
+    """A predicate over physical (db, table): routed by ``mapping`` to the logical ``db.table``."""
+
+    def only(db: str, name: str) -> bool:
+        route = mapping.resolve(db, name)
+        return route is not None and f"{route.logical_db}.{route.logical_table}" == table
+
+    return only
+
+
+def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -> dict[str, Any]:
+    """Carry out one request; the answer the status file shows."""
+    action = request.get("action")
+    reason: str | None
+    if action == "cancel":
+        reason = instance.cancel_snapshot()
+    elif action == "run":
+        table, where = str(request.get("table") or ""), str(request.get("where") or "")
+        if "." not in table:
+            reason = f"--table must name a logical db.table, got {table!r}"
+        elif ";" in where:
+            reason = "--where must be one SQL condition (no ';')"
+        else:
+            try:
+                reason = instance.request_snapshot(
+                    logical_table(mapping, table), str(request.get("id")), where
+                )
+            except RelayError as exc:
+                reason = str(exc)
+    else:
+        reason = f"unknown request {action!r}"
+    answer = {"id": request.get("id"), "action": action, "accepted": reason is None, "reason": reason}
+    answer["at"] = time.time()
+    if reason is None:
+        log.info("snapshot request %s (%s) accepted", request.get("id"), action)
+    else:
+        log.warning("snapshot request %s (%s) refused: %s", request.get("id"), action, reason)
+    return answer
+
+
+def after_mapping_switch(instance: CanalInstance, old: Mapping, new: Mapping) -> dict[str, Any] | None:
+    """A new mapping version that routes tables the old one dropped: snapshot those tables."""
+
+    def added(db: str, table: str) -> bool:
+        return new.resolve(db, table) is not None and old.resolve(db, table) is None
+
+    request = {"id": f"mapping-v{new.version}", "action": "run-added"}
+    try:
+        reason = instance.request_snapshot(added, str(request["id"]))
+    except RelayError as exc:
+        reason = str(exc)
+    if reason == "no captured table matches":
+        return None
+    if reason is not None:
+        log.warning(
+            "mapping version %d adds tables, but they are not snapshotted: %s; run `relay snapshot run`",
+            new.version,
+            reason,
+        )
+    return {**request, "accepted": reason is None, "reason": reason, "at": time.time()}

@@ -1,0 +1,59 @@
+"""``relay snapshot run|status|cancel``: asking a running relay for an on-demand snapshot, and its progress.
+
+Writes one request into the relay's request file (``snapshot.request_file``, see
+``relay.daemon.snapshot_requests``) and waits for the answer in its status file; the progress comes from
+the status file while the relay runs, else from the checkpoint in the saved position. Runs on the CLI's
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from relay.common.atomic import atomic_write_text
+from relay.config.load import RelayConfig
+from relay.daemon.status import pid_running, read_status
+from relay.errors import SnapshotRequestError
+from relay.ops.status import snapshot_report
+from relay.wiring import open_positions
+
+
+def send_request(config: RelayConfig, action: str, table: str = "", where: str = "") -> str:
+    """Leave a request for the running relay; returns its id. Refused when no relay runs."""
+    status = read_status(config.path(config.status.file)) or {}
+    pid = status.get("pid")
+    if not (isinstance(pid, int) and pid_running(pid)) or status.get("state") in ("stopped", "failed"):
+        raise SnapshotRequestError(f"no relay runs instance {config.instance!r} (its status file says so)")
+    request_id = f"{config.instance}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    body = {"id": request_id, "action": action, "table": table, "where": where}
+    atomic_write_text(config.path(config.snapshot.request_file), json.dumps(body) + "\n")
+    return request_id
+
+
+def await_answer(config: RelayConfig, request_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The relay's answer to ``request_id`` (from its status file), waiting up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = read_status(config.path(config.status.file)) or {}
+        answer = status.get("snapshot_request")
+        if isinstance(answer, dict) and answer.get("id") == request_id:
+            return answer
+        time.sleep(0.2)
+    raise SnapshotRequestError(f"the relay did not answer request {request_id} within {timeout:.0f} s")
+
+
+def progress(config: RelayConfig) -> dict[str, Any]:
+    """The snapshot's progress line and per-table lines (running relay, else the saved checkpoint)."""
+    status = read_status(config.path(config.status.file)) or {}
+    pid = status.get("pid")
+    running = isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed")
+    with open_positions(config) as store:
+        point = store.load()
+    report = snapshot_report(status.get("snapshot") if running else None, point)
+    report["snapshot_request"] = status.get("snapshot_request")
+    live = status.get("snapshot") if running else None
+    report["done"] = bool(live.get("done")) if isinstance(live, dict) else None
+    return report

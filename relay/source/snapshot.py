@@ -1,0 +1,590 @@
+"""Snapshots: the existing rows of the captured tables, interleaved with the live binlog by watermarks.
+
+The method is DBLog's / Flink CDC's, with binlog positions as the watermarks (nothing is written to the
+source). A reader thread (``snapshot.parallelism`` of them, one connection each) reads a table in
+key order, chunk by chunk, with plain SELECTs::
+
+    low  = SHOW MASTER STATUS      (the binlog end before the SELECT)
+    rows = SELECT … WHERE key > last ORDER BY key LIMIT chunk_rows
+    high = SHOW MASTER STATUS      (the binlog end after it: every change the SELECT saw is below it)
+
+and hands the chunk to the parser thread of the canal instance, which keeps reading the binlog. Once
+the parser has read everything up to ``high`` and is at a transaction boundary ``P`` (``P >= high``),
+it drops the chunk's rows whose key the binlog changed since the table's previous chunk's ``low``
+(``[low_prev, P)``; for the first chunk, since the table's snapshot began) — those keys' current state
+comes with that change, which the live stream publishes in full (binlog_row_image=FULL) — and puts the
+rest into the store as ONE entry in the binlog's place ``P``. Store, publisher, ack and position save
+then treat it like any transaction.
+
+Identity of a snapshot row: the entry sits at ``P - 1`` (offset ``P - 1``, length 1: the resume point
+after it is ``P``), so every row of the chunk gets ``sequence = (generation << 52) | (file << 32) |
+(P - 1)``. Every change read before the chunk came from an event that ends at or before ``P``, and its
+rows' sequences are below ``P - 19`` (an event is longer than its row count plus its 19-byte header);
+every change after it has a sequence ``>= P``. So per key: earlier changes < snapshot row < later
+changes, and the changes between the SELECT and ``P`` superseded the row (it was dropped). The rows of
+one chunk share the sequence: the change identity of a snapshot row is (source id, sequence, key). A
+chunk read again (after a restart) at the same ``P`` saw the same rows — no change was logged in
+between — and gives byte-identical records; read at a later ``P'`` it gives new identities that sort
+after everything the earlier copy could be ordered against.
+
+Progress is checkpointed with the position: each chunk entry carries the snapshot's state after it
+(``SnapshotEntry.checkpoint``: per table the last key emitted, rows, chunks, done), and
+``CanalInstance`` saves the state of the last acknowledged chunk in ``ResumePoint.extra["snapshot"]``.
+A restart continues every table after its last acknowledged key. Threads: readers (``snapshot-N``)
+only read the source and wait; ``observe``/``due`` run on the parser thread; ``status`` anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from relay.binlog.events import BinlogEvent, HeartbeatEvent, RowImage
+from relay.canal.entry import (
+    Entry,
+    EntryPosition,
+    EntryType,
+    EventType,
+    Header,
+    RowChange,
+    TxnContext,
+)
+from relay.common import mysql
+from relay.common.binlog_names import file_order
+from relay.config.sections import SnapshotConfig, SourceConfig
+from relay.errors import RelayError, SourceConnectionError, SourceError
+from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables
+
+log = logging.getLogger(__name__)
+
+ER_NO_SUCH_TABLE = 1146
+SNAPSHOT_PROP = "relay.snapshot"  # RowChange.props marker of a snapshot chunk (read by the codec)
+EXTRA_KEY = "snapshot"  # ResumePoint.extra key of the checkpoint
+Pos = tuple[tuple[str, int], int]  # (file_order(journal), offset): binlog positions in order
+
+
+def position(journal: str, offset: int) -> Pos:
+    return (file_order(journal), offset)
+
+
+class SnapshotEntry(Entry):
+    """A chunk of snapshot rows in the store: an INSERT ROWDATA entry that is its own transaction, plus
+    the snapshot's checkpoint after it and its memory size (the rows' text, not the length of 1 that
+    places it in the binlog)."""
+
+    __slots__ = ("checkpoint", "memory")
+
+    checkpoint: dict[str, Any]
+    memory: int
+
+    @property
+    def size(self) -> int:
+        return self.memory
+
+
+def is_snapshot(entry: Entry) -> bool:
+    return isinstance(entry, SnapshotEntry)
+
+
+@dataclass
+class Chunk:
+    """One chunk read by a reader, waiting for the parser to reach ``high``."""
+
+    spec: TableSpec
+    low: Pos
+    high: Pos
+    rows: list[tuple[str | None, ...]]
+    last_key: list[str | None] | None
+    done: bool  # the table's last chunk
+    ddls: int = 0  # the table's DDL count (``_Watch.ddls``) when ``spec`` was read
+    redo: bool = False  # set instead of putting it: a DDL came in between, read it again
+    emitted: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Watch:
+    """Keys of one table changed in the binlog since ``since`` (parser thread writes, under the lock)."""
+
+    spec: TableSpec
+    changes: list[tuple[Pos, tuple[str | None, ...]]] = field(default_factory=list)
+    key_index: dict[tuple[str, ...], tuple[int, ...] | None] = field(default_factory=dict)
+    ddls: int = 0  # DDL statements on the table the parser has seen since the watch began
+
+
+class _RateLimit:
+    """At most ``rate`` rows per second over all readers (0: no limit)."""
+
+    def __init__(self, rate: float, stop: threading.Event) -> None:
+        self.rate = rate
+        self.stop = stop
+        self._next = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, rows: int) -> None:
+        if self.rate <= 0 or rows <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(self._next, now)
+            self._next = start + rows / self.rate
+        if start > now:
+            self.stop.wait(start - now)
+
+
+def state_rows(state: dict[str, Any]) -> int:
+    """Rows put by the snapshot a checkpoint describes (full or compacted)."""
+    if "rows" in state:
+        return int(state["rows"])
+    return sum(int(t["rows"]) for t in state.get("tables", {}).values())
+
+
+def compacted(state: dict[str, Any]) -> dict[str, Any]:
+    """A finished snapshot's checkpoint without its per-table entries: saved with every later position,
+    it stays small however many shards there were."""
+    if not state.get("done") or "rows" in state:
+        return state
+    tables = state.get("tables", {})
+    return {
+        "id": state.get("id"),
+        "done": True,
+        "cancelled": bool(state.get("cancelled")),
+        "rows": state_rows(state),
+        "table_count": len(tables),
+        "skipped": state.get("skipped", {}),
+    }
+
+
+def new_state(tables: list[TableSpec], snapshot_id: str, where: str = "") -> dict[str, Any]:
+    """A fresh checkpoint: every table to read, none read."""
+    return {
+        "id": snapshot_id,
+        "where": where,
+        "done": not tables,
+        "tables": {
+            s.name: {"after": None, "rows": 0, "chunks": 0, "done": False, "estimated_rows": s.estimated_rows}
+            for s in tables
+        },
+    }
+
+
+class Snapshot:
+    """One snapshot run (initial, continued, or on demand) of one canal instance."""
+
+    def __init__(
+        self,
+        config: SnapshotConfig,
+        source: SourceConfig,
+        state: dict[str, Any],
+        *,
+        server_id: int,
+        mariadb: bool,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.state = state  # the emitted state (parser thread), copied into each chunk entry
+        self.server_id = server_id
+        self.mariadb = mariadb
+        self.failure: BaseException | None = None
+        self.cancelled = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._watches: dict[tuple[str, str], _Watch] = {}
+        self._submitted: list[Chunk] = []
+        self._pos: Pos | None = None
+        self._journal = ""  # the binlog file of ``_pos``
+        self._todo: queue.Queue[str] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._rate = _RateLimit(config.max_rows_per_second, self._stop)
+        self._started = time.monotonic()
+        self._rows_read = 0
+        self.skipped: dict[str, str] = dict(state.get("skipped", {}))
+
+    # -- lifecycle (the instance's thread) --------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return bool(self.state.get("done"))
+
+    def start(self, at: tuple[str, int] | None) -> None:
+        """Start the readers; ``at``: where the parser starts reading (None: not known yet)."""
+        if at is not None and at[0]:
+            self._journal, self._pos = at[0], position(*at)
+        for name, t in self.state["tables"].items():
+            if not t["done"]:
+                self._todo.put(name)
+        for i in range(min(self.config.parallelism, max(1, self._todo.qsize()))):
+            th = threading.Thread(target=self._read_tables, name=f"snapshot-{i}", daemon=True)
+            self._threads.append(th)
+            th.start()
+        log.info(
+            "snapshot %s: %d table(s) to read, %d reader(s)",
+            self.state["id"],
+            self._todo.qsize(),
+            len(self._threads),
+        )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for th in self._threads:
+            th.join(timeout)
+
+    def cancel(self) -> dict[str, Any]:
+        """Stop reading; chunks not yet put are dropped. Returns the state to save from now on."""
+        self.stop()
+        with self._lock:
+            self._submitted = []
+            self.cancelled = True
+            self.state["cancelled"] = True
+            self.state["done"] = True
+            return copy.deepcopy(self.state)
+
+    @property
+    def active(self) -> bool:
+        """True while chunks may still come (the parser then polls the binlog more often)."""
+        return not self.done and self.failure is None and not self._stop.is_set()
+
+    # -- reader threads ---------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        s = self.source
+        conn = mysql.connect(
+            s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout,
+            read_timeout=max(s.read_timeout, 300.0),
+        )  # fmt: skip
+        zone = s.timezone
+        if zone and zone != "server":
+            # TIMESTAMP text in the zone the binlog side renders it in (relay.binlog.rows).
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET SESSION time_zone = %s", ("+00:00" if zone.upper() == "UTC" else zone,))
+            except pymysql.err.MySQLError as exc:
+                conn.close()
+                raise SourceError(
+                    f"snapshot: the server cannot render TIMESTAMP values in source.timezone {zone!r} "
+                    f"({exc}); load its time zone tables or use an offset like +08:00"
+                ) from exc
+        conn.decoders = {}  # values as the server's text (bytes for binary columns): no float rounding
+        return conn
+
+    def _read_tables(self) -> None:
+        """One reader: tables from the queue until none is left. A lost connection is retried with
+        ``source.retry`` (the table continues after its last chunk put); anything else stops the
+        snapshot, and the relay with it (``failure``)."""
+        conn = None
+        name: str | None = None
+        backoff = self.source.retry.start(sleep=self._stop.wait)
+        try:
+            while not self._stop.is_set():
+                if name is None:
+                    try:
+                        name = self._todo.get_nowait()
+                    except queue.Empty:
+                        return
+                try:
+                    conn = conn or self._connect()
+                    self._read_table(conn, name)
+                    name = None
+                    backoff.reset()
+                except (SourceError, pymysql.err.MySQLError) as exc:
+                    if not _connection_lost(exc):
+                        raise
+                    if conn is not None:
+                        with contextlib.suppress(pymysql.err.MySQLError):
+                            conn.close()
+                    conn = None
+                    log.warning("snapshot %s: reading %s: %s; reconnecting", self.state["id"], name, exc)
+                    if not backoff.wait():
+                        raise SourceError(f"snapshot: gave up reconnecting to read {name}: {exc}") from exc
+        except (RelayError, pymysql.err.MySQLError) as exc:
+            if not self._stop.is_set():
+                log.error("snapshot %s: reader stopped: %s", self.state["id"], exc)
+                self.failure = exc if isinstance(exc, RelayError) else SourceError(f"snapshot: {exc}")
+        except BaseException as exc:
+            log.exception("snapshot reader crashed")
+            self.failure = exc
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _read_table(self, conn: Any, name: str) -> None:
+        db, table = name.split(".", 1)
+        with self._lock:
+            entry = self.state["tables"][name]
+            after = entry["after"]
+            estimated = entry.get("estimated_rows", 0)
+        try:
+            spec = describe_table(conn, db, table, estimated)
+        except NoSuchTableError:
+            self._skip(TableSpec(db, table, (), (), (), ""), after, "dropped or renamed")
+            return
+        if not spec.key:
+            self._skip(spec, after, "no PRIMARY KEY and no UNIQUE key over NOT NULL columns")
+            return
+        try:
+            self._read_chunks(conn, spec, after)
+        except pymysql.err.ProgrammingError as exc:
+            if mysql.error_code(exc) != ER_NO_SUCH_TABLE:
+                raise
+            self.unwatch(spec)
+            self._skip(spec, after, "dropped or renamed")
+
+    def _skip(self, spec: TableSpec, after: list[str | None] | None, why: str) -> None:
+        """Done with ``spec`` without reading (more of) it: listed under ``skipped``, logged."""
+        self.skipped[spec.name] = why
+        log.error("snapshot: table %s skipped: %s", spec.name, why)
+        self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
+
+    def _read_chunks(self, conn: Any, spec: TableSpec, after: list[str | None] | None) -> None:
+        self.watch(spec)  # before the first low: every later change of the table is seen
+        ddls = -1  # read the definition again now: a DDL before the watch began is not counted
+        where = str(self.state.get("where") or "")
+        while not self._stop.is_set():
+            if ddls != self._ddls(spec):
+                ddls = self._ddls(spec)
+                new = describe_table(conn, spec.db, spec.table, spec.estimated_rows)
+                same_key = [new.columns[i].name for i in new.key] == [spec.columns[i].name for i in spec.key]
+                if not same_key:
+                    log.warning("snapshot: table %s has a new key; reading it from its start", spec.name)
+                    after = None
+                spec = new
+                self.watch(spec, keep_changes=same_key)
+            low = _master_position(conn)
+            sql, params = spec.chunk_query(after, self.config.chunk_rows, where)
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                raw = cur.fetchall()
+            high = _master_position(conn)
+            rows = [spec.row_text(r) for r in raw]
+            last = list(spec.key_of(rows[-1])) if rows else after
+            chunk = Chunk(spec, low, high, rows, last, len(rows) < self.config.chunk_rows, ddls)
+            self._rows_read += len(rows)
+            self._submit(chunk)
+            while not chunk.emitted.wait(0.2):
+                if self._stop.is_set():
+                    return
+            if chunk.redo:
+                log.info("snapshot: table %s changed its definition; reading the chunk again", spec.name)
+                continue
+            if chunk.done:
+                return
+            after = last
+            self._rate.take(len(rows))
+
+    def watch(self, spec: TableSpec, keep_changes: bool = False) -> None:
+        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs);
+        ``keep_changes``: a new definition of a watched table, what was recorded stays."""
+        with self._lock:
+            old = self._watches.get((spec.db, spec.table))
+            w = _Watch(spec)
+            if keep_changes and old is not None:
+                w.changes, w.ddls = old.changes, old.ddls
+            self._watches[(spec.db, spec.table)] = w
+
+    def _ddls(self, spec: TableSpec) -> int:
+        with self._lock:
+            w = self._watches.get((spec.db, spec.table))
+            return w.ddls if w is not None else 0
+
+    def unwatch(self, spec: TableSpec) -> None:
+        with self._lock:
+            self._watches.pop((spec.db, spec.table), None)
+
+    def _submit(self, chunk: Chunk) -> None:
+        with self._lock:
+            self._submitted.append(chunk)
+
+    # -- parser thread ----------------------------------------------------------------------------
+    def observe(self, event: BinlogEvent, entries: list[Entry]) -> None:
+        """Record where the parser is, and the keys of watched tables the event's rows change."""
+        h = event.header
+        if h.log_pos and (not h.artificial or isinstance(event, HeartbeatEvent)):
+            self._journal, self._pos = h.log_file, position(h.log_file, h.log_pos)
+        if not entries or not self._watches:
+            return
+        with self._lock:
+            for e in entries:
+                rc = e.store_value
+                if e.entry_type != EntryType.ROWDATA or not isinstance(rc, RowChange):
+                    continue
+                w = self._watches.get((e.header.schema_name, e.header.table_name))
+                if w is None:
+                    continue
+                if rc.is_ddl:
+                    w.ddls += 1  # chunks read under the old definition are read again
+                    continue
+                at = position(e.header.logfile_name, e.header.logfile_offset)
+                index = _key_index(w, rc)
+                for row in rc.rows:
+                    for image in (row.before, row.after):
+                        if image is not None:
+                            key = tuple(image[i] for i in index) if index is not None else ()
+                            w.changes.append((at, key))
+
+    def due(self, in_transaction: bool, gtid_set: str | None) -> list[Entry]:
+        """The chunk entries to put now: those whose ``high`` the parser has reached, at a boundary."""
+        if in_transaction or self._pos is None or not self._submitted:
+            return []
+        pos, journal = self._pos, self._journal
+        out: list[Entry] = []
+        with self._lock:
+            ready = [c for c in self._submitted if c.high <= pos]
+            if not ready:
+                return []
+            self._submitted = [c for c in self._submitted if c.high > pos]
+            for chunk in ready:
+                entry = self._emit(chunk, pos, journal, gtid_set)
+                if entry is not None:
+                    out.append(entry)
+        for chunk in ready:
+            chunk.emitted.set()
+        return out
+
+    def _emit(self, chunk: Chunk, pos: Pos, journal: str, gtid_set: str | None) -> SnapshotEntry | None:
+        spec = chunk.spec
+        w = self._watches.get((spec.db, spec.table))
+        rows = chunk.rows
+        if w is not None and w.ddls != chunk.ddls:
+            # A DDL between the definition this chunk was read under and its place: its rows have the
+            # old shape (or its place follows the DDL). Nothing is put; the reader reads it again.
+            chunk.redo = True
+            return None
+        if w is not None:
+            changed = {key for at, key in w.changes if at < pos}
+            if changed:
+                rows = [r for r in rows if spec.key_of(r) not in changed]
+            # The next chunk's window starts at this chunk's low: a change logged before its SELECT but
+            # not yet visible to it (binlog written, engine commit pending) still supersedes.
+            w.changes = [(at, key) for at, key in w.changes if at >= chunk.low]
+            if chunk.done:
+                del self._watches[(spec.db, spec.table)]
+        table = self.state["tables"][spec.name]
+        table["after"] = chunk.last_key
+        table["rows"] += len(rows)
+        table["chunks"] += 1
+        table["done"] = chunk.done
+        if self.skipped:
+            self.state["skipped"] = dict(self.skipped)
+        self.state["done"] = all(t["done"] for t in self.state["tables"].values())
+        entry = _chunk_entry(self, spec, rows, journal, pos[1], gtid_set)
+        if self.state["done"]:
+            log.info("snapshot %s: done", self.state["id"])
+        return entry
+
+    # -- status -----------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Progress per table (rows, chunks, estimate, ETA), for the status file and metrics."""
+        with self._lock:
+            tables = copy.deepcopy(self.state["tables"])
+        elapsed = max(1e-3, time.monotonic() - self._started)
+        rate = self._rows_read / elapsed
+        remaining = 0
+        for t in tables.values():
+            if not t["done"]:
+                remaining += max(0, int(t.get("estimated_rows", 0)) - int(t["rows"]))
+        return {
+            "id": self.state["id"],
+            "done": self.done,
+            "cancelled": self.cancelled,
+            "failure": None if self.failure is None else str(self.failure),
+            "tables": tables,
+            "skipped": dict(self.skipped),
+            "rows": sum(int(t["rows"]) for t in tables.values()),
+            "rows_per_second": round(rate, 1),
+            "eta_seconds": None if self.done or rate <= 0 else round(remaining / rate, 1),
+        }
+
+
+# Server-side codes that mean the connection is gone: killed, server shutting down, gone away.
+_LOST = frozenset({1053, 1927, 2006, 2013})
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """A lost or refused connection (client-side CR_* codes, a killed connection): worth reconnecting."""
+    if isinstance(exc, SourceConnectionError):
+        return True
+    code = mysql.error_code(exc)
+    return 2000 <= code < 3000 or code in _LOST
+
+
+def _key_index(w: _Watch, rc: RowChange) -> tuple[int, ...] | None:
+    names = tuple(c.name for c in rc.columns)
+    index = w.key_index.get(names)
+    if index is None and names not in w.key_index:
+        where = {n: i for i, n in enumerate(names)}
+        wanted = [w.spec.columns[i].name for i in w.spec.key]
+        index = tuple(where[n] for n in wanted) if all(n in where for n in wanted) else None
+        w.key_index[names] = index
+    return index
+
+
+def _chunk_entry(
+    snap: Snapshot,
+    spec: TableSpec,
+    rows: list[tuple[str | None, ...]],
+    journal: str,
+    offset: int,
+    gtid_set: str | None,
+) -> SnapshotEntry:
+    start = EntryPosition(journal, offset - 1, snap.server_id)
+    header = Header(journal, offset - 1, snap.server_id, 0, 1, EventType.INSERT, spec.db, spec.table)
+    header.props.append((SNAPSHOT_PROP, "true"))
+    value = RowChange(
+        event_type=EventType.INSERT,
+        columns=spec.columns,
+        rows=tuple(RowImage(None, r) for r in rows),
+        props=[(SNAPSHOT_PROP, "true")],
+    )
+    ctx = TxnContext(start=start, gtid_set_before=gtid_set, mariadb=snap.mariadb)
+    entry = SnapshotEntry(header, EntryType.ROWDATA, value, ctx, 0, True)
+    entry.checkpoint = copy.deepcopy(snap.state)
+    entry.memory = 64 + sum(sum(len(v) for v in r if v is not None) + 8 * len(r) for r in rows)
+    return entry
+
+
+def _master_position(conn: Any) -> Pos:
+    """The binlog end now (SHOW MASTER STATUS; SHOW BINARY LOG STATUS on MySQL >= 8.4)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError:
+            cur.execute("SHOW BINARY LOG STATUS")
+        row = cur.fetchone()
+    if not row:
+        raise SourceError("snapshot: SHOW MASTER STATUS is empty: binary logging is off")
+    journal = row[0].decode() if isinstance(row[0], bytes) else str(row[0])
+    offset = int(row[1].decode() if isinstance(row[1], bytes) else row[1])
+    return position(journal, offset)
+
+
+def plan(
+    config: SnapshotConfig,
+    source: SourceConfig,
+    captures: Callable[[str, str], bool],
+    snapshot_id: str,
+    where: str = "",
+    only: Callable[[str, str], bool] | None = None,
+) -> dict[str, Any]:
+    """A fresh checkpoint over the tables ``captures`` keeps (and ``only``, for an on-demand run)."""
+    conn = mysql.connect(
+        source.host, source.port, source.user, source.password, tls=source.tls,
+        connect_timeout=source.connect_timeout, read_timeout=source.read_timeout,
+    )  # fmt: skip
+    try:
+        found = list_tables(conn, captures)
+        specs = [
+            TableSpec(db, table, (), (), (), "", rows)
+            for db, table, rows in found
+            if only is None or only(db, table)
+        ]
+    except pymysql.err.MySQLError as exc:
+        raise mysql.translate(exc, "snapshot: listing the tables") from exc
+    finally:
+        conn.close()
+    return new_state(specs, snapshot_id, where)

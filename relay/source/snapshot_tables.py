@@ -1,0 +1,280 @@
+"""What a snapshot reads: the captured tables, their chunk keys, and rows as canal text.
+
+Owned here: discovering the tables a snapshot covers (``information_schema``, filtered by the caller's
+``captures(db, table)`` — the mapping and the sink filters), the key a table is read in chunks by (the
+PRIMARY KEY, else a UNIQUE key over NOT NULL columns, else none: the table is skipped and reported),
+the column metadata (``ColumnMeta``, built as a TABLE_MAP with full metadata would describe the
+column, so snapshot rows and binlog rows of a table share ``sqlType``/``mysqlType``/``pkNames``), the
+chunk ``SELECT`` and the conversion of its text-protocol values into canal's text forms (the same text
+``relay.binlog.rows`` decodes from the binlog). Plain SELECTs only: no locks, no writes.
+
+Runs on the snapshot reader threads (``relay.source.snapshot``), each on its own connection.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from relay.binlog import types as t
+from relay.binlog.events import ColumnMeta
+from relay.errors import SourceError
+
+# DATA_TYPE → (type code as a TABLE_MAP writes it, how the meta is made, value kind)
+_INT_TYPES = {
+    "tinyint": t.TINY, "smallint": t.SHORT, "mediumint": t.INT24, "int": t.LONG, "bigint": t.LONGLONG,
+}  # fmt: skip
+_BLOBS = {
+    "tinytext": 1, "tinyblob": 1, "text": 2, "blob": 2, "mediumtext": 3, "mediumblob": 3,
+    "longtext": 4, "longblob": 4,
+}  # fmt: skip
+_TEMPORAL = {"datetime": t.DATETIME2, "timestamp": t.TIMESTAMP2, "time": t.TIME2}
+_MEMBERS = re.compile(r"'((?:[^']|'')*)'")
+_F32 = struct.Struct("<f")
+
+# Value kinds: how a column's SELECT text becomes canal text, and a key's text a query parameter.
+K_TEXT, K_BINARY, K_INT, K_DECIMAL, K_FLOAT, K_DOUBLE, K_BIT = range(7)
+
+
+class NoSuchTableError(SourceError):
+    """The table is gone (dropped or renamed since the snapshot listed it)."""
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One physical table to snapshot."""
+
+    db: str
+    table: str
+    columns: tuple[ColumnMeta, ...]
+    kinds: tuple[int, ...]  # value kind per column
+    key: tuple[int, ...]  # column indexes of the chunk key, in key order; () when none
+    key_name: str  # PRIMARY, the unique index's name, or "" (no usable key)
+    estimated_rows: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+    @property
+    def qualified(self) -> str:
+        return f"{quote_name(self.db)}.{quote_name(self.table)}"
+
+    def select_list(self) -> str:
+        out = []
+        for c, kind in zip(self.columns, self.kinds, strict=True):
+            col = quote_name(c.name)
+            if kind == K_FLOAT:
+                col = f"CAST({col} AS DOUBLE)"  # the float32 exactly; its text may round it
+            elif kind == K_BIT:
+                col = f"{col}+0"
+            out.append(col)
+        return ", ".join(out)
+
+    def chunk_query(
+        self, after: Sequence[str | None] | None, limit: int, where: str = ""
+    ) -> tuple[str, list[Any]]:
+        """The SELECT of the chunk after key ``after`` (None: the first), ``limit`` rows, in key order."""
+        names = [quote_name(self.columns[i].name) for i in self.key]
+        conds: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            ors = []
+            for n in range(len(names)):
+                ands = [f"{names[j]} = %s" for j in range(n)] + [f"{names[n]} > %s"]
+                ors.append("(" + " AND ".join(ands) + ")")
+                params.extend(self.key_param(j, after[j]) for j in range(n + 1))
+            conds.append("(" + " OR ".join(ors) + ")")
+        if where:
+            conds.append(f"({where})")
+        sql = f"SELECT {self.select_list()} FROM {self.qualified}"
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        sql += " ORDER BY " + ", ".join(names) + f" LIMIT {int(limit)}"
+        return sql, params
+
+    def key_param(self, key_index: int, text: str | None) -> Any:
+        """A key value's canal text as a query parameter compared exactly (never as a double)."""
+        kind = self.kinds[self.key[key_index]]
+        if text is None:  # not in a chunk key (its columns are NOT NULL); kept for the type
+            return None
+        if kind in (K_INT, K_BIT):
+            return int(text)
+        if kind == K_DECIMAL:
+            return Decimal(text)
+        if kind in (K_FLOAT, K_DOUBLE):
+            return float(text)
+        if kind == K_BINARY:
+            return text.encode("latin-1")
+        return text
+
+    def row_text(self, raw: Sequence[Any]) -> tuple[str | None, ...]:
+        """One SELECT row (decoders off: str or bytes per value) in canal's text forms."""
+        return tuple(_text(kind, v) for kind, v in zip(self.kinds, raw, strict=True))
+
+    def key_of(self, row: Sequence[str | None]) -> tuple[str | None, ...]:
+        return tuple(row[i] for i in self.key)
+
+
+def _text(kind: int, value: Any) -> str | None:
+    if value is None:
+        return None
+    if kind == K_BINARY:
+        return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+    if kind == K_DOUBLE:
+        return t.java_double(float(text))
+    if kind == K_FLOAT:
+        return t.java_float(_F32.unpack(_F32.pack(float(text)))[0])
+    return text
+
+
+def _string_meta(real: int, length: int) -> int:
+    """A STRING column's metadata as the server writes it (``types.string_type`` reads it back)."""
+    high = (real & ~0x30) | (0x30 ^ ((length >> 4) & 0x30))
+    return high << 8 | (length & 0xFF)
+
+
+def _members(column_type: str) -> tuple[str, ...]:
+    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    return tuple(m.replace("''", "'") for m in _MEMBERS.findall(inner))
+
+
+def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMeta, int]:
+    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``)."""
+    data_type = str(row["DATA_TYPE"]).lower()
+    column_type = str(row["COLUMN_TYPE"]).lower()
+    unsigned = "unsigned" in column_type
+    charset = int(row["COLLATION_ID"]) if row.get("COLLATION_ID") is not None else None
+    octets = int(row["CHARACTER_OCTET_LENGTH"] or 0)
+    enum_values = set_values = None
+    kind = K_TEXT
+    if data_type in _INT_TYPES:
+        code, meta, kind = _INT_TYPES[data_type], 0, K_INT
+    elif data_type == "decimal":
+        meta = int(row["NUMERIC_PRECISION"]) << 8 | int(row["NUMERIC_SCALE"])
+        code, kind = t.NEWDECIMAL, K_DECIMAL
+    elif data_type in ("float", "double"):
+        code, meta = (t.FLOAT, 4) if data_type == "float" else (t.DOUBLE, 8)
+        kind = K_FLOAT if data_type == "float" else K_DOUBLE
+    elif data_type in ("varchar", "varbinary"):
+        code, meta = t.VARCHAR, octets
+        charset = 63 if data_type == "varbinary" else charset
+    elif data_type in ("char", "binary"):
+        code, meta = t.STRING, _string_meta(t.STRING, octets)
+        charset = 63 if data_type == "binary" else charset
+    elif data_type == "enum":
+        enum_values = _members(column_type)
+        code, meta = t.STRING, _string_meta(t.ENUM, 1 if len(enum_values) < 256 else 2)
+    elif data_type == "set":
+        set_values = _members(column_type)
+        code, meta = t.STRING, _string_meta(t.SET, (len(set_values) + 7) // 8 if len(set_values) <= 32 else 8)
+    elif data_type in _BLOBS:
+        code, meta = t.BLOB, _BLOBS[data_type]
+        charset = 63 if data_type.endswith("blob") else charset
+    elif data_type == "json":
+        code, meta = t.JSON, 4
+    elif data_type == "date":
+        code, meta = t.DATE, 0
+    elif data_type in _TEMPORAL:
+        code, meta = _TEMPORAL[data_type], int(row["DATETIME_PRECISION"] or 0)
+    elif data_type == "year":
+        code, meta = t.YEAR, 0
+    elif data_type == "bit":
+        bits = int(row["NUMERIC_PRECISION"] or 1)
+        code, meta, kind = t.BIT, (bits // 8) << 8 | bits % 8, K_BIT
+    else:
+        raise SourceError(f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted")
+    if kind == K_TEXT and charset == 63:
+        kind = K_BINARY
+    meta_obj = t.column_meta(
+        index,
+        code,
+        meta,
+        str(row["IS_NULLABLE"]).upper() == "YES",
+        name=str(row["COLUMN_NAME"]),
+        unsigned=unsigned,
+        charset=charset if code in (t.VARCHAR, t.STRING, t.BLOB) else None,
+        is_key=is_key,
+        enum_values=enum_values,
+        set_values=set_values,
+    )
+    return meta_obj, kind
+
+
+def _dicts(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        names = [d[0].upper() for d in cur.description]
+        return [dict(zip(names, _plain(r), strict=True)) for r in cur.fetchall()]
+
+
+def _plain(row: Sequence[Any]) -> list[Any]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in row]
+
+
+def list_tables(conn: Any, captures: Callable[[str, str], bool]) -> list[tuple[str, str, int]]:
+    """(db, table, estimated rows) of the base tables ``captures`` keeps, in name order."""
+    rows = _dicts(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_TYPE = "
+        "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')",
+    )
+    out = [(str(r["TABLE_SCHEMA"]), str(r["TABLE_NAME"]), int(r["TABLE_ROWS"] or 0)) for r in rows]
+    return sorted(x for x in out if captures(x[0], x[1]))
+
+
+def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> TableSpec:
+    """The ``TableSpec`` of one table: columns as a full-metadata TABLE_MAP would describe them, and the
+    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none)."""
+    cols = _dicts(
+        conn,
+        "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE, c.CHARACTER_OCTET_LENGTH, "
+        "c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.DATETIME_PRECISION, l.ID AS COLLATION_ID "
+        "FROM information_schema.COLUMNS c LEFT JOIN information_schema.COLLATIONS l "
+        "ON l.COLLATION_NAME = c.COLLATION_NAME WHERE c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s "
+        "ORDER BY c.ORDINAL_POSITION",
+        (db, table),
+    )
+    if not cols:
+        raise NoSuchTableError(f"{db}.{table}: no such table (dropped or renamed?)")
+    stats = _dicts(
+        conn,
+        "SELECT INDEX_NAME, COLUMN_NAME, SEQ_IN_INDEX, NON_UNIQUE, SUB_PART "
+        "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+        "ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
+        (db, table),
+    )
+    index_of = {str(c["COLUMN_NAME"]): i for i, c in enumerate(cols)}
+    nullable = {str(c["COLUMN_NAME"]) for c in cols if str(c["IS_NULLABLE"]).upper() == "YES"}
+    indexes: dict[str, list[str]] = {}
+    prefixed: set[str] = set()
+    for s in stats:
+        if int(s["NON_UNIQUE"]) == 0:
+            indexes.setdefault(str(s["INDEX_NAME"]), []).append(str(s["COLUMN_NAME"]))
+            if s["SUB_PART"] is not None:
+                prefixed.add(str(s["INDEX_NAME"]))
+    primary = set(indexes.get("PRIMARY", ()))
+    key_name, key_cols = "", []
+    for name, names in indexes.items():  # PRIMARY first
+        if name not in prefixed and not (set(names) & nullable):
+            key_name, key_cols = name, names
+            break
+    metas, kinds = [], []
+    for i, c in enumerate(cols):
+        try:
+            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary)
+        except SourceError as exc:
+            raise SourceError(f"{db}.{table}: {exc}") from exc
+        metas.append(meta)
+        kinds.append(kind)
+    key = tuple(index_of[n] for n in key_cols)
+    return TableSpec(db, table, tuple(metas), tuple(kinds), key, key_name, estimated_rows)

@@ -1,0 +1,243 @@
+"""Snapshot logic without a server: the chunk SELECT, column metadata as a TABLE_MAP describes it, the
+watermark merge on the parser side (superseded rows dropped, the chunk's place and sequence), the
+checkpoint, and the snapshot record's format."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mapping.load import parse_mapping
+from relay.binlog import types as t
+from relay.binlog.events import BinlogEvent, EventHeader, RowImage
+from relay.canal.entry import Entry, EntryPosition, EntryType, EventType, Header, RowChange, TxnContext
+from relay.config.sections import SnapshotConfig, SourceConfig
+from relay.kafka.codec import H_SNAPSHOT, RecordEncoder, sequence
+from relay.positions.store import SourceIdentity, resume_after
+from relay.source.snapshot import Chunk, Snapshot, SnapshotEntry, new_state, position
+from relay.source.snapshot_tables import K_BINARY, K_DECIMAL, K_INT, TableSpec, column_meta
+
+FILE = "mysql-bin.000007"
+
+
+def _col(name: str, data_type: str, column_type: str, **kw: Any) -> dict[str, Any]:
+    row = {
+        "COLUMN_NAME": name,
+        "DATA_TYPE": data_type,
+        "COLUMN_TYPE": column_type,
+        "IS_NULLABLE": "NO",
+        "CHARACTER_OCTET_LENGTH": None,
+        "NUMERIC_PRECISION": None,
+        "NUMERIC_SCALE": None,
+        "DATETIME_PRECISION": None,
+        "COLLATION_ID": None,
+    }
+    row.update(kw)
+    return row
+
+
+def _spec() -> TableSpec:
+    id_meta, id_kind = column_meta(0, _col("id", "bigint", "bigint(20)"), True)
+    st_meta, st_kind = column_meta(
+        1, _col("status", "varchar", "varchar(16)", CHARACTER_OCTET_LENGTH=64, COLLATION_ID=45), False
+    )
+    return TableSpec("shop_01", "orders_02", (id_meta, st_meta), (id_kind, st_kind), (0,), "PRIMARY", 10)
+
+
+def test_column_metadata_is_what_a_full_table_map_says() -> None:
+    meta, kind = column_meta(0, _col("id", "bigint", "bigint(20) unsigned"), True)
+    assert meta == t.column_meta(0, t.LONGLONG, 0, False, name="id", unsigned=True, charset=None, is_key=True)
+    assert kind == K_INT
+    dec, kind = column_meta(
+        1, _col("amount", "decimal", "decimal(12,2)", NUMERIC_PRECISION=12, NUMERIC_SCALE=2), False
+    )
+    assert (dec.mysql_type, dec.sql_type, kind) == ("decimal(12,2)", t.T_DECIMAL, K_DECIMAL)
+    char, _ = column_meta(
+        2, _col("code", "char", "char(100)", CHARACTER_OCTET_LENGTH=400, COLLATION_ID=45), False
+    )
+    assert t.string_type(char.meta) == (t.STRING, 400) and char.mysql_type == "char(100)"
+    binary, kind = column_meta(3, _col("raw", "varbinary", "varbinary(8)", CHARACTER_OCTET_LENGTH=8), False)
+    assert kind == K_BINARY and binary.charset == 63
+    enum, _ = column_meta(4, _col("e", "enum", "enum('a','it''s')", COLLATION_ID=45), False)
+    assert enum.type_code == t.ENUM and enum.enum_values == ("a", "it's")
+
+
+def test_chunk_query_is_a_plain_keyset_select() -> None:
+    spec = _spec()
+    sql, params = spec.chunk_query(None, 100)
+    assert sql == "SELECT `id`, `status` FROM `shop_01`.`orders_02` ORDER BY `id` LIMIT 100"
+    assert params == []
+    sql, params = spec.chunk_query(["41"], 100, where="status <> 'X'")
+    assert sql.endswith("WHERE ((`id` > %s)) AND (status <> 'X') ORDER BY `id` LIMIT 100")
+    assert params == [41]  # an int: never compared as a double
+    assert spec.row_text([b"7", "NEW"]) == ("7", "NEW")
+
+
+def _event(offset: int, size: int = 40) -> BinlogEvent:
+    return BinlogEvent(EventHeader(1, 2, 1, size, offset + size, 0, FILE))
+
+
+def _rows_entry(offset: int, table: str, rows: tuple[RowImage, ...]) -> Entry:
+    spec = _spec()
+    header = Header(FILE, offset, 1, 0, 40, EventType.UPDATE, spec.db, table)
+    ctx = TxnContext(EntryPosition(FILE, offset))
+    return Entry(header, EntryType.ROWDATA, RowChange(EventType.UPDATE, columns=spec.columns, rows=rows), ctx)
+
+
+def _snapshot(spec: TableSpec) -> Snapshot:
+    state = new_state([spec], "s1")
+    snap = Snapshot(SnapshotConfig(), SourceConfig(), state, server_id=1, mariadb=True)
+    snap.start((FILE, 1000))
+    snap.stop()  # no readers needed: chunks are handed in by hand
+    return snap
+
+
+def test_rows_changed_in_the_window_are_dropped_and_the_chunk_sits_just_before_its_place() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap.watch(spec)
+    rows = [("1", "A"), ("2", "B"), ("3", "C")]
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, ["3"], False)
+    snap._submit(chunk)
+    assert snap.due(False, None) == []  # the parser has not reached the high watermark
+    changed = _rows_entry(1100, spec.table, (RowImage(("2", "A"), ("2", "Z")),))
+    snap.observe(_event(1100, 100), [changed])  # ends at 1200 = high
+    assert snap.due(True, None) == []  # inside a transaction: wait for its end
+    (entry,) = snap.due(False, "0-1-5")
+    assert isinstance(entry, SnapshotEntry) and chunk.emitted.is_set()
+    rc = entry.store_value
+    assert isinstance(rc, RowChange)
+    assert [r.after for r in rc.rows] == [("1", "A"), ("3", "C")]  # key 2 superseded by the binlog
+    assert (entry.header.logfile_name, entry.header.logfile_offset, entry.header.event_length) == (
+        FILE,
+        1199,
+        1,
+    )
+    point = resume_after(entry)
+    assert (point.journal, point.offset, point.skip, point.gtid_set) == (FILE, 1200, 0, "0-1-5")
+    assert entry.checkpoint["tables"][spec.name] == {
+        "after": ["3"], "rows": 2, "chunks": 1, "done": False, "estimated_rows": 10,
+    }  # fmt: skip
+    # Every earlier row change sorts below the chunk, every later one above.
+    chunk_seq = sequence(FILE, entry.header.logfile_offset, 0)
+    assert sequence(FILE, 1100, 0) < chunk_seq < sequence(FILE, 1200, 0)
+
+
+def test_the_last_chunk_finishes_the_table_and_the_snapshot() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    (entry,) = snap.due(False, None)
+    assert isinstance(entry, SnapshotEntry)
+    assert entry.checkpoint["done"] and snap.done
+
+
+def _mapping() -> Any:
+    return parse_mapping(
+        {
+            "unmapped": {"action": "drop"},
+            "logical_dbs": {
+                "shop": {"physical": [r"shop_\d+"], "tables": {"orders": {"physical": [r"orders_\d+"]}}}
+            },
+        }
+    )
+
+
+def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap._submit(
+        Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A"), ("6", None)], ["6"], True)
+    )
+    (entry,) = snap.due(False, None)
+    encoder = RecordEncoder(_mapping(), SourceIdentity("db", 3306, 1), ddl_topic=None, partitions=lambda _: 3)
+    records = encoder.encode(entry)
+    assert [r.key for r in records] == [b'{"id":"5"}', b'{"id":"6"}']
+    seq = sequence(FILE, 999, 0)
+    for r in records:
+        headers = dict(r.headers)
+        assert headers[H_SNAPSHOT] == b"true" and headers["relay.type"] == b"INSERT"
+        assert headers["relay.sequence"] == str(seq).encode()
+        value = json.loads(r.value)
+        assert (value["type"], value["snapshot"], value["sequence"], value["id"]) == (
+            "INSERT",
+            True,
+            seq,
+            seq,
+        )
+        assert value["old"] is None and value["es"] == 0 and value["source"]["rowIndex"] == 0
+    assert json.loads(records[1].value)["data"] == [{"id": "6", "status": None}]
+    assert encoder.encode(entry)[0].value == records[0].value  # the same chunk again: the same bytes
+
+
+def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap.watch(spec)
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A")], ["1"], False, ddls=0)
+    snap._submit(chunk)
+    header = Header(FILE, 1100, 1, 0, 100, EventType.ALTER, spec.db, spec.table)
+    ddl = Entry(
+        header,
+        EntryType.ROWDATA,
+        RowChange(EventType.ALTER, is_ddl=True),
+        TxnContext(EntryPosition(FILE, 1100)),
+    )
+    snap.observe(_event(1100, 100), [ddl])
+    assert snap.due(False, None) == []  # nothing put
+    assert chunk.emitted.is_set() and chunk.redo
+    assert snap.state["tables"][spec.name]["chunks"] == 0  # the checkpoint did not move
+
+
+def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
+    from relay.ops.status import snapshot_report
+    from relay.positions.store import ResumePoint
+    from relay.source.snapshot import compacted, state_rows
+
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    (entry,) = snap.due(False, None)
+    assert isinstance(entry, SnapshotEntry)
+    small = compacted(entry.checkpoint)
+    assert small == {"id": "s1", "done": True, "cancelled": False, "rows": 1, "table_count": 1, "skipped": {}}
+    assert state_rows(small) == state_rows(entry.checkpoint) == 1
+    point = ResumePoint(FILE, 1000, extra={"snapshot": small})
+    report = snapshot_report(None, ResumePoint.from_json(point.to_json()))
+    assert report["snapshot"] == "s1: done, 1/1 tables, 1 rows"
+
+
+class _FakeInstance:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def request_snapshot(self, only: Any, snapshot_id: str, where: str = "") -> str | None:
+        self.asked.append((snapshot_id, where))
+        assert only("shop_03", "orders_07") and not only("shop_03", "other")
+        return None
+
+    def cancel_snapshot(self) -> str | None:
+        return "no snapshot is running"
+
+
+def test_requests_from_the_cli_are_checked_then_carried_out(tmp_path: Any) -> None:
+    from relay.daemon import snapshot_requests as requests
+
+    inst: Any = _FakeInstance()
+    mapping = _mapping()
+    answer = requests.handle(
+        inst, mapping, {"id": "r1", "action": "run", "table": "shop.orders", "where": "id > 5"}
+    )
+    assert answer["accepted"] and inst.asked == [("r1", "id > 5")]
+    bad = requests.handle(
+        inst, mapping, {"id": "r2", "action": "run", "table": "shop.orders", "where": "1; DROP"}
+    )
+    assert not bad["accepted"] and "';'" in bad["reason"]
+    assert (
+        requests.handle(inst, mapping, {"id": "r3", "action": "cancel"})["reason"] == "no snapshot is running"
+    )
+    assert not requests.handle(inst, mapping, {"id": "r4", "action": "wipe"})["accepted"]
+    path = tmp_path / "req.json"
+    assert requests.take_request(path) is None
+    path.write_text('{"id": "r5", "action": "cancel"}')
+    assert requests.take_request(path) == {"id": "r5", "action": "cancel"} and not path.exists()
