@@ -41,8 +41,9 @@ only), ``relay.sequence`` (decimal), ``relay.part`` (where it is not 0: the two 
 rows of a transaction payload or of a snapshot chunk).
 
 A snapshot chunk (an entry marked by ``relay.source.snapshot``) becomes one INSERT per row, every row with
-the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` = the
-row's ordinal in the chunk << 1: its identity is (source id, sequence, part).
+the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` =
+((the chunk's ordinal among the chunks put at that place << 21) | the row's ordinal in the chunk) << 1:
+its identity is (source id, sequence, part).
 
 The change identity — what consumers de-duplicate by — is (source id, sequence); the sequence orders a
 key's changes. It is ``(generation << 52) | (file_number << 32) | (event_start_offset + row_index)``:
@@ -84,7 +85,7 @@ from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
 from relay.kafka.publisher import Record
 from relay.positions.store import MAX_GENERATION, SourceIdentity
-from relay.source.snapshot import SNAPSHOT_PROP
+from relay.source.snapshot import SNAPSHOT_PROP, SnapshotEntry
 
 log = logging.getLogger(__name__)
 
@@ -551,6 +552,8 @@ class RecordEncoder:
         route = plan.route
         self._topics.add(route.topic)
         seq = entry_sequence(entry)
+        # Chunks put at one place share its sequence: the chunk's ordinal there and the row's in the chunk.
+        chunk = entry.ordinal << 21 if isinstance(entry, SnapshotEntry) else 0
         headers = (
             *plan.headers,
             (H_TYPE, b"INSERT"),
@@ -564,15 +567,17 @@ class RecordEncoder:
             for i, row in enumerate(rc.rows):
                 assert row.after is not None  # a snapshot row is an after image
                 data = codec_json.object_text(plan.json.data_format, row.after)
-                value = _with_part(codec_json.snapshot_row_text(je, seq, data), i << 1)
+                part = (chunk | i) << 1
+                value = _with_part(codec_json.snapshot_row_text(je, seq, data), part)
                 key = self._key(plan, row.after)
-                out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, i << 1))))
+                out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
             return out
         server = self.source.address
         for i, row in enumerate(rc.rows):
-            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id, i << 1)
+            part = (chunk | i) << 1
+            value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id, part)
             key = self._key(plan, row.after)
-            out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, i << 1))))
+            out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
         return out
 
     @staticmethod

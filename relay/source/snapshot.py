@@ -81,10 +81,13 @@ class SnapshotEntry(Entry):
     the snapshot's checkpoint after it and its memory size (the rows' text, not the length of 1 that
     places it in the binlog)."""
 
-    __slots__ = ("checkpoint", "memory")
+    __slots__ = ("checkpoint", "memory", "ordinal")
 
     checkpoint: dict[str, Any]
     memory: int
+    # Chunks put at the same binlog place share its sequence: the ordinal of this one among them (0, 1, …),
+    # part of its rows' ``part`` (relay.kafka.codec), so no two rows of one place share an identity.
+    ordinal: int
 
     @property
     def size(self) -> int:
@@ -199,6 +202,7 @@ class Snapshot:
         self._lock = threading.Lock()
         self._watches: dict[tuple[str, str], _Watch] = {}
         self._submitted: list[Chunk] = []
+        self._place: tuple[Pos, int] | None = None  # the last place a chunk was put at, and how many there
         self._pos: Pos | None = None
         self._journal = ""  # the binlog file of ``_pos``
         self._todo: queue.Queue[str] = queue.Queue()
@@ -472,7 +476,10 @@ class Snapshot:
         if self.skipped:
             self.state["skipped"] = dict(self.skipped)
         self.state["done"] = all(t["done"] for t in self.state["tables"].values())
+        ordinal = self._place[1] + 1 if self._place is not None and self._place[0] == pos else 0
+        self._place = (pos, ordinal)
         entry = _chunk_entry(self, spec, rows, journal, pos[1], gtid_set)
+        entry.ordinal = ordinal
         if self.state["done"]:
             log.info("snapshot %s: done", self.state["id"])
         return entry
@@ -545,6 +552,7 @@ def _chunk_entry(
     entry = SnapshotEntry(header, EntryType.ROWDATA, value, ctx, 0, True)
     entry.checkpoint = copy.deepcopy(snap.state)
     entry.memory = 64 + sum(sum(len(v) for v in r if v is not None) + 8 * len(r) for r in rows)
+    entry.ordinal = 0
     return entry
 
 
