@@ -73,6 +73,7 @@ CANAL_JSON_TYPE = StructType(
         StructField("gtid", _S),
         StructField("source", SOURCE_TYPE),
         StructField("sequence", LongType()),
+        StructField("utcMicros", ArrayType(MapType(_S, LongType()))),
     ]
 )
 CHANGE_TYPE = StructType(
@@ -92,9 +93,10 @@ CHANGE_TYPE = StructType(
         StructField("before", _TEXT_MAP),
         StructField("after", _TEXT_MAP),
         StructField("source", SOURCE_TYPE),
+        StructField("instants", MapType(_S, LongType())),
     ]
 )
-META = ("_op", "_sequence", "_es", "_key", "_old_key")
+META = ("_op", "_sequence", "_es", "_key", "_old_key", "_source")
 
 
 def _json_change(m: Column) -> Column:
@@ -130,6 +132,7 @@ def _json_change(m: Column) -> Column:
         F.when(kind == "DELETE", data).when(kind == "UPDATE", before_update).alias("before"),
         F.when(kind.isin("INSERT", "UPDATE"), data).alias("after"),
         m["source"].alias("source"),
+        F.get(m["utcMicros"], 0).alias("instants"),
     )
 
 
@@ -184,11 +187,19 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
 
 
 def _key_names(df: DataFrame) -> DataFrame:
-    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted."""
+    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted.
+
+    The record key spells the columns as the mapping does, and the mapping matches them case-insensitively:
+    each name is replaced by the image's own spelling of it.
+    """
     key_map = F.from_json(F.col("key"), _TEXT_MAP)
     image = F.coalesce(F.col("after"), F.col("before"))
+    spelled = F.transform(
+        F.map_keys(key_map),
+        lambda n: F.coalesce(F.get(F.filter(F.map_keys(image), lambda k: F.lower(k) == F.lower(n)), 0), n),
+    )
     return df.withColumn(
-        "_names", F.array_sort(F.when(key_map.isNotNull(), F.map_keys(key_map)).otherwise(F.map_keys(image)))
+        "_names", F.array_sort(F.when(key_map.isNotNull(), spelled).otherwise(F.map_keys(image)))
     )
 
 
@@ -199,14 +210,18 @@ def _key_of(image: str) -> Column:
 
 
 def column_types(rows: DataFrame) -> list[tuple[str, str]]:
-    """(column, mysqlType) of the latest change (by sequence) that names each column, in table order."""
+    """(column, mysqlType) of every column any change names, the type from the latest change (by sequence)
+    naming it; in the table order of the latest change, then the others (columns of shards not altered
+    yet, or dropped) by position. Every column counts: during a rolling ALTER the latest change may come
+    from a shard that does not have the new column yet, while other rows of the batch carry it."""
     exploded = rows.select("sequence", F.posexplode("mysql_type").alias("pos", "name", "mysql"))
     latest = exploded.groupBy("name").agg(
         F.max_by(F.struct("mysql", "pos"), "sequence").alias("m"), F.max("sequence").alias("seq")
     )
-    top = latest.agg(F.max("seq")).collect()[0][0]
-    rows_out = latest.where(F.col("seq") == top).orderBy("m.pos").collect() if top is not None else []
-    return [(r["name"], r["m"]["mysql"]) for r in rows_out]
+    found = latest.collect()
+    top = max((r["seq"] for r in found), default=None)
+    found.sort(key=lambda r: (r["seq"] != top, r["m"]["pos"], r["name"]))
+    return [(r["name"], r["m"]["mysql"]) for r in found]
 
 
 def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | None = None) -> DataFrame:
@@ -234,7 +249,7 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         columns = column_types(rows)
     rows = _key_names(rows)
     image = F.coalesce(F.col("after"), F.col("before"))
-    typed_cols = [_typed_value(image[c], mysql).alias(c) for c, mysql in columns]
+    typed_cols = [_typed_value(image[c], mysql, F.col("instants")[c]).alias(c) for c, mysql in columns]
     return rows.select(
         *typed_cols,
         F.col("type").alias("_op"),
@@ -242,10 +257,11 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         F.col("es").alias("_es"),
         _key_of("after").alias("_key"),
         _key_of("before").alias("_old_key"),
+        F.concat_ws(".", F.col("source.database"), F.col("source.table")).alias("_source"),
     )
 
 
-def _typed_value(text: Column, mysql_type: str) -> Column:
+def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:
     target = spark_type_sql(mysql_type)
     kind = mysql_type.split("(", 1)[0].strip().lower()
     if target == "binary":
@@ -253,9 +269,11 @@ def _typed_value(text: Column, mysql_type: str) -> Column:
     if target == "string":
         return text
     if kind == "timestamp":
-        # canal renders TIMESTAMP in the source server's zone; the relay's source sets UTC unless
-        # told otherwise, so the text is read as UTC wall time.
-        return F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
+        # canal renders TIMESTAMP in the source server's zone (ambiguous in the hour a DST change
+        # repeats); the relay adds the instant (``utcMicros``, epoch microseconds) beside the text.
+        # Records without it (older relays, the protobuf codec) fall back to reading the text as UTC.
+        fallback = F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
+        return F.when(instant.isNotNull(), F.timestamp_micros(instant)).otherwise(fallback)
     if kind == "year":
         return F.when(text == "0000", F.lit(0)).otherwise(text.try_cast("int"))
     # try_cast: a value Spark cannot hold (zero date 0000-00-00, out-of-range) becomes null, not a failed job

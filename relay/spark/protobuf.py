@@ -61,4 +61,5 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
             "gtid": h.gtid,
             "rowIndex": None,
         },
+        "instants": None,
     }
