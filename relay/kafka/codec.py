@@ -284,7 +284,8 @@ class RecordEncoder:
                 if update and before is not None and after is not None
                 else "null"
             )
-            value = row_text(je, seq, i, object_text(data_format, image), old)
+            extra = codec_json.instants_text(table, image) if table.instants else ""
+            value = row_text(je, seq, i, object_text(data_format, image), old, extra)
             out.append(
                 Record(topic, None, key_of(plan, image), value, (*headers, (H_SEQUENCE, str(seq).encode())))
             )
