@@ -140,7 +140,7 @@ def _publish(out: str | Path, name: str, n: int) -> None:
 def _read(spark: Any, path: Path, buckets: list[str] | None) -> DataFrame | None:
     if not any(path.rglob("*.parquet")):
         return None
-    df = spark.read.parquet(str(path))
+    df: DataFrame = spark.read.parquet(str(path))
     return df if buckets is None else df.where(F.col(BUCKET).isin(buckets))
 
 
@@ -197,7 +197,7 @@ def _columns(stored: list[list[str]], batch: list[tuple[str, str]]) -> tuple[lis
     return merged, changed
 
 
-def _conform(df: DataFrame, columns: list[list[str]]) -> Column | Any:
+def _conform(df: DataFrame, columns: list[list[str]]) -> list[Column]:
     """``df``'s table columns as ``columns`` (missing → null; a changed type → try_cast)."""
     have = dict(df.dtypes)
     return [
