@@ -9,7 +9,7 @@ are encoded. ``relay.kafka.codec`` calls this on the publisher thread and hands 
 
 Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
 
-    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence utcMicros?
+    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence utcMicros
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
   re-publication), ``sequence`` repeats it under an unambiguous name.
