@@ -229,8 +229,16 @@ def _kept(df: DataFrame, cleared: dict[str, int], sequence: str = "_sequence") -
     return df.where(F.coalesce(F.col(sequence) >= marks[F.col("_source")], F.lit(True)))
 
 
-def _events(rows: DataFrame, columns: list[list[str]]) -> DataFrame:
-    """Upserts (``_deleted`` false, the row's values) and deletes (true, key only) by key, bucketed."""
+def cdc_rows(rows: DataFrame, columns: list[list[str]] | None = None) -> DataFrame:
+    """``typed`` rows as upserts and deletes by key: what a MERGE (or AutoCDC) applies.
+
+    Columns: the table columns (``columns`` [[name, Spark type]] conforms them; default: as ``rows`` has
+    them), ``_key`` (the logical key: the record key's values as a JSON array), ``_sequence``, ``_es``,
+    ``_source``, ``_deleted``. An INSERT/UPDATE is an upsert of its key; a DELETE is a delete (values null);
+    an UPDATE that changed the key is also a delete of the old key. Works on streaming DataFrames.
+    """
+    if columns is None:
+        columns = [[c, t] for c, t in rows.dtypes if not c.startswith("_")]
     upserts = rows.where(F.col("_op").isin("INSERT", "UPDATE")).select(
         *_conform(rows, columns), "_key", "_sequence", "_es", "_source", F.lit(False).alias("_deleted")
     )
@@ -243,7 +251,12 @@ def _events(rows: DataFrame, columns: list[list[str]]) -> DataFrame:
         "_source",
         F.lit(True).alias("_deleted"),
     )
-    return upserts.unionByName(deletes).withColumn(BUCKET, bucket_of(F.col("_key")))
+    return upserts.unionByName(deletes)
+
+
+def _events(rows: DataFrame, columns: list[list[str]]) -> DataFrame:
+    """``cdc_rows``, bucketed."""
+    return cdc_rows(rows, columns).withColumn(BUCKET, bucket_of(F.col("_key")))
 
 
 @dataclass
@@ -355,6 +368,18 @@ def apply_history(changes_df: DataFrame, out: str | Path, table: str) -> None:
         )
     finally:
         history.unpersist()
+
+
+def write_table(rows: DataFrame, out: str | Path, table: str) -> None:
+    """Publish ``rows`` (table columns plus ``_key``, ``_sequence``, ``_es``, ``_source``) as a new version
+    of ``table`` holding exactly those rows: an initial load (e.g. from a snapshot), or a rebuild."""
+    cur = current(out, table)
+    _repair(out, table, cur.number if cur else None)
+    columns = [[c, t] for c, t in rows.dtypes if not c.startswith("_")]
+    version = Version((cur.number if cur else 0) + 1, columns)
+    live = rows.select(*[c for c, _ in columns], *_META_LIVE, bucket_of(F.col("_key")).alias(BUCKET))
+    tombs = live.where(F.lit(False)).select(*_META_LIVE, BUCKET)
+    _save(out, table, cur, (live, tombs), None, version)
 
 
 def tables_in(changes_df: DataFrame) -> list[str]:
