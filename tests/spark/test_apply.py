@@ -118,8 +118,13 @@ def test_timestamp_in_a_dst_zone_is_the_instant(spark: Any) -> None:
     batch = frame(
         spark,
         [
-            rec(10 + i, "INSERT", {"id": str(i), "at": "2024-10-27 02:30:00.123"}, types,
-                extra={"utcMicros": [{"at": m}]})
+            rec(
+                10 + i,
+                "INSERT",
+                {"id": str(i), "at": "2024-10-27 02:30:00.123"},
+                types,
+                extra={"utcMicros": [{"at": m}]},
+            )
             for i, m in enumerate(micros)
         ],
     )
@@ -165,8 +170,10 @@ def test_apply_rewrites_only_touched_buckets_and_is_idempotent(spark: Any, tmp_p
     before = {p: p.stat().st_ino for p in table_path(tmp_path, "d.t").rglob("*.parquet")}
     batch = frame(spark, _workload(10**6, range(250_000, 250_010)))  # one bucket only
     apply_changes(changes(batch), tmp_path)
-    after = {p.relative_to(table_path(tmp_path, "d.t")): p.stat().st_ino
-             for p in table_path(tmp_path, "d.t").rglob("*.parquet")}
+    after = {
+        p.relative_to(table_path(tmp_path, "d.t")): p.stat().st_ino
+        for p in table_path(tmp_path, "d.t").rglob("*.parquet")
+    }
     kept = {p.relative_to(table_path(tmp_path, "d.t")): i for p, i in before.items()}
     same = {p for p, i in after.items() if kept.get(p) == i}
     assert {p.parts[0] for p in after} - {p.parts[0] for p in same} == {"_bucket=r2"}
