@@ -229,34 +229,31 @@ def _kept(df: DataFrame, cleared: dict[str, int], sequence: str = "_sequence") -
     return df.where(F.coalesce(F.col(sequence) >= marks[F.col("_source")], F.lit(True)))
 
 
-def cdc_rows(rows: DataFrame, columns: list[list[str]] | None = None) -> DataFrame:
+def cdc_rows(rows: DataFrame, columns: list[str]) -> DataFrame:
     """``typed`` rows as upserts and deletes by key: what a MERGE (or AutoCDC) applies.
 
-    Columns: the table columns (``columns`` [[name, Spark type]] conforms them; default: as ``rows`` has
-    them), ``_key`` (the logical key: the record key's values as a JSON array), ``_sequence``, ``_es``,
-    ``_source``, ``_deleted``. An INSERT/UPDATE is an upsert of its key; a DELETE is a delete (values null);
-    an UPDATE that changed the key is also a delete of the old key. Works on streaming DataFrames.
+    Columns: the table ``columns``, ``_key`` (the logical key: the record key's values as a JSON array),
+    ``_sequence``, ``_es``, ``_source``, ``_deleted``. An INSERT/UPDATE is an upsert of its key; a DELETE
+    is a delete; an UPDATE that changed the key is also a delete of the old key. Never analyses ``rows``
+    (works on streaming DataFrames and inside pipeline query functions).
     """
-    if columns is None:
-        columns = [[c, t] for c, t in rows.dtypes if not c.startswith("_")]
+    meta = ("_sequence", "_es", "_source")
     upserts = rows.where(F.col("_op").isin("INSERT", "UPDATE")).select(
-        *_conform(rows, columns), "_key", "_sequence", "_es", "_source", F.lit(False).alias("_deleted")
+        *columns, "_key", *meta, F.lit(False).alias("_deleted")
     )
     moved = (F.col("_op") == "UPDATE") & (F.col("_old_key") != F.col("_key"))
     deletes = rows.where((F.col("_op") == "DELETE") | moved).select(
-        *[F.lit(None).cast(t).alias(c) for c, t in columns],
-        F.col("_old_key").alias("_key"),
-        "_sequence",
-        "_es",
-        "_source",
-        F.lit(True).alias("_deleted"),
+        *columns, F.col("_old_key").alias("_key"), *meta, F.lit(True).alias("_deleted")
     )
     return upserts.unionByName(deletes)
 
 
 def _events(rows: DataFrame, columns: list[list[str]]) -> DataFrame:
-    """``cdc_rows``, bucketed."""
-    return cdc_rows(rows, columns).withColumn(BUCKET, bucket_of(F.col("_key")))
+    """``cdc_rows`` of ``rows`` conformed to the table's ``columns``, bucketed."""
+    conformed = rows.select(
+        *_conform(rows, columns), "_op", "_key", "_old_key", "_sequence", "_es", "_source"
+    )
+    return cdc_rows(conformed, [c for c, _ in columns]).withColumn(BUCKET, bucket_of(F.col("_key")))
 
 
 @dataclass
