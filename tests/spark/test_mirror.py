@@ -283,9 +283,9 @@ def _rolling_workload(conn: Any, prefix: str) -> None:
             cur.execute(f"ALTER TABLE {tables[altered]} ADD COLUMN extra INT NULL")
             for i, table in enumerate(tables):  # writes on every shard, altered or not
                 insert(table, i <= altered)
-                cur.execute(f"UPDATE {table} SET status = CONCAT(status, '+') WHERE id % 3 = %s", (altered,))
+                cur.execute(f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,))
                 if i <= altered:
-                    cur.execute(f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND id % 2 = 0")
+                    cur.execute(f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0")
         cur.execute(f"TRUNCATE TABLE {tables[2]}")
         insert(tables[2], True)
         cur.execute(f"DROP TABLE {tables[1]}")
@@ -350,7 +350,7 @@ def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
         expected = select_all(conn, physical(prefix, 1))
         assert as_text(got) == expected
         assert any(row["extra"] is not None for row in expected.values())
-        assert {row["flags"] for row in expected.values()} == {str(b) for b in BITS}
+        assert {row["flags"] for row in expected.values()} - {None} == {str(b) for b in BITS}
         schema = dict(spark.read.parquet(str(table_path(config.out, topic))).dtypes)
         assert schema["at"] == "timestamp" and schema["flags"] == "decimal(20,0)" and schema["extra"] == "int"
     finally:
