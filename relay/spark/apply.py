@@ -9,7 +9,8 @@ Layout under ``out`` (plain parquet, readable by Spark, pyarrow, polars, DuckDB�
 
 - ``<db>.<table>`` — a symbolic link to the current version, ``_relay_state/<db>.<table>/v<N>/``: the live
   rows (table columns plus ``_key``, ``_sequence``, ``_es``, ``_source``), Hive-partitioned by
-  ``_bucket``; read it with ``spark.read.parquet(out + "/shop.orders")``.
+  ``relay_bucket`` (no leading ``_``: pyarrow, like Hadoop tools, skips paths starting with ``_``); read it
+  with ``spark.read.parquet(out + "/shop.orders")``.
 - ``_relay_state/<db>.<table>/v<N>.tombstones/`` — the deleted keys and the sequence of their delete;
   ``v<N>.json`` — the version's columns and truncation watermarks.
 
@@ -54,7 +55,7 @@ from relay.spark.decode import typed
 log = logging.getLogger(__name__)
 
 STATE_DIR = "_relay_state"
-BUCKET = "_bucket"
+BUCKET = "relay_bucket"
 RANGE_SPAN = 100_000
 HASH_BUCKETS = 64
 _META_LIVE = ("_key", "_sequence", "_es", "_source")

@@ -67,7 +67,7 @@ def relay_run(
 def mirrored(spark: Any, out: Path, table: str) -> dict[str, dict[str, Any]]:
     """Every table column of every mirrored row (the ``_`` meta columns left out), by id."""
     df = spark.read.parquet(str(table_path(out, table)))
-    columns = [c for c in df.columns if not c.startswith("_")]
+    columns = [c for c in df.columns if not c.startswith("_") and c != "relay_bucket"]
     return {str(r["id"]): {c: r[c] for c in columns} for r in df.collect()}
 
 
@@ -283,9 +283,13 @@ def _rolling_workload(conn: Any, prefix: str) -> None:
             cur.execute(f"ALTER TABLE {tables[altered]} ADD COLUMN extra INT NULL")
             for i, table in enumerate(tables):  # writes on every shard, altered or not
                 insert(table, i <= altered)
-                cur.execute(f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,))
+                cur.execute(
+                    f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,)
+                )
                 if i <= altered:
-                    cur.execute(f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0")
+                    cur.execute(
+                        f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0"
+                    )
         cur.execute(f"TRUNCATE TABLE {tables[2]}")
         insert(tables[2], True)
         cur.execute(f"DROP TABLE {tables[1]}")
