@@ -50,6 +50,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
+from relay.errors import SparkSourceError
 from relay.spark.decode import typed
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,11 @@ def current(out: str | Path, name: str) -> Version | None:
     """The published version of table ``name`` under ``out`` (None: none yet)."""
     link = Path(out) / name
     if not link.is_symlink():
+        if link.exists():
+            raise SparkSourceError(
+                f"{link} is a directory of the former layout (one rewritten parquet directory): "
+                "replay the topics into a new output directory (or move it away)"
+            )
         return None
     number = int(os.readlink(link).rsplit("/v", 1)[1])
     meta = json.loads((_state(out, name) / f"v{number:012d}.json").read_text())

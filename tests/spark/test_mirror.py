@@ -10,6 +10,7 @@ the start into a fresh directory rebuilds the same table; the protobuf codec mir
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql.types import DecimalType, LongType, StringType
 
-from relay.spark.apply import apply_changes, table_path
+from relay.spark.apply import apply_changes, history_path, table_path
 from relay.spark.decode import changes
 from relay.spark.mirror import MirrorConfig, start
 from tests.integration.relay_harness import (
@@ -360,3 +361,52 @@ def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
     finally:
         with contextlib.closing(mysql_service.connect()) as c:
             drop_shards(c, prefix, SHARDS)
+
+
+def test_scd2_history_equals_what_select_showed_over_time(
+    spark: Any, mysql_service: Any, kafka_service: Any, shards: str, tmp_path: Path
+) -> None:
+    prefix, bootstrap = shards, kafka_service.bootstrap_servers
+    topic, table = f"{prefix}.orders", f"{prefix}.orders"
+    conn = mysql_service.connect()
+    seen: list[dict[str, str | None] | None] = []  # what SELECT showed for id 7 after each change
+
+    def step(sql: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            cur.execute(
+                "SELECT CAST(id AS CHAR), status, CAST(amount AS CHAR), note "
+                f"FROM {prefix}_01.orders_00 WHERE id = 7"
+            )
+            row = cur.fetchone()
+        seen.append(None if row is None else dict(zip(("id", "status", "amount", "note"), row, strict=True)))
+
+    with relay_run(
+        tmp_path / "r", mysql_service, bootstrap, prefix, master_position(conn), "canal-json", prefix
+    ):
+        step(f"INSERT INTO {prefix}_01.orders_00 VALUES (7, 'NEW', 1.00, NULL)")
+        step(f"UPDATE {prefix}_01.orders_00 SET status = 'PAID' WHERE id = 7")
+        step(f"UPDATE {prefix}_01.orders_00 SET amount = 2.50, note = 'gift' WHERE id = 7")
+        step(f"UPDATE {prefix}_01.orders_00 SET status = 'SHIPPED' WHERE id = 7")
+        step(f"DELETE FROM {prefix}_01.orders_00 WHERE id = 7")
+        records = read_topic(bootstrap, topic, until=lambda rs: len(rs) >= 5)
+    config = MirrorConfig(
+        bootstrap,
+        (topic,),
+        tmp_path / "out",
+        tmp_path / "ck",
+        max_offsets_per_trigger=2,
+        available_now=True,
+        history=True,
+    )
+    run_mirror(spark, config)
+    history = spark.read.parquet(str(history_path(config.out, table))).orderBy("_start_sequence").collect()
+    versions = [
+        {c: None if r[c] is None else str(r[c]) for c in ("id", "status", "amount", "note")} for r in history
+    ]
+    assert versions == [v for v in seen if v is not None]  # one version per state SELECT showed
+    sequences = sorted(r.json["sequence"] for r in records)
+    assert [(r["_start_sequence"], r["_end_sequence"]) for r in history] == list(
+        itertools.pairwise(sequences)
+    )  # each version ends where the next change (the last one: the DELETE) begins
+    assert spark.read.parquet(str(table_path(config.out, table))).where("id = 7").count() == 0
