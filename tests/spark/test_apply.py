@@ -233,3 +233,24 @@ def test_scd2_history_holds_every_version(spark: Any, tmp_path: Path) -> None:
         (1, "shipped", 30, 40),
         (2, "other", 15, None),
     ]
+
+
+def test_timestamp_instant_of_a_protobuf_record(spark: Any) -> None:
+    from relay.binlog.events import ColumnMeta, RowImage
+    from relay.binlog.rows import Instant
+    from relay.canal.entry import EventType
+    from tests.unit.test_codec import COLUMNS, encoder, mapping, rows_entry
+
+    columns = (*COLUMNS[:3], ColumnMeta(3, "at", 17, 3, True, False, None, False, "timestamp(3)", 93, 3))
+    values = []
+    for ident, micros in (("1", 1_729_989_000_123_000), ("2", 1_729_992_600_123_000)):  # the DST fold
+        at = Instant("2024-10-27 02:30:00.123")
+        at.micros = micros
+        entry = rows_entry(EventType.INSERT, RowImage(None, (ident, "a", "1.00", at)), columns=columns)
+        (record,) = encoder(mapping(codec="canal-protobuf")).encode(entry)
+        values.append((record.key.decode(), record.value))
+    got = {r["id"]: r["at"] for r in typed(changes(frame(spark, values)), "shop.orders").collect()}
+    assert got == {
+        1: dt.datetime(2024, 10, 27, 0, 30, 0, 123000),
+        2: dt.datetime(2024, 10, 27, 1, 30, 0, 123000),
+    }
