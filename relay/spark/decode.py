@@ -9,13 +9,14 @@ Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.s
 ``changes(df)`` columns: ``topic partition offset timestamp`` (Kafka), ``key`` (the record key text),
 ``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
 ``es``/``ts`` (ms), ``gtid``, ``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after``
-(column → canal text; null where the change has no such image) and ``source`` (server, serverId,
-serverUuid, physical database/table, binlog file, offset, gtid, rowIndex). canal-json's ``old`` (the
+(column → canal text; null where the change has no such image), ``source`` (server, serverId,
+serverUuid, physical database/table, binlog file, offset, gtid, rowIndex) and ``instants`` (TIMESTAMP
+column → epoch microseconds, the relay's ``utcMicros``). canal-json's ``old`` (the
 changed columns' previous values) is folded into ``before``.
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_es``, ``_key``,
-``_old_key``. For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
+``_old_key``, ``_source`` (the physical "db.table"). For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
 names, so a DDL does not break a running query: a new column appears, a dropped one is simply absent
 (null once merged into a table).
 """
@@ -271,7 +272,7 @@ def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:
     if kind == "timestamp":
         # canal renders TIMESTAMP in the source server's zone (ambiguous in the hour a DST change
         # repeats); the relay adds the instant (``utcMicros``, epoch microseconds) beside the text.
-        # Records without it (older relays, the protobuf codec) fall back to reading the text as UTC.
+        # Values without it (older relays, rows of a snapshot SELECT) fall back to reading the text as UTC.
         fallback = F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
         return F.when(instant.isNotNull(), F.timestamp_micros(instant)).otherwise(fallback)
     if kind == "year":
