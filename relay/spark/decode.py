@@ -16,9 +16,9 @@ changed columns' previous values) is folded into ``before``.
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_es``, ``_key``,
-``_old_key``, ``_source`` (the physical "db.table"). For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data
-names, so a DDL does not break a running query: a new column appears, a dropped one is simply absent
-(null once merged into a table).
+``_old_key``, ``_source`` (the physical "db.table"). For a batch DataFrame (e.g. a ``foreachBatch``
+micro-batch) the columns are those any change of the batch names, so a DDL does not break a running
+query: a new column appears, a dropped one is simply absent (null once merged into a table).
 """
 
 from __future__ import annotations
