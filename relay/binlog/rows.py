@@ -28,7 +28,9 @@ Text forms (canal's, which equal what SELECT returns except where noted):
   fractional TIME included (``-00:00:00.500000``), zero dates as ``0000-00-00[ 00:00:00[.000]]``;
 * TIMESTAMP(fsp): stored as seconds since the epoch (UTC); rendered in the decoder's zone
   (``RowDecoder(zone)``, default UTC; the binlog source passes the server's ``time_zone`` so the
-  text equals SELECT on the server; canal renders it in the JVM's zone); 0 is ``0000-00-00 00:00:00``;
+  text equals SELECT on the server; canal renders it in the JVM's zone); 0 is ``0000-00-00 00:00:00``.
+  The text is an ``Instant``: a ``str`` that also holds the epoch microseconds, because the zone's text
+  is ambiguous in the hour a DST change repeats; the canal-json codec adds them beside ``data``;
 * YEAR: ``0000`` for 0, else 1901…2155;
 * CHAR/VARCHAR/TEXT: decoded with the column's charset (``relay.binlog.charsets``); UTF-8 when unknown;
 * BINARY/VARBINARY/BLOB/GEOMETRY: one ISO-8859-1 character per byte (canal's form); BINARY(n) padded
@@ -65,6 +67,21 @@ ValueDecoder = Callable[[bytes, int], tuple[str, int]]
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DATE_CACHE: dict[int, str] = {}  # days since the epoch → "YYYY-MM-DD" (few distinct days per stream)
+
+
+class Instant(str):
+    """A TIMESTAMP's text in the decoder's zone (exactly the str canal gives) that also knows its instant:
+    ``micros`` since the epoch (UTC). Compares, hashes and encodes as the text."""
+
+    micros: int
+
+
+def _instant(text: str, seconds: int, frac: str) -> str:
+    if seconds == 0:  # the zero TIMESTAMP is no instant
+        return text
+    value = Instant(text)
+    value.micros = seconds * 1_000_000 + (int(frac[1:].ljust(6, "0")) if frac else 0)
+    return value
 
 
 class TimestampZone:
@@ -221,9 +238,8 @@ def _timestamp2(fsp: int, zone: TimestampZone) -> ValueDecoder:
 
     def decode(data: bytes, pos: int) -> tuple[str, int]:
         seconds = int.from_bytes(data[pos : pos + 4], "big")
-        return (
-            _timestamp_text(seconds) + frac(data, pos + 4) if size else _timestamp_text(seconds)
-        ), pos + 4 + size
+        fraction = frac(data, pos + 4) if size else ""
+        return _instant(_timestamp_text(seconds) + fraction, seconds, fraction), pos + 4 + size
 
     return decode
 
@@ -278,7 +294,8 @@ def _datetime_old(data: bytes, pos: int) -> tuple[str, int]:
 
 def _timestamp_old(zone: TimestampZone) -> ValueDecoder:
     def decode(data: bytes, pos: int) -> tuple[str, int]:
-        return zone.text(int.from_bytes(data[pos : pos + 4], "little")), pos + 4
+        seconds = int.from_bytes(data[pos : pos + 4], "little")
+        return _instant(zone.text(seconds), seconds, ""), pos + 4
 
     return decode
 

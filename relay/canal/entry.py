@@ -138,6 +138,9 @@ class RowData:
     props: list[tuple[str, str]] = field(default_factory=list)
 
 
+UTC_MICROS = "utcMicros"  # Column prop: a TIMESTAMP value's epoch microseconds
+
+
 def _columns(
     meta: tuple[ColumnMeta, ...],
     values: tuple[str | None, ...],
@@ -159,6 +162,10 @@ def _columns(
                 value="" if value is None else value,
                 length=m.length,
                 mysql_type=m.mysql_type,
+                # a TIMESTAMP's instant (relay.binlog.rows.Instant): its zone text repeats at a DST change
+                props=[(UTC_MICROS, str(micros))]
+                if (micros := getattr(value, "micros", None)) is not None
+                else [],
             )
         )
     return out

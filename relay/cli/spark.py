@@ -43,6 +43,11 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     mirror.add_argument("--codec", default="auto", choices=("auto", "canal-json", "canal-protobuf"))
     mirror.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     mirror.add_argument(
+        "--history",
+        action="store_true",
+        help="also keep each table's SCD type 2 history (OUT/db.table.history)",
+    )
+    mirror.add_argument(
         "--kafka-option",
         action="append",
         default=[],
@@ -53,6 +58,10 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
     bench.add_argument("--records", type=int, default=200_000)
     bench.add_argument("--runs", type=int, default=5)
+    bench.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
+    bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
+    bench.add_argument("--batch", type=int, default=5_000, help="changes applied to both tables")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=cmd_spark_bench)
 
 
@@ -73,6 +82,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         codec=args.codec,
         tables=tuple(args.tables.split(",")) if args.tables else None,
         kafka_options=extra,
+        history=args.history,
     )
     spark = local_session(args.master)
     query = start(spark, config)
@@ -91,4 +101,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 def cmd_spark_bench(args: argparse.Namespace) -> int:
     from relay.spark.bench import main as bench_main
 
-    return bench_main(["--records", str(args.records), "--runs", str(args.runs)])
+    sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
+    return bench_main(
+        ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
+    )

@@ -9,10 +9,12 @@ are encoded. ``relay.kafka.codec`` calls this on the publisher thread and hands 
 
 Field order is canal's, then ours (readers of canal-json ignore unknown fields)::
 
-    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence snapshot
+    id database table pkNames isDdl type es ts sql sqlType mysqlType data old gtid | source sequence utcMicros
 
-``snapshot`` (true) appears only on snapshot reads (``snapshot_row_text``): INSERTs with ``es``/``ts`` 0,
-``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot``).
+``utcMicros`` appears only where the row has TIMESTAMP values that know their instant. ``snapshot`` (true)
+appears only on snapshot reads (``snapshot_row_text``, right after ``sequence``): INSERTs with ``es``/``ts``
+0, ``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot``). ``part``
+(``relay.kafka.codec``) comes last where a record has one.
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
   re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an
@@ -26,6 +28,11 @@ Field order is canal's, then ours (readers of canal-json ignore unknown fields):
 - Values are canal's text forms; SQL NULL is JSON null. BINARY/VARBINARY/BLOB values are canal's
   ISO-8859-1 text (one character per byte) and go into the JSON as those characters: a consumer gets the
   bytes back with ``value.encode("latin-1")``.
+- ``utcMicros`` (rows of tables with TIMESTAMP columns, decoded from the binlog): ``[{column: epoch
+  microseconds}]`` of the row's non-zero TIMESTAMP values in ``data``. ``data`` renders TIMESTAMP in the
+  server's zone as canal does (unchanged for canal/Flink readers), which is ambiguous in the hour a DST
+  change repeats and needs the zone to read; ``utcMicros`` is the instant itself. Absent where no value
+  has one (no TIMESTAMP column, all NULL or zero, rows read by a snapshot SELECT).
 - Output is ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` encoded as UTF-8. A statement
   whose SQL text holds bytes that are not UTF-8 (the binlog parser keeps them as lone surrogates) is
   written with ASCII escapes instead, so the value is still valid UTF-8 JSON and keeps those bytes.
@@ -40,6 +47,7 @@ from typing import Any
 
 from mapping.model import Route
 from relay.binlog.events import ColumnMeta
+from relay.binlog.rows import Instant
 from relay.canal.entry import Entry, RowChange
 from relay.positions.store import SourceIdentity
 
@@ -79,6 +87,7 @@ class JsonTable:
     head: str  # ,"database":…,"table":…,"pkNames":…,"isDdl":false,"type":"
     schema: str  # ,"sql":"","sqlType":{…},"mysqlType":{…},"data":[
     physical: str  # "database":…,"table":…  (inside the source block)
+    instants: tuple[tuple[int, str], ...] = ()  # (index, ``"name":``) of the TIMESTAMP columns
 
 
 def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
@@ -104,7 +113,10 @@ def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
     physical = f"{_field('database', route.physical_db)},{_field('table', route.physical_table)}"
     names = tuple(c.name for c in columns)
     keys = tuple(f"{dumps(n)}:" for n in names)
-    return JsonTable(names, keys, object_format(keys), head, schema, physical)
+    instants = tuple(
+        (i, keys[i]) for i, c in enumerate(columns) if c.mysql_type.lower().startswith("timestamp")
+    )
+    return JsonTable(names, keys, object_format(keys), head, schema, physical, instants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +178,11 @@ def old_text(keys: Sequence[str], before: Sequence[str | None], after: Sequence[
     return "[{" + ",".join(parts) + "}]" if parts else "null"
 
 
-def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str) -> bytes:
-    """One row's canal-json value from its ``data`` object text and ``old`` field text."""
+def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str, extra: str = "") -> bytes:
+    """One row's canal-json value from its ``data`` object text, ``old`` field text and the ``utcMicros``
+    field text (``instants_text``; "" for none)."""
     return (
-        f'{{"id":{sequence}{je.middle}{data}],"old":{old}{je.tail}{row_index}}},"sequence":{sequence}}}'
+        f'{{"id":{sequence}{je.middle}{data}],"old":{old}{je.tail}{row_index}}},"sequence":{sequence}{extra}}}'
     ).encode()
 
 
@@ -179,6 +192,12 @@ def snapshot_row_text(je: JsonEntry, sequence: int, data: str) -> bytes:
     return (
         f'{{"id":{sequence}{je.middle}{data}],"old":null{je.tail}0}},"sequence":{sequence},"snapshot":true}}'
     ).encode()
+
+
+def instants_text(table: JsonTable, image: Sequence[str | None]) -> str:
+    """``,"utcMicros":[{…}]`` for the row's TIMESTAMP values that know their instant, or ""."""
+    parts = [f"{key}{image[i].micros}" for i, key in table.instants if isinstance(image[i], Instant)]  # type: ignore[union-attr]
+    return ',"utcMicros":[{' + ",".join(parts) + "}]" if parts else ""
 
 
 def changed(

@@ -474,6 +474,7 @@ class RecordEncoder:
                             i,
                             object_text(data_format, before),
                             "null",
+                            codec_json.instants_text(table, before) if table.instants else "",
                         ),
                         half,
                     ),
@@ -484,6 +485,7 @@ class RecordEncoder:
                             i,
                             object_text(data_format, after),
                             "null",
+                            codec_json.instants_text(table, after) if table.instants else "",
                         ),
                         half + 1,
                     ),
@@ -495,7 +497,8 @@ class RecordEncoder:
                 if update and before is not None and after is not None
                 else "null"
             )
-            value = row_text(je, seq, i, object_text(data_format, image), old)
+            extra = codec_json.instants_text(table, image) if table.instants else ""
+            value = row_text(je, seq, i, object_text(data_format, image), old, extra)
             if part is not None:
                 value = _with_part(value, part)
             out.append(Record(topic, None, key_of(plan, image), value, (*headers, *_identity(seq, part))))

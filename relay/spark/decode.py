@@ -10,21 +10,22 @@ Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.s
 ``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
 ``source_id`` ("" for records written before source ids existed), ``es``/``ts`` (ms), ``gtid``,
 ``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after`` (column → canal text; null where
-the change has no such image), ``source`` (id, server, serverId, serverUuid, physical database/table,
-binlog file, offset, gtid, rowIndex) and ``snapshot`` (true for a snapshot read: an INSERT carrying a
-row as the snapshot's SELECT read it; docs/architecture.md, "Snapshots"). canal-json's ``old`` (the
-changed columns' previous values) is folded into ``before``. (``source_id``, ``sequence``, ``part``) is
-the change identity (``part`` 0 but for the two records of a key change and the rows of a transaction
-payload or a snapshot chunk, which share one sequence): a repeated record repeats it, and (``sequence``,
-``part``) orders the changes of a key (generation, binlog file, offset, row; see docs/architecture.md,
-"Record format").
+the change has no such image), ``source`` (id, server, serverId, serverUuid, physical database/table, binlog
+file, offset, gtid, rowIndex), ``snapshot`` (true for a snapshot read: an INSERT carrying a row as the
+snapshot's SELECT read it; docs/architecture.md, "Snapshots") and ``instants`` (TIMESTAMP column → epoch
+microseconds, the relay's ``utcMicros``). canal-json's ``old`` (the changed columns' previous values) is
+folded into ``before``. (``source_id``, ``sequence``, ``part``) is the change identity (``part`` 0 but for
+the two records of a key change and the rows of a transaction payload or a snapshot chunk, which share one
+sequence): a repeated record repeats it, and (``sequence``, ``part``) orders the changes of a key
+(generation, binlog file, offset, row; see docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
-``_es``, ``_key``, ``_old_key``, ``_snapshot`` (the row identity after and before the change: the key
-columns' values, and the key's ``_shard`` where the mapping puts the shard identity into keys). For a batch
-DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those the data names, so a DDL does not
-break a running query: a new column appears, a dropped one is simply absent (null once merged into a table).
+``_es``, ``_key``, ``_old_key``, ``_snapshot``, ``_source`` (the physical "db.table") (the row identity
+after and before the change: the key columns' values, and the key's ``_shard`` where the mapping puts the
+shard identity into keys). For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those
+the data names, so a DDL does not break a running query: a new column appears, a dropped one is simply
+absent (null once merged into a table).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ CANAL_JSON_TYPE = StructType(
         StructField("sequence", LongType()),
         StructField("part", LongType()),
         StructField("snapshot", BooleanType()),
+        StructField("utcMicros", ArrayType(MapType(_S, LongType()))),
     ]
 )
 CHANGE_TYPE = StructType(
@@ -105,9 +107,10 @@ CHANGE_TYPE = StructType(
         StructField("after", _TEXT_MAP),
         StructField("source", SOURCE_TYPE),
         StructField("snapshot", BooleanType()),
+        StructField("instants", MapType(_S, LongType())),
     ]
 )
-META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key", "_snapshot")
+META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key", "_snapshot", "_source")
 
 
 def _json_change(m: Column) -> Column:
@@ -146,6 +149,7 @@ def _json_change(m: Column) -> Column:
         F.when(kind.isin("INSERT", "UPDATE"), data).alias("after"),
         m["source"].alias("source"),
         F.coalesce(m["snapshot"], F.lit(False)).alias("snapshot"),
+        F.get(m["utcMicros"], 0).alias("instants"),
     )
 
 
@@ -204,11 +208,19 @@ SHARD_FIELD = "_shard"  # the record key's shard identity (mapping key_shard), n
 
 def _key_names(df: DataFrame) -> DataFrame:
     """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted, and
-    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys)."""
+    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys).
+
+    The record key spells the columns as the mapping does, and the mapping matches them case-insensitively:
+    each name is replaced by the image's own spelling of it.
+    """
     key_map = F.from_json(F.col("key"), _TEXT_MAP)
     image = F.coalesce(F.col("after"), F.col("before"))
+    spelled = F.transform(
+        F.map_keys(key_map),
+        lambda n: F.coalesce(F.get(F.filter(F.map_keys(image), lambda k: F.lower(k) == F.lower(n)), 0), n),
+    )
     return df.withColumn(
-        "_names", F.array_sort(F.when(key_map.isNotNull(), F.map_keys(key_map)).otherwise(F.map_keys(image)))
+        "_names", F.array_sort(F.when(key_map.isNotNull(), spelled).otherwise(F.map_keys(image)))
     ).withColumn("_kshard", key_map[SHARD_FIELD])
 
 
@@ -223,14 +235,18 @@ def _key_of(image: str) -> Column:
 
 
 def column_types(rows: DataFrame) -> list[tuple[str, str]]:
-    """(column, mysqlType) of the latest change (by sequence) that names each column, in table order."""
+    """(column, mysqlType) of every column any change names, the type from the latest change (by sequence)
+    naming it; in the table order of the latest change, then the others (columns of shards not altered
+    yet, or dropped) by position. Every column counts: during a rolling ALTER the latest change may come
+    from a shard that does not have the new column yet, while other rows of the batch carry it."""
     exploded = rows.select("sequence", F.posexplode("mysql_type").alias("pos", "name", "mysql"))
     latest = exploded.groupBy("name").agg(
         F.max_by(F.struct("mysql", "pos"), "sequence").alias("m"), F.max("sequence").alias("seq")
     )
-    top = latest.agg(F.max("seq")).collect()[0][0]
-    rows_out = latest.where(F.col("seq") == top).orderBy("m.pos").collect() if top is not None else []
-    return [(r["name"], r["m"]["mysql"]) for r in rows_out]
+    found = latest.collect()
+    top = max((r["seq"] for r in found), default=None)
+    found.sort(key=lambda r: (r["seq"] != top, r["m"]["pos"], r["name"]))
+    return [(r["name"], r["m"]["mysql"]) for r in found]
 
 
 def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | None = None) -> DataFrame:
@@ -258,7 +274,7 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         columns = column_types(rows)
     rows = _key_names(rows)
     image = F.coalesce(F.col("after"), F.col("before"))
-    typed_cols = [_typed_value(image[c], mysql).alias(c) for c, mysql in columns]
+    typed_cols = [_typed_value(image[c], mysql, F.col("instants")[c]).alias(c) for c, mysql in columns]
     return rows.select(
         *typed_cols,
         F.col("type").alias("_op"),
@@ -269,10 +285,11 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         _key_of("after").alias("_key"),
         _key_of("before").alias("_old_key"),
         F.coalesce(F.col("snapshot"), F.lit(False)).alias("_snapshot"),
+        F.concat_ws(".", F.col("source.database"), F.col("source.table")).alias("_source"),
     )
 
 
-def _typed_value(text: Column, mysql_type: str) -> Column:
+def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:
     target = spark_type_sql(mysql_type)
     kind = mysql_type.split("(", 1)[0].strip().lower()
     if target == "binary":
@@ -280,9 +297,11 @@ def _typed_value(text: Column, mysql_type: str) -> Column:
     if target == "string":
         return text
     if kind == "timestamp":
-        # canal renders TIMESTAMP in the source server's zone; the relay's source sets UTC unless
-        # told otherwise, so the text is read as UTC wall time.
-        return F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
+        # canal renders TIMESTAMP in the source server's zone (ambiguous in the hour a DST change
+        # repeats); the relay adds the instant (``utcMicros``, epoch microseconds) beside the text.
+        # Values without it (older relays, rows of a snapshot SELECT) fall back to reading the text as UTC.
+        fallback = F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
+        return F.when(instant.isNotNull(), F.timestamp_micros(instant)).otherwise(fallback)
     if kind == "year":
         return F.when(text == "0000", F.lit(0)).otherwise(text.try_cast("int"))
     # try_cast: a value Spark cannot hold (zero date 0000-00-00, out-of-range) becomes null, not a failed job

@@ -1,4 +1,5 @@
-"""The mirror job: relay topics → latest-state parquet tables, as a Spark structured streaming query.
+"""The mirror job: relay topics → latest-state parquet tables (and, with ``history``, SCD type 2
+histories), as a Spark structured streaming query.
 
 Owns the wiring of source → ``changes`` → ``apply_changes`` in ``foreachBatch``, the session set-up for
 ``relay spark mirror`` and the query's lifecycle. Runs on the driver: the caller's thread starts the
@@ -37,6 +38,7 @@ class MirrorConfig:
     codec: str = "auto"
     tables: tuple[str, ...] | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
+    history: bool = False  # also keep each table's SCD type 2 history (``apply_history``)
 
 
 def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
@@ -88,9 +90,10 @@ def start(spark: Any, config: MirrorConfig) -> Any:
     from relay.spark.decode import changes
 
     out, codec, tables = str(config.out), config.codec, list(config.tables) if config.tables else None
+    history = config.history
 
     def apply_batch(batch: Any, batch_id: int) -> None:
-        applied = apply_changes(changes(batch, codec), out, tables)
+        applied = apply_changes(changes(batch, codec), out, tables, history=history)
         log.info("micro-batch %d applied to %s", batch_id, applied or "no table")
 
     writer = (

@@ -4,8 +4,8 @@ Runs inside the Python UDF of ``relay.spark.decode.changes`` on executor workers
 Decodes with ``relay.canal.proto.convert`` (canal's ``Packet(MESSAGES)`` holding one Entry narrowed to one
 row)
 and reads our extensions from the header props: ``relay.physical.db``/``.table``, ``relay.sequence``,
-``relay.server``, ``relay.source.id``. Pure function; a value that is not a canal packet raises
-``ProtoDecodeError``.
+``relay.server``, ``relay.source.id``, and the column prop ``utcMicros`` (a TIMESTAMP value's instant).
+Pure function; a value that is not a canal packet raises ``ProtoDecodeError``.
 """
 
 from __future__ import annotations
@@ -66,4 +66,5 @@ def change_of_packet(value: bytes) -> dict[str, Any]:
             "rowIndex": None,
         },
         "snapshot": ("relay.snapshot", "true") in [*h.props, *rc.props],
+        "instants": {c.name: int(v) for c in columns for k, v in c.props if k == "utcMicros"} or None,
     }

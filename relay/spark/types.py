@@ -2,7 +2,9 @@
 
 ``decimal(p,s)`` → decimal(p,s) (text when p > 38, Spark's limit); tinyint/smallint/mediumint/int/bigint
 → the narrowest Spark integer holding every value, unsigned widened one step (bigint unsigned →
-decimal(20,0)); float → float, double/real → double; bit(n) → long; year → int; date → date; datetime →
+decimal(20,0)); float → float, double/real → double; bit(n) → long for n ≤ 63 and bit(64) → decimal(20,0)
+(canal's text is the unsigned value: decimal keeps 2^63..2^64-1 exact and numeric, where binary would
+neither sum nor compare as a number); year → int; date → date; datetime →
 timestamp_ntz (MySQL DATETIME has no zone); timestamp → timestamp (an instant); binary/varbinary/*blob/
 geometry → binary (canal's ISO-8859-1 text, one char per byte); time, char/varchar/*text, enum, set,
 json → string. Unknown types → string, so nothing is lost.
@@ -52,4 +54,6 @@ def spark_type_sql(mysql_type: str) -> str:
         match = _DECIMAL.match(text)
         precision, scale = (int(match.group(1)), int(match.group(2) or 0)) if match else (10, 0)
         return f"decimal({precision},{scale})" if precision <= MAX_PRECISION else "string"
+    if base == "bit" and re.search(r"\(\s*64\s*\)", text):
+        return "decimal(20,0)"  # up to 2^64-1: a bigint holds only 2^63-1
     return _SIMPLE.get(base, "string")

@@ -10,6 +10,7 @@ the start into a fresh directory rebuilds the same table; the protobuf codec mir
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql.types import DecimalType, LongType, StringType
 
-from relay.spark.apply import apply_changes, table_path
+from relay.spark.apply import apply_changes, history_path, table_path
 from relay.spark.decode import changes
 from relay.spark.mirror import MirrorConfig, start
 from tests.integration.relay_harness import (
@@ -30,7 +31,6 @@ from tests.integration.relay_harness import (
     drop_shards,
     master_position,
     read_topic,
-    select_orders,
     sharded_mapping,
     wait_for,
     write_configs,
@@ -66,8 +66,38 @@ def relay_run(
 
 
 def mirrored(spark: Any, out: Path, table: str) -> dict[str, dict[str, Any]]:
-    rows = spark.read.parquet(str(table_path(out, table))).collect()
-    return {str(r["id"]): {k: r[k] for k in ("id", "status", "amount", "note")} for r in rows}
+    """Every table column of every mirrored row (the ``_`` meta columns left out), by id."""
+    df = spark.read.parquet(str(table_path(out, table)))
+    columns = [c for c in df.columns if not c.startswith("_") and c != "relay_bucket"]
+    return {str(r["id"]): {c: r[c] for c in columns} for r in df.collect()}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):  # BIT: the unsigned number, as the relay sends it
+        return str(int.from_bytes(value, "big"))
+    return str(value)
+
+
+def select_all(conn: Any, tables: list[str]) -> dict[str, dict[str, str | None]]:
+    """``SELECT *`` over the physical ``tables`` of one logical table, by id, every column as text; a column
+    some shards lack is None for their rows. TIMESTAMP read in UTC (Spark's session zone here)."""
+    out: dict[str, dict[str, str | None]] = {}
+    names: list[str] = []
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        for table in tables:
+            cur.execute(f"SELECT * FROM {table}")
+            cols = [d[0] for d in cur.description]
+            names += [c for c in cols if c not in names]
+            for row in cur.fetchall():
+                out[str(row[cols.index("id")])] = {c: _text(v) for c, v in zip(cols, row, strict=True)}
+    return {k: {c: row.get(c) for c in names} for k, row in out.items()}
+
+
+def physical(prefix: str, tables: int = TABLES) -> list[str]:
+    return [f"{prefix}_{d:02d}.orders_{t:02d}" for d in range(SHARDS) for t in range(tables)]
 
 
 def as_text(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, str | None]]:
@@ -100,6 +130,7 @@ def test_mirror_equals_select_through_restart_and_replay(
     with relay_run(tmp_path / "r1", mysql_service, bootstrap, prefix, begin, "canal-json", prefix):
         changes_ = workload(conn, prefix) - 1  # one change goes to customers
         records = row_count(bootstrap, topic, changes_)
+        customers = read_topic(bootstrap, prefix, until=lambda rs: len(rs) >= 1)  # the db's topic
     # Publish a third of the row records again, byte for byte, to the same partitions: what a producer
     # retry outside a transaction leaves on any broker (after newer records of the same keys).
     rows = [r for r in records if not r.json["isDdl"]]
@@ -110,13 +141,18 @@ def test_mirror_equals_select_through_restart_and_replay(
         )
     assert producer.flush(30) == 0
     again = read_topic(bootstrap, topic, until=lambda rs: len(rs) >= len(records) + len(rows[::3]))
-    total = len(again)
+    total = len(again) + len(customers)
     assert len([r for r in again if not r.json["isDdl"]]) > changes_, "nothing was published twice"
-    expected = select_orders(conn, prefix, SHARDS, TABLES)
+    expected = select_all(conn, physical(prefix))
 
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
     config = MirrorConfig(
-        bootstrap, (topic,), out, checkpoint, max_offsets_per_trigger=MAX_PER_TRIGGER, trigger_seconds=0.5
+        bootstrap,
+        (topic, prefix),
+        out,
+        checkpoint,
+        max_offsets_per_trigger=MAX_PER_TRIGGER,
+        trigger_seconds=0.5,
     )
     # First run: a continuous query, stopped after a few micro-batches (mid-way through the topic).
     query = start(spark, config)
@@ -139,6 +175,9 @@ def test_mirror_equals_select_through_restart_and_replay(
 
     got = mirrored(spark, out, table)
     assert as_text(got) == expected
+    assert as_text(mirrored(spark, out, f"{prefix}.customers")) == select_all(
+        conn, [f"{prefix}_00.customers"]
+    )
     schema = {f.name: f.dataType for f in spark.read.parquet(str(table_path(out, table))).schema.fields}
     assert schema["id"] == LongType() and schema["amount"] == DecimalType(12, 2)
     assert schema["status"] == StringType() and schema["note"] == StringType()
@@ -203,7 +242,7 @@ def test_protobuf_topic_mirrors_the_same(
         and sample["source"]["database"].startswith(prefix)
     )
     apply_changes(changes(df), out)
-    assert as_text(mirrored(spark, out, topic)) == select_orders(conn, prefix, SHARDS, TABLES)
+    assert as_text(mirrored(spark, out, topic)) == select_all(conn, physical(prefix))
 
 
 def _count(spark: Any, bootstrap: str, topic: str) -> int:
@@ -214,3 +253,160 @@ def _count(spark: Any, bootstrap: str, topic: str) -> int:
         .load()
     )
     return int(changes(df).where("not is_ddl").count())
+
+
+# 2024-10-27 in Europe/Berlin: 00:30 and 01:30 UTC are both 02:30 local (CEST, then CET).
+FOLD = ("2024-10-27 00:30:00.123", "2024-10-27 01:30:00.123")
+BITS = (0, 2**63 - 1, 2**63, 2**64 - 1)
+
+
+def _rolling_workload(conn: Any, prefix: str) -> None:
+    """Writes on every shard while ADD COLUMN reaches the shards one by one; then TRUNCATE of one shard,
+    DROP + CREATE of another, with writes after each. TIMESTAMPs in the repeated hour, BIT(64) limits."""
+    tables = physical(prefix, 1)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        ident = 0
+
+        def insert(table: str, extra: bool) -> None:
+            nonlocal ident
+            ident += 1
+            values = [ident, f"s{ident}", FOLD[ident % 2], BITS[ident % 4]]
+            if extra:
+                cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s)", (*values, ident * 10))
+            else:
+                cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
+
+        for _ in range(4):
+            for table in tables:
+                insert(table, False)
+        for altered in range(len(tables)):
+            cur.execute(f"ALTER TABLE {tables[altered]} ADD COLUMN extra INT NULL")
+            for i, table in enumerate(tables):  # writes on every shard, altered or not
+                insert(table, i <= altered)
+                cur.execute(
+                    f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,)
+                )
+                if i <= altered:
+                    cur.execute(
+                        f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0"
+                    )
+        cur.execute(f"TRUNCATE TABLE {tables[2]}")
+        insert(tables[2], True)
+        cur.execute(f"DROP TABLE {tables[1]}")
+        cur.execute(
+            f"CREATE TABLE {tables[1]} (id BIGINT PRIMARY KEY, status VARCHAR(16), "
+            "at TIMESTAMP(3) NULL, flags BIT(64) NULL, extra INT NULL)"
+        )
+        insert(tables[1], True)
+        insert(tables[0], True)
+
+
+def _is_last(message: dict[str, Any]) -> bool:
+    return not message["isDdl"] and message["data"][0]["id"] == "99999"
+
+
+def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
+    spark: Any, mysql_service: Any, kafka_service: Any, tmp_path: Path
+) -> None:
+    prefix, bootstrap = f"sq{time.monotonic_ns() % 10**8}", kafka_service.bootstrap_servers
+    conn = mysql_service.connect()
+    with conn.cursor() as cur:
+        for table in physical(prefix, 1):
+            cur.execute(f"CREATE DATABASE {table.split('.')[0]}")
+            cur.execute(
+                f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, status VARCHAR(16), at TIMESTAMP(3) NULL, "
+                "flags BIT(64) NULL)"
+            )
+    try:
+        mapping = sharded_mapping(prefix, partitions=3)
+        mapping["logical_dbs"][prefix]["tables"]["orders"]["key"] = ["ID"]  # the mapping's spelling
+        cfg = write_configs(
+            tmp_path / "r",
+            mysql=mysql_service,
+            bootstrap=bootstrap,
+            mapping=mapping,
+            start=master_position(conn),
+            instance=prefix,
+            extra={"source": {"timezone": "Europe/Berlin"}},
+        )
+        topic = f"{prefix}.orders"
+        with RelayThread(cfg):
+            _rolling_workload(conn, prefix)
+            with conn.cursor() as cur:  # the last change: once it is in the topic, all are
+                cur.execute(f"INSERT INTO {prefix}_00.orders_00 (id, status) VALUES (99999, 'last')")
+            records = read_topic(bootstrap, topic, until=lambda rs: any(_is_last(r.json) for r in rs))
+        folded = [
+            r.json
+            for r in records
+            if not r.json["isDdl"] and r.json["data"][0]["at"] == "2024-10-27 02:30:00.123"
+        ]
+        assert len({m["utcMicros"][0]["at"] for m in folded}) == 2  # one text, two instants
+        config = MirrorConfig(
+            bootstrap,
+            (topic,),
+            tmp_path / "out",
+            tmp_path / "ck",
+            max_offsets_per_trigger=7,
+            available_now=True,
+        )
+        run_mirror(spark, config)
+        got = mirrored(spark, config.out, topic)
+        expected = select_all(conn, physical(prefix, 1))
+        assert as_text(got) == expected
+        assert any(row["extra"] is not None for row in expected.values())
+        assert {row["flags"] for row in expected.values()} - {None} == {str(b) for b in BITS}
+        schema = dict(spark.read.parquet(str(table_path(config.out, topic))).dtypes)
+        assert schema["at"] == "timestamp" and schema["flags"] == "decimal(20,0)" and schema["extra"] == "int"
+    finally:
+        with contextlib.closing(mysql_service.connect()) as c:
+            drop_shards(c, prefix, SHARDS)
+
+
+def test_scd2_history_equals_what_select_showed_over_time(
+    spark: Any, mysql_service: Any, kafka_service: Any, shards: str, tmp_path: Path
+) -> None:
+    prefix, bootstrap = shards, kafka_service.bootstrap_servers
+    topic, table = f"{prefix}.orders", f"{prefix}.orders"
+    conn = mysql_service.connect()
+    seen: list[dict[str, str | None] | None] = []  # what SELECT showed for id 7 after each change
+
+    def step(sql: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            cur.execute(
+                "SELECT CAST(id AS CHAR), status, CAST(amount AS CHAR), note "
+                f"FROM {prefix}_01.orders_00 WHERE id = 7"
+            )
+            row = cur.fetchone()
+        seen.append(None if row is None else dict(zip(("id", "status", "amount", "note"), row, strict=True)))
+
+    with relay_run(
+        tmp_path / "r", mysql_service, bootstrap, prefix, master_position(conn), "canal-json", prefix
+    ):
+        step(f"INSERT INTO {prefix}_01.orders_00 VALUES (7, 'NEW', 1.00, NULL)")
+        step(f"UPDATE {prefix}_01.orders_00 SET status = 'PAID' WHERE id = 7")
+        step(f"UPDATE {prefix}_01.orders_00 SET amount = 2.50, note = 'gift' WHERE id = 7")
+        step(f"UPDATE {prefix}_01.orders_00 SET status = 'SHIPPED' WHERE id = 7")
+        step(f"DELETE FROM {prefix}_01.orders_00 WHERE id = 7")
+        records = read_topic(bootstrap, topic, until=lambda rs: len(rs) >= 5)
+    config = MirrorConfig(
+        bootstrap,
+        (topic,),
+        tmp_path / "out",
+        tmp_path / "ck",
+        max_offsets_per_trigger=2,
+        available_now=True,
+        history=True,
+    )
+    run_mirror(spark, config)
+    history = spark.read.parquet(str(history_path(config.out, table))).orderBy("_start_sequence").collect()
+    versions = [
+        {c: None if r[c] is None else str(r[c]) for c in ("id", "status", "amount", "note")} for r in history
+    ]
+    assert versions == [v for v in seen if v is not None]  # one version per state SELECT showed
+    sequences = sorted(r.json["sequence"] for r in records)
+    assert [(r["_start_sequence"], r["_end_sequence"]) for r in history] == list(
+        itertools.pairwise(sequences)
+    )  # each version ends where the next change (the last one: the DELETE) begins
+    assert spark.read.parquet(str(table_path(config.out, table))).where("id = 7").count() == 0

@@ -416,3 +416,16 @@ def test_plans_are_cached_per_columns_tuple() -> None:
     assert UTC_DECODER.plan(tbl) is UTC_DECODER.plan(again)
     equal = TableMapEvent(HEADER, 9, "db", "tbl", tuple(list(tbl.columns)))
     assert UTC_DECODER.plan(equal) is UTC_DECODER.plan(tbl)
+
+
+def test_timestamp_in_the_repeated_dst_hour_keeps_its_instant() -> None:
+    # Europe/Berlin 2024-10-27: 00:30 UTC is 02:30 CEST, 01:30 UTC is 02:30 CET: the same text.
+    berlin = rows.RowDecoder("Europe/Berlin")
+    first, second = 1_729_989_000, 1_729_992_600
+    texts = [
+        decode_one(col(t.TIMESTAMP2, 3), struct.pack(">I", s) + (1230).to_bytes(2, "big"), berlin)
+        for s in (first, second)
+    ]
+    assert texts == ["2024-10-27 02:30:00.123", "2024-10-27 02:30:00.123"]
+    assert [v.micros for v in texts] == [first * 10**6 + 123000, second * 10**6 + 123000]  # type: ignore[union-attr]
+    assert decode_one(col(t.TIMESTAMP2, 0), b"\x00\x00\x00\x00", berlin) == "0000-00-00 00:00:00"

@@ -731,3 +731,38 @@ def test_an_entry_inside_a_payload_weighs_its_own_size_in_the_store() -> None:
     outside = rows_entry(EventType.INSERT, RowImage(None, NEW))
     outside.header.event_length = 77
     assert outside.size == 77
+
+
+def test_timestamp_instants_go_beside_data_which_stays_canal_text() -> None:
+    from relay.binlog.rows import Instant
+
+    columns = (*COLUMNS[:3], ColumnMeta(3, "at", 17, 3, True, False, None, False, "timestamp(3)", 93, 3))
+    at = Instant("2024-10-27 02:30:00.123")
+    at.micros = 1_729_992_600_123_000
+    entry = rows_entry(EventType.INSERT, RowImage(None, ("42", "a", "1.00", at)), columns=columns)
+    (record,) = encoder().encode(entry)
+    message = loads(record)
+    assert message["data"] == [{"id": "42", "status": "a", "amount": "1.00", "at": "2024-10-27 02:30:00.123"}]
+    assert message["utcMicros"] == [{"at": 1_729_992_600_123_000}]
+    assert record.value.endswith(b',"utcMicros":[{"at":1729992600123000}]}')
+    plain = rows_entry(
+        EventType.INSERT, RowImage(None, ("42", "a", "1.00", "2024-10-27 02:30:00.123")), columns=columns
+    )
+    (snapshot,) = encoder().encode(plain)  # a value without its instant (a snapshot SELECT): no field
+    assert "utcMicros" not in loads(snapshot)
+    assert record.value.replace(b',"utcMicros":[{"at":1729992600123000}]', b"") == snapshot.value
+
+
+def test_protobuf_timestamp_columns_carry_their_instant_as_a_column_prop() -> None:
+    from relay.binlog.rows import Instant
+
+    columns = (*COLUMNS[:3], ColumnMeta(3, "at", 17, 3, True, False, None, False, "timestamp(3)", 93, 3))
+    at = Instant("2024-10-27 02:30:00.123")
+    at.micros = 1_729_992_600_123_000
+    entry = rows_entry(EventType.INSERT, RowImage(None, ("42", "a", "1.00", at)), columns=columns)
+    (record,) = encoder(mapping(codec="canal-protobuf")).encode(entry)
+    _, (decoded,) = decode_messages_packet(record.value)
+    (row,) = decoded.store_value.row_datas()
+    by_name = {c.name: c for c in row.after_columns}
+    assert by_name["at"].value == "2024-10-27 02:30:00.123"
+    assert by_name["at"].props == [("utcMicros", "1729992600123000")] and by_name["id"].props == []
