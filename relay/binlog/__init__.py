@@ -1,6 +1,6 @@
 """The MySQL/MariaDB replication protocol, read by us: connection and dump (``stream``), event
 framing and parsing (``parse``, ``events``, ``tablemap``), row images to canal's text values
-(``rows``, ``types``, ``charsets``, ``jsonb``), and what MySQL 8/9 and MariaDB add on top: compressed
+(``rows``: the row loop; ``values``: one decoder per column type; ``types``, ``charsets``, ``jsonb``), and what MySQL 8/9 and MariaDB add on top: compressed
 events and transaction payloads (``compressed``), partial JSON updates (``jsondiff``), tagged GTIDs
 (``serialization``, ``gtidset``).
 
