@@ -28,7 +28,8 @@ from relay.daemon.pipeline import Relay, RelayParts
 from relay.errors import MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
-from relay.kafka.publisher import KafkaPublisher, PublisherConfig, TopicDefaults
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import PublisherConfig, TopicDefaults
 from relay.positions.lock import InstanceLock
 from relay.positions.store import FilePositionStore, PositionStore
 from relay.positions.zookeeper import ZooKeeperPositionStore

@@ -66,7 +66,8 @@ from relay.errors import MappingError, PublishError, RecordRejectedError, RelayE
 from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
 from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
-from relay.kafka.publisher import BatchHandle, KafkaPublisher, Record
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import BatchHandle, Record
 from relay.positions.lock import InstanceLock
 from relay.positions.store import PositionStore, ResumePoint
 from relay.source.instance import CanalInstance

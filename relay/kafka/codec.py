@@ -83,7 +83,7 @@ from relay.common import binlog_names
 from relay.errors import CodecError, MappingError, SequenceError
 from relay.kafka import canal_json as codec_json
 from relay.kafka import canal_protobuf as codec_protobuf
-from relay.kafka.publisher import Record
+from relay.kafka.records import Record
 from relay.positions.store import MAX_GENERATION, SourceIdentity
 from relay.source.snapshot import SNAPSHOT_PROP, SnapshotEntry
 

@@ -38,7 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from relay.errors import ConfigError, PositionError, PublishError
-from relay.kafka.publisher import Record
+from relay.kafka.records import Record
 from relay.positions.store import ResumePoint
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,8 @@ from mapping.store import atomic_write
 from relay.config.load import RelayConfig
 from relay.errors import MappingError, PublishError
 from relay.kafka.codec import H_DB, H_PHYSICAL_DB, H_PHYSICAL_TABLE, H_SEQUENCE, H_TABLE, H_TAG, H_TYPE
-from relay.kafka.publisher import KafkaPublisher, Record
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import Record
 from relay.wiring import mapping_store, publisher_config
 
 log = logging.getLogger(__name__)

@@ -24,13 +24,13 @@ from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.errors import MissingTopicError, PublishError, RecordRejectedError, ServiceError
 from relay.kafka.partitioner import partition_for_key
-from relay.kafka.publisher import (
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import (
     DEAD_LETTER_ERROR,
     DEAD_LETTER_PARTITION,
     DEAD_LETTER_SIZE,
     DEAD_LETTER_TOPIC,
     BatchHandle,
-    KafkaPublisher,
     PublisherConfig,
     Record,
     TopicDefaults,

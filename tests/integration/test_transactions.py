@@ -30,7 +30,8 @@ from confluent_kafka import Producer
 from relay.dev.services import KafkaService
 from relay.errors import ConfigError, ProducerFencedError, PublishError
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore, prove_aborted_records_hidden
-from relay.kafka.publisher import KafkaPublisher, PublisherConfig, Record, TopicDefaults
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import PublisherConfig, Record, TopicDefaults
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,

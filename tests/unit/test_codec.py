@@ -25,7 +25,7 @@ from relay.canal.entry import (
 from relay.canal.proto.convert import decode_messages_packet
 from relay.errors import CodecError, MappingError, RelayError, SequenceError
 from relay.kafka.codec import MAX_FILE_NUMBER, MAX_GENERATION, MAX_OFFSET, RecordEncoder, sequence
-from relay.kafka.publisher import Record
+from relay.kafka.records import Record
 from relay.positions.store import SourceIdentity
 
 FILE = "mysql-bin.000123"

@@ -21,11 +21,11 @@ from relay.errors import (
     RecordRejectedError,
 )
 from relay.kafka.partitioner import partition_for_key
-from relay.kafka.publisher import (
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import (
     DEAD_LETTER_ERROR,
     DEAD_LETTER_PARTITION,
     DEAD_LETTER_TOPIC,
-    KafkaPublisher,
     PublisherConfig,
     Record,
     classify,

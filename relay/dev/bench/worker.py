@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from relay.kafka.publisher import BatchHandle, KafkaPublisher, Record
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import BatchHandle, Record
 
 TOPIC_PARTITIONS = 3
 
