@@ -3,7 +3,7 @@
 Owns ``RecordEncoder``: routing each change through the mapping (``Mapping.resolve``), the record key,
 the headers, the partition of DDL barriers and the sequence; the value bytes are built by
 ``relay.kafka.canal_json`` (canal-json) and ``relay.kafka.canal_protobuf`` (canal-protobuf). It runs on the
-publisher thread, one batch of entries at a time, and hands ``relay.kafka.publisher.Record`` values to the
+publisher thread, one batch of entries at a time, and hands ``relay.kafka.records.Record`` values to the
 publisher.
 
 What becomes what:
