@@ -76,9 +76,10 @@ def read_mirror(spark: Any, out: Path, table: str) -> list[dict[str, Any]]:
     """Every row of the mirrored logical ``table`` ("db.table") under ``out``, all columns, as dicts.
 
     The one place that reads a mirror back: the stored format is ``apply_changes``' business."""
-    from relay.spark.apply import table_path
+    from relay.spark.apply import BUCKET, table_path
 
-    return [row.asDict() for row in spark.read.parquet(str(table_path(out, table))).collect()]
+    rows = spark.read.parquet(str(table_path(out, table))).drop(BUCKET)  # the layout's partition column
+    return [row.asDict() for row in rows.collect()]
 
 
 def mirror_records(spark: Any, records: Iterable[Record], out: Path, table: str) -> list[dict[str, Any]]:
