@@ -126,6 +126,11 @@ class EntryBuilder:
     def in_transaction(self) -> bool:
         return self._txn is not None
 
+    @property
+    def transaction_start(self) -> EntryPosition | None:
+        """Where the open transaction starts (its first event), or None outside one."""
+        return self._txn.ctx.start if self._txn is not None else None
+
     def build(self, event: BinlogEvent) -> list[Entry]:
         """The entries ``event`` makes, in order. Events the relay has no use for make none."""
         h = event.header

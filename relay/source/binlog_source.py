@@ -331,15 +331,24 @@ def _check_same_server(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) 
         )
 
 
+# A second replication connection (the pre-scan of a transaction too large to hold) must not share the
+# relay's replica server id: the server would close the first connection with the same id.
+SIDE_SERVER_ID_BIT = 1 << 31
+
+
 def _stream_config(
-    cfg: SourceConfig, info: ServerInfo, resolver: Callable[[TableMapEvent], TableMapEvent] | None = None
+    cfg: SourceConfig,
+    info: ServerInfo,
+    resolver: Callable[[TableMapEvent], TableMapEvent] | None = None,
+    *,
+    side: bool = False,
 ) -> StreamConfig:
     return StreamConfig(
         host=cfg.host,
         port=cfg.port,
         user=cfg.user,
         password=cfg.password,
-        server_id=cfg.server_id,
+        server_id=cfg.server_id ^ SIDE_SERVER_ID_BIT if side else cfg.server_id,
         heartbeat_seconds=cfg.heartbeat_seconds,
         connect_timeout=cfg.connect_timeout,
         read_timeout=cfg.read_timeout,
@@ -475,6 +484,20 @@ class BinlogSource:
             self._boundary, self._gtid_start = None, start.gtid_set or ""
         self._stream = stream
         log.info("binlog source %s streaming from %s", self.config.address, start.reason or start)
+
+    def side_stream(self, journal: str, offset: int) -> BinlogStream:
+        """A second dump connection reading from ``journal``:``offset`` (under another replica server id):
+        for reading ahead without moving this source. The caller closes it."""
+        if self.info is None:
+            self.check()
+        assert self.info is not None
+        stream = BinlogStream(_stream_config(self.config, self.info, side=True))
+        try:
+            stream.open_at(journal, offset)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
 
     def read(self, timeout: float) -> BinlogEvent | None:
         """The next event, reconnecting after a lost connection. None when nothing came within ``timeout``."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relay.binlog.events import QueryEvent
-from relay.canal.entry import Entry
+from relay.canal.entry import Entry, EntryPosition
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer, Message
@@ -41,7 +41,7 @@ from relay.canal.sink import Sink, SinkConfig
 from relay.canal.statements import StatementDmlGuard
 from relay.canal.xa import XaBuffer
 from relay.config.sections import SnapshotConfig, SourceConfig, StartConfig, StoreConfig
-from relay.errors import RelayError, ServerError, SourceError, SourceUnavailableError
+from relay.errors import RelayError, ServerError, SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
 from relay.schema.history import FileSchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
@@ -205,6 +205,7 @@ class CanalInstance:
         # change refused further in (an incomplete row image, a statement-logged DML) stops the
         # relay before anything of that transaction can be published.
         txn_limit = max(burst, self.store.config.buffer_size // 2)
+        prescanned: EntryPosition | None = None  # the start of the transaction read ahead and found sound
         pending: list[Entry] = []
         try:
             while not self._stopping.is_set():
@@ -254,6 +255,12 @@ class CanalInstance:
                 if snap is not None:
                     pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
                 if len(pending) >= (txn_limit if builder.in_transaction else burst):
+                    txn_start = builder.transaction_start
+                    if txn_start is not None and txn_start != prescanned:
+                        # Too large to hold until its end: read the rest ahead, with the same checks,
+                        # before any of it goes to the store (it raises what the parser would raise).
+                        self._prescan(txn_start)
+                        prescanned = txn_start
                     pending = self._put(pending)
         except RelayError as exc:
             if not self._stopping.is_set():
@@ -267,6 +274,38 @@ class CanalInstance:
             self._failure = exc
         finally:
             self.source.close()
+
+    def _prescan(self, start: EntryPosition) -> None:
+        """Read the transaction starting at ``start`` to its end on a second connection, checking what the
+        parser checks (complete row images, no statement-logged DML in a captured table): a refusal is
+        raised before anything of the transaction is put, so a transaction too large to hold back in
+        memory is as fail-closed as a small one. Costs one more read of that transaction's events."""
+        assert self.info is not None
+        side = self.source.side_stream(start.journal, start.offset)
+        builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=None))
+        deadline = self.config.source.read_timeout
+        log.info(
+            "instance %s: reading ahead the large transaction at %s:%d",
+            self.config.name,
+            start.journal,
+            start.offset,
+        )
+        try:
+            while not self._stopping.is_set():
+                event = side.read(timeout=deadline)
+                if event is None:
+                    raise SourceConnectionError(
+                        f"reading ahead the transaction at {start.journal}:{start.offset}: no event within "
+                        f"{deadline} s"
+                    )
+                if event.header.artificial:
+                    continue
+                if isinstance(event, QueryEvent):
+                    self.statements.check(event)
+                if any(e.closes_txn for e in builder.build(event)):
+                    return
+        finally:
+            side.close()
 
     def _published_before(self, start: StartPoint) -> ResumePoint | None:
         """What was published already at the place reading starts: skip entries up to it."""

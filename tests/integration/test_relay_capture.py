@@ -247,6 +247,38 @@ def test_incomplete_row_image_stops_before_its_transaction_and_restarts_refuse_i
     assert ids_of(cap.rows(4)) == ["I1", "I2", "I20", "I3"]
 
 
+def test_a_transaction_too_large_to_hold_is_read_ahead_and_refused_before_any_of_it_is_published(
+    cap: Capture,
+) -> None:
+    """A store of 64 slots holds back at most 32 entries of an open transaction: this one has 100 complete
+    changes, then one from a MINIMAL session. The relay reads the rest of it ahead on a second connection
+    before putting any of it, so the refusal still comes before anything of it is published."""
+    cap.insert(1, 2, 3)
+    before_bad = master_position(cap.conn)
+    session = cap.mysql.connect()
+    many = [f"INSERT INTO {cap.table} VALUES ({i}, 'NEW', {i}.25, 'n{i}')" for i in range(100, 200)]
+    cap.sql(
+        "BEGIN",
+        *many,
+        "SET SESSION binlog_row_image='MINIMAL'",
+        f"UPDATE {cap.table} SET status='PAID' WHERE id=1",
+        "COMMIT",
+        conn=session,
+    )
+    session.close()
+    cap.insert(20)
+
+    cfg = cap.configure({"store": {"buffer_size": 64, "batch_mode": "ITEMSIZE"}})
+    relay = cap.relay(cfg)
+    error = stopped_with(relay, "incomplete")
+    assert "binlog_row_image=FULL" in error
+    saved = ResumePoint.from_json(relay.position())
+    assert _seq((saved.journal, saved.offset)) <= _seq(before_bad), f"{saved} passed the bad transaction"
+    # Nothing of the big transaction reached the topic (an independent consumer, from the start).
+    assert ids_of(cap.rows(3)) == ["I1", "I2", "I3"]
+    assert "reading ahead the large transaction" in relay.log()  # the case was exercised
+
+
 def _past_bad(cap: Capture, before_bad: tuple[str, int]) -> list[str]:
     """--file/--offset of the transaction after the bad one (the INSERT of id 20)."""
     with cap.conn.cursor() as cur:
