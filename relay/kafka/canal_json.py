@@ -186,11 +186,13 @@ def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str, 
     ).encode()
 
 
-def snapshot_row_text(je: JsonEntry, sequence: int, data: str) -> bytes:
+def snapshot_row_text(je: JsonEntry, sequence: int, data: str, extra: str = "") -> bytes:
     """A snapshot read's value: an INSERT (``old`` null, ``rowIndex`` 0) with ``"snapshot":true`` after
-    ``sequence``. canal has no READ type; readers that ignore unknown fields see an INSERT."""
+    ``sequence`` (and ``utcMicros``, ``extra``). canal has no READ type; readers that ignore unknown
+    fields see an INSERT."""
     return (
-        f'{{"id":{sequence}{je.middle}{data}],"old":null{je.tail}0}},"sequence":{sequence},"snapshot":true}}'
+        f'{{"id":{sequence}{je.middle}{data}],"old":null{je.tail}0}},"sequence":{sequence}{extra},'
+        '"snapshot":true}'
     ).encode()
 
 

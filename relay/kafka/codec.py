@@ -571,7 +571,8 @@ class RecordEncoder:
                 assert row.after is not None  # a snapshot row is an after image
                 data = codec_json.object_text(plan.json.data_format, row.after)
                 part = (chunk | i) << 1
-                value = _with_part(codec_json.snapshot_row_text(je, seq, data), part)
+                extra = codec_json.instants_text(plan.json, row.after) if plan.json.instants else ""
+                value = _with_part(codec_json.snapshot_row_text(je, seq, data, extra), part)
                 key = self._key(plan, row.after)
                 out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
             return out

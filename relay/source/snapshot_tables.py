@@ -22,6 +22,7 @@ from typing import Any
 
 from relay.binlog import types as t
 from relay.binlog.events import ColumnMeta
+from relay.binlog.values import Instant
 from relay.errors import SourceError
 
 # DATA_TYPE → (type code as a TABLE_MAP writes it, how the meta is made, value kind)
@@ -68,6 +69,11 @@ class TableSpec:
     def qualified(self) -> str:
         return f"{quote_name(self.db)}.{quote_name(self.table)}"
 
+    @property
+    def timestamps(self) -> tuple[int, ...]:
+        """Indexes of the TIMESTAMP columns: their instants are selected too (``select_list``)."""
+        return tuple(i for i, c in enumerate(self.columns) if c.type_code in (t.TIMESTAMP, t.TIMESTAMP2))
+
     def select_list(self) -> str:
         out = []
         for c, kind in zip(self.columns, self.kinds, strict=True):
@@ -77,6 +83,9 @@ class TableSpec:
             elif kind == K_BIT:
                 col = f"{col}+0"
             out.append(col)
+        # A TIMESTAMP's text is in the session's zone, ambiguous in the hour a DST change repeats: its
+        # instant comes along (seconds since the epoch, with the fraction), as the binlog gives it.
+        out.extend(f"UNIX_TIMESTAMP({quote_name(self.columns[i].name)})" for i in self.timestamps)
         return ", ".join(out)
 
     def chunk_query(
@@ -117,8 +126,21 @@ class TableSpec:
         return text
 
     def row_text(self, raw: Sequence[Any]) -> tuple[str | None, ...]:
-        """One SELECT row (decoders off: str or bytes per value) in canal's text forms."""
-        return tuple(_text(kind, v) for kind, v in zip(self.kinds, raw, strict=True))
+        """One SELECT row (decoders off: str or bytes per value) in canal's text forms; a TIMESTAMP value
+        is an ``Instant`` that also holds its epoch microseconds (from the instants after the columns)."""
+        n = len(self.kinds)
+        out = [_text(kind, v) for kind, v in zip(self.kinds, raw[:n], strict=True)]
+        for i, seconds in zip(self.timestamps, raw[n:], strict=True):
+            text = out[i]
+            if text is None or seconds is None:
+                continue
+            value = Decimal(seconds.decode() if isinstance(seconds, bytes) else str(seconds))
+            if value == 0:  # the zero TIMESTAMP is no instant (as from the binlog)
+                continue
+            instant = Instant(text)
+            instant.micros = int(value * 1_000_000)
+            out[i] = instant
+        return tuple(out)
 
     def key_of(self, row: Sequence[str | None]) -> tuple[str | None, ...]:
         return tuple(row[i] for i in self.key)
