@@ -299,7 +299,7 @@ def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:
     if kind == "timestamp":
         # canal renders TIMESTAMP in the source server's zone (ambiguous in the hour a DST change
         # repeats); the relay adds the instant (``utcMicros``, epoch microseconds) beside the text.
-        # Values without it (older relays, rows of a snapshot SELECT) fall back to reading the text as UTC.
+        # Values without it (records of older relays) fall back to reading the text as UTC.
         fallback = F.to_utc_timestamp(text.try_cast("timestamp_ntz"), "UTC")
         return F.when(instant.isNotNull(), F.timestamp_micros(instant)).otherwise(fallback)
     if kind == "year":
