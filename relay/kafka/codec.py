@@ -28,7 +28,8 @@ What becomes what:
 - Where the mapping's topic config has ``cleanup.policy`` containing ``compact``, every DELETE record
   (a real one or the DELETE of a key change) is followed by a tombstone — same key, null value, the
   DELETE's headers — so compaction can eventually drop the key.
-- A DDL: the same message to EVERY partition of its table's topic (explicit partition, no key) — a
+- A DDL: the same message to EVERY partition of its table's topic (explicit partition, no key; on a
+  compacted topic, which refuses unkeyed records, the key ``{"_ddl":"<physical db.table>"}``) — a
   barrier every consumer sees in order with the rows around it — plus one canal-json record to the DDL
   audit topic (when configured) whatever the mapping says, keyed by the physical ``db.table`` (or db).
   A DDL without a table (CREATE DATABASE …) goes to the audit topic only: a mapping resolves tables,
@@ -629,7 +630,13 @@ class RecordEncoder:
             value = codec_protobuf.statement_value(entry, rc, route, seq, self.source.address, self.source_id)
         headers = self._statement_headers(entry, rc, route, seq)
         self._topics.add(route.topic)
-        return [Record(route.topic, p, None, value, headers) for p in range(count)]
+        # A compacted topic refuses records without a key (Kafka: "Compacted topic cannot accept message
+        # without key"): there the barrier gets one of its own shape, which no row key has.
+        key = None
+        if compacted(self.mapping):
+            h = entry.header
+            key = b'{"_ddl":%s}' % codec_json.dumps(f"{h.schema_name}.{h.table_name}").encode()
+        return [Record(route.topic, p, key, value, headers) for p in range(count)]
 
     def _audit(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> list[Record]:
         """One canal-json record to the DDL audit topic, keyed by the physical ``db.table`` (or db)."""

@@ -766,3 +766,12 @@ def test_protobuf_timestamp_columns_carry_their_instant_as_a_column_prop() -> No
     by_name = {c.name: c for c in row.after_columns}
     assert by_name["at"].value == "2024-10-27 02:30:00.123"
     assert by_name["at"].props == [("utcMicros", "1729992600123000")] and by_name["id"].props == []
+
+
+def test_ddl_barriers_on_a_compacted_topic_carry_a_key_of_their_own() -> None:
+    ddl = statement_entry("ALTER TABLE orders_33 ADD c INT", EventType.ALTER, "shop_07", "orders_33")
+    plain = [r for r in encoder(mapping()).encode(ddl) if r.topic != "relay.ddl"]
+    assert plain and all(r.key is None for r in plain)  # canal's unkeyed barrier where compaction is off
+    compacted_records = [r for r in encoder(compacted_mapping()).encode(ddl) if r.topic != "relay.ddl"]
+    assert sorted(r.partition for r in compacted_records) == [0, 1, 2]
+    assert {r.key for r in compacted_records} == {b'{"_ddl":"shop_07.orders_33"}'}
