@@ -193,7 +193,12 @@ def test_lag_rises_while_the_broker_is_frozen_and_falls_after_and_no_secret_leak
         assert after["relay_publish_latency_seconds_count"] >= after["relay_batches_acked_total"] - 1 > 0
         writer.stop()
         relay.signal(signal.SIGTERM)
-        assert relay.wait(30) == 0, relay.log()[-2000:]
+        # A clean stop may give batches still in flight publish.drain_seconds (30 s by default) to land.
+        try:
+            code = relay.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("no clean stop within 60 s of SIGTERM:\n" + relay.log()[-3000:]) from None
+        assert code == 0, relay.log()[-2000:]
     finally:
         writer.halt.set()
         relay.stop()
