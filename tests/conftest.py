@@ -5,8 +5,9 @@ from, in this order:
 
 1. the environment: ``RELAY_TEST_MYSQL=mysql://user:pass@host:port``, ``RELAY_TEST_KAFKA=host:port``,
    ``RELAY_TEST_ZK=host:port`` (e.g. the addresses ``relay dev up`` prints);
-2. testcontainers (MySQL 8.4, Apache Kafka in KRaft mode, ZooKeeper) when a Docker daemon answers —
-   ``RELAY_TEST_DOCKER=0`` skips this step;
+2. testcontainers (MySQL 8.4 — ``RELAY_TEST_MYSQL_IMAGE=mysql:9.4`` runs the same tests on MySQL 9 —,
+   Apache Kafka in KRaft mode, ZooKeeper) when a Docker daemon answers — ``RELAY_TEST_DOCKER=0`` skips
+   this step;
 3. the embedded servers of ``relay.dev.services`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
    this process so that they die with it.
 
@@ -93,7 +94,8 @@ def _mysql_container() -> Iterator[MySQLService]:
     except ImportError:
         from testcontainers.mysql import MySqlContainer
 
-    container = MySqlContainer("mysql:8.4", root_password=services.ROOT_PASSWORD).with_command(_MYSQL8_FLAGS)
+    image = os.environ.get("RELAY_TEST_MYSQL_IMAGE", "mysql:8.4")
+    container = MySqlContainer(image, root_password=services.ROOT_PASSWORD).with_command(_MYSQL8_FLAGS)
     container.start()
     try:
         port = int(container.get_exposed_port(3306))
