@@ -124,8 +124,17 @@ def _measure_backlog(
     o = ctx.options
     for rep in range(1, o.repeat + 1):
         instance = f"{name.lower()}-{rep}-{time.monotonic_ns() % 10**6}"
+        profile: dict[str, Any] = (
+            {"profile_to": str(Path(o.profile) / f"{name}-{rep}.txt")} if o.profile else {}
+        )
         r = run_worker(
-            ctx, "relay-drain", start=start, end=end, instance=instance, workdir=str(ctx.work / instance)
+            ctx,
+            "relay-drain",
+            start=start,
+            end=end,
+            instance=instance,
+            workdir=str(ctx.work / instance),
+            **profile,
         )
         if r["rows"] != result.rows:
             ctx.progress(f"  warning: the relay published {r['rows']} rows, the backlog has {result.rows}")
@@ -141,6 +150,19 @@ def _measure_backlog(
             result.naive.add(n["rows_per_s"])
             line += f"; stock parse {s['rows_per_s']:,.0f}; naive relay {n['rows_per_s']:,.0f}"
         ctx.progress(line)
+        if o.profile:
+            _show_profile(ctx, Path(profile["profile_to"]))
+
+
+def _show_profile(ctx: Context, path: Path) -> None:
+    from relay.dev.bench.profiles import render
+
+    found = path if path.exists() else path.with_suffix(".prof")
+    if not found.exists():
+        ctx.progress(f"  no profile was written to {path}")
+        return
+    for line in render(found).splitlines():
+        ctx.progress(f"    {line}")
 
 
 def _await_acked(live: LiveWorker, rows: int, timeout: float) -> bool:

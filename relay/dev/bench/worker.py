@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -367,12 +367,48 @@ MODES = {
 }
 
 
+def profile_threads(out: Path) -> Callable[[], None]:
+    """cProfile every thread started from now on (py-spy's stand-in); the returned call writes ``out``.
+
+    Each thread's ``run`` gets a profiler of its own (cProfile sees one thread); their stats are merged.
+    """
+    import cProfile
+    import pstats
+
+    profiles: list[cProfile.Profile] = []
+    original = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+        try:
+            original(self)
+        finally:
+            profile.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+
+    def dump() -> None:
+        threading.Thread.run = original  # type: ignore[method-assign]
+        for profile in profiles:
+            profile.disable()  # a daemon thread still running: its samples so far
+        merged = pstats.Stats(*profiles) if profiles else None
+        if merged is not None:
+            merged.dump_stats(str(out))
+
+    return dump
+
+
 def main(argv: Sequence[str]) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec = json.loads(argv[0])
+    dump = profile_threads(Path(spec["profile_to"]).with_suffix(".prof")) if spec.get("cprofile") else None
     MODES[spec["mode"]](spec)
+    if dump is not None:
+        dump()
     return 0
 
 
