@@ -122,6 +122,9 @@ class PublisherConfig:
                 "enable.idempotence": True,
                 "acks": "all",
                 "message.timeout.ms": max(1, int(self.delivery_timeout_s * 1000)),
+                # Keyed records are placed by librdkafka with the Java client's hash (relay.kafka.partitioner
+                # says where, and a test holds librdkafka to it); unkeyed ones go anywhere.
+                "partitioner": "murmur2_random",
             }
         )
         if self.transactional_id is not None:

@@ -414,17 +414,23 @@ class CanalInstance:
             raise ServerError(f"batch {batch_id} is not outstanding")
         return point
 
-    def ack(self, batch_id: int) -> ResumePoint:
-        """Acknowledge a batch (the oldest outstanding one) and save the resume point after it."""
+    def ack(self, *batch_ids: int) -> ResumePoint:
+        """Acknowledge batches (the oldest outstanding ones, in order) and save the resume point after
+        the last: one position write for every batch Kafka delivered since the last look."""
+        if not batch_ids:
+            raise ServerError("no batch to acknowledge")
         with self._lock:
-            point = self._resume.get(batch_id)
-            if point is None:
-                raise ServerError(f"batch {batch_id} is not outstanding")
-            self.server.ack(batch_id)
-            del self._resume[batch_id]
+            point = None
+            for batch_id in batch_ids:
+                point = self._resume.get(batch_id)
+                if point is None:
+                    raise ServerError(f"batch {batch_id} is not outstanding")
+                self.server.ack(batch_id)
+                del self._resume[batch_id]
+            assert point is not None
             self.positions.save(point)
             self.last_saved = point
-        log.debug("instance %s: batch %d acked, position %s saved", self.config.name, batch_id, point)
+        log.debug("instance %s: batches %s acked, position %s saved", self.config.name, batch_ids, point)
         return point
 
     def publish_under(self, mapping_version: int) -> ResumePoint | None:

@@ -146,9 +146,19 @@ def _measure_backlog(
         if o.baselines:
             s = run_worker(ctx, "stock-parse", start=start, end=end)
             n = run_worker(ctx, "naive-relay", start=start, end=end)
+            c = run_worker(
+                ctx,
+                "produce-only",
+                start=start,
+                end=end,
+                instance=f"{instance}-ceiling",
+                workdir=str(ctx.work / f"{instance}-ceiling"),
+            )
             result.stock.add(s["rows_per_s"])
             result.naive.add(n["rows_per_s"])
+            result.ceiling.add(c["rows_per_s"])
             line += f"; stock parse {s['rows_per_s']:,.0f}; naive relay {n['rows_per_s']:,.0f}"
+            line += f"; produce-only {c['rows_per_s']:,.0f}"
         ctx.progress(line)
         if o.profile:
             _show_profile(ctx, Path(profile["profile_to"]))

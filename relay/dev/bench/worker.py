@@ -8,7 +8,11 @@ writer does not share its interpreter. Modes (``spec["mode"]``):
 - ``relay-live``: the relay from ``start`` until SIGTERM, recording when each row was acknowledged
   (``ack_file``) and printing progress (RSS, store fill) twice a second;
 - ``stock-parse``: python-mysql-replication's reader over ``start..end``, decoding every row, nothing else;
-- ``naive-relay``: that reader → ``json.dumps`` per row → ``produce`` → ``flush()`` per transaction.
+- ``naive-relay``: that reader → ``json.dumps`` per row → ``produce`` → ``flush()`` per transaction;
+- ``produce-only``: the ceiling. The relay runs over ``start..end`` once, untimed, keeping every batch of
+  records it sent; then a fresh publisher with the same settings sends those same pre-encoded batches
+  with the relay's window (``publish.max_inflight_batches``) and acks them in order, timed until every
+  record is acknowledged: what the broker and librdkafka allow here with nothing to parse or encode.
 
 Output: JSON lines on stdout (``ready``, ``progress``, ``result``), read by ``relay.dev.bench.runner``.
 """
@@ -255,6 +259,77 @@ def relay_live(spec: dict[str, Any]) -> None:
     emit("result", acked=len(acks), peak_rss_mb=memory_mb()[1])
 
 
+class BatchCapture(KafkaPublisher):
+    """The relay's publisher, keeping a copy of every batch of records it was given to send."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.batches: list[tuple[int, list[Record]]] = []
+
+    def send(self, batch_id: int, records: Sequence[Record], where: str = "") -> BatchHandle:
+        self.batches.append((batch_id, list(records)))
+        return super().send(batch_id, records, where)
+
+
+def produce_only(spec: dict[str, Any]) -> None:
+    from mapping import parse_mapping
+    from relay.config.load import parse_config
+    from relay.wiring import build_relay, publisher_config
+
+    Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
+    config = parse_config(relay_config_data(spec), base_dir=spec["workdir"])
+    mapping = parse_mapping(relay_mapping())
+    write_mapping_file(config.path(config.mapping.file))
+    settings = publisher_config(config, mapping)
+    capture = BatchCapture(settings)
+    warm_up(capture)
+    relay = build_relay(config, mapping, publisher=capture)
+    end = (spec["end"][0], int(spec["end"][1]))
+    thread, errors = _run_in_thread(relay)
+    thread.start()
+    deadline = time.monotonic() + spec.get("timeout", 600)
+    while not _reached(relay.instance.last_saved, end):
+        if errors or not thread.is_alive() or time.monotonic() > deadline:
+            raise SystemExit(f"relay (capturing the records) stopped: {errors[0] if errors else 'timeout'}")
+        time.sleep(0.01)
+    rows = relay.stats.rows_published
+    relay.stop()
+    thread.join(30)
+    batches = [(i, records) for i, records in capture.batches if i >= 0]  # the warm-up record left out
+    records = sum(len(r) for _, r in batches)
+
+    window = config.publish.max_inflight_batches
+    publisher = KafkaPublisher(settings)
+    warm_up(publisher)
+    t0, cpu0 = time.monotonic(), cpu_seconds()
+    for batch_id, batch in batches:
+        while publisher.inflight() >= window:
+            publisher.poll(0.001)
+            publisher.completed_prefix()
+            if publisher.failed() is not None:
+                raise SystemExit(f"produce-only: {publisher.failed()}")
+        publisher.send(batch_id, batch, "produce-only")
+        publisher.poll(0)
+        publisher.completed_prefix()
+    while publisher.inflight():
+        if publisher.failed() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"produce-only: not delivered: {publisher.failed()}")
+        publisher.poll(0.001)
+        publisher.completed_prefix()
+    elapsed = time.monotonic() - t0
+    cpu = cpu_seconds() - cpu0
+    publisher.close(timeout=5.0)
+    emit(
+        "result",
+        rows=rows,
+        records=records,
+        batches=len(batches),
+        seconds=elapsed,
+        rows_per_s=rows / elapsed,
+        cpu_us_per_row=cpu * 1e6 / max(rows, 1),
+    )
+
+
 # ---- the baselines -----------------------------------------------------------------------------------
 
 
@@ -364,6 +439,7 @@ MODES = {
     "relay-live": relay_live,
     "stock-parse": stock_parse,
     "naive-relay": naive_relay,
+    "produce-only": produce_only,
 }
 
 
