@@ -58,7 +58,7 @@ DEAD_LETTER_PARTITION = "relay.original.partition"
 DEAD_LETTER_SIZE = "relay.original.size"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed.
     ``value`` None is a tombstone (compacted topics)."""
