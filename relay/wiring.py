@@ -134,6 +134,7 @@ def instance_config(config: RelayConfig, mapping: Mapping | None = None) -> Inst
         store=config.store_config(),
         sink=sink_config(config),
         schema_history=config.schema.history,
+        save_interval_seconds=config.positions.save_interval_seconds,
         snapshot=config.snapshot,
         captures=None if mapping is None else snapshot_captures(config, mapping),
     )

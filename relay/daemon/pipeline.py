@@ -239,6 +239,8 @@ class Relay:
                 failed = self.publisher.failed()
                 if failed is not None:
                     self._recover(failed, backoff)
+                # Caught up (nothing in flight): the position now; under load, once per save interval.
+                self.instance.save_pending(force=not self.publisher.inflight())
                 self._snapshot_requests()
                 self._write_status()
             self._drain()
@@ -531,6 +533,10 @@ class Relay:
         log.info("relay %s stopped; position %s", self.config.instance, self._saved())
 
     def _abandon(self) -> None:
+        try:  # what was acked is delivered: its position is written before anything else happens
+            self.instance.save_pending(force=True)
+        except RelayError as exc:
+            log.warning("could not save the position %s: %s", self.instance.saved_point, exc)
         try:
             aborted = self.publisher.abort_inflight()
             if aborted:

@@ -63,6 +63,9 @@ class InstanceConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+    # positions.save_interval_seconds: acks closer together than this share one position write
+    # (``save_pending``); 0 writes after every ack.
+    save_interval_seconds: float = 0.1
     schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
     # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
     # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
@@ -92,7 +95,9 @@ class CanalInstance:
         self.statements = StatementDmlGuard(config.source.statement_dml, self.sink.keeps_table)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
-        self.last_saved: ResumePoint | None = None
+        self.last_saved: ResumePoint | None = None  # written to the position store
+        self.last_acked: ResumePoint | None = None  # after the last acked batch; saved by save_pending
+        self._saved_at = 0.0  # time.monotonic() of the last position write
         self._resume: dict[int, ResumePoint] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,8 +152,9 @@ class CanalInstance:
 
     @property
     def saved_point(self) -> ResumePoint | None:
-        """The position saved last: by this run's acks, else the one it started from."""
-        return self.last_saved or self._saved
+        """The position after the last acknowledged batch (written, or written by the next
+        ``save_pending``), else the one this run started from."""
+        return self.last_acked or self.last_saved or self._saved
 
     @property
     def acked_sequence(self) -> int:
@@ -415,8 +421,10 @@ class CanalInstance:
         return point
 
     def ack(self, *batch_ids: int) -> ResumePoint:
-        """Acknowledge batches (the oldest outstanding ones, in order) and save the resume point after
-        the last: one position write for every batch Kafka delivered since the last look."""
+        """Acknowledge batches (the oldest outstanding ones, in order; Kafka has every record of them)
+        and save the resume point after the last — at once, or, when the last write is younger than
+        ``save_interval_seconds``, by a later ``save_pending``: under load one write covers many acks.
+        A crash before that write re-publishes those batches (byte-identical records), never skips."""
         if not batch_ids:
             raise ServerError("no batch to acknowledge")
         with self._lock:
@@ -428,9 +436,26 @@ class CanalInstance:
                 self.server.ack(batch_id)
                 del self._resume[batch_id]
             assert point is not None
-            self.positions.save(point)
-            self.last_saved = point
-        log.debug("instance %s: batches %s acked, position %s saved", self.config.name, batch_ids, point)
+            self.last_acked = point
+            self._save_acked(force=False)
+        log.debug("instance %s: batches %s acked, position %s", self.config.name, batch_ids, point)
+        return point
+
+    def save_pending(self, force: bool = False) -> ResumePoint | None:
+        """Write the position after the last acked batch if it is not written yet and the last write is
+        ``save_interval_seconds`` old (``force``: whatever its age). Returns the point written, if any."""
+        with self._lock:
+            return self._save_acked(force)
+
+    def _save_acked(self, force: bool) -> ResumePoint | None:
+        point = self.last_acked
+        if point is None or point is self.last_saved:
+            return None
+        now = time.monotonic()
+        if not force and now - self._saved_at < self.config.save_interval_seconds:
+            return None
+        self.positions.save(point)
+        self.last_saved, self._saved_at = point, now
         return point
 
     def publish_under(self, mapping_version: int) -> ResumePoint | None:
@@ -444,7 +469,8 @@ class CanalInstance:
                 return None
             point = replace(point, mapping_version=mapping_version)
             self.positions.save(point)
-            self.last_saved = point
+            self.last_saved = self.last_acked = point
+            self._saved_at = time.monotonic()
         log.info(
             "instance %s: position %s saved under mapping version %d",
             self.config.name,
