@@ -143,6 +143,9 @@ def _measure_backlog(
         result.relay_cpu_us_per_row.add(r["cpu_us_per_row"])
         line = f"  [{name}] {rep}/{o.repeat} relay {r['rows_per_s']:>9,.0f} rows/s ({r['seconds']:.2f} s"
         line += f", {r['cpu_us_per_row']:.0f} µs CPU/row, peak RSS {r['peak_rss_mb']:.0f} MB)"
+        threads = r.get("thread_cpu_us_per_row") or {}
+        if threads:
+            line += " [µs/row by thread: " + ", ".join(f"{k} {v:.0f}" for k, v in threads.items()) + "]"
         if o.baselines:
             s = run_worker(ctx, "stock-parse", start=start, end=end)
             n = run_worker(ctx, "naive-relay", start=start, end=end)

@@ -20,6 +20,7 @@ Output: JSON lines on stdout (``ready``, ``progress``, ``result``), read by ``re
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import sys
@@ -59,6 +60,28 @@ def memory_mb() -> tuple[float, float]:
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread name (/proc/self/task/*: the relay's threads, librdkafka's rdk:* threads)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = (
+            name.split("-")[0]
+            if name.startswith("parser")
+            else name.split(":")[0] + ":"
+            if ":" in name
+            else name
+        )
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
 
 
 # ---- the relay ---------------------------------------------------------------------------------------
@@ -206,6 +229,7 @@ def relay_drain(spec: dict[str, Any]) -> None:
         if errors or not thread.is_alive() or time.monotonic() > deadline:
             raise SystemExit(f"relay did not start: {errors[0] if errors else 'no error'}")
     marks = {"t0": time.monotonic(), "cpu0": cpu_seconds()}
+    threads0 = thread_cpu()
     while not _reached(relay.instance.last_saved, end):
         if errors or not thread.is_alive():
             raise SystemExit(f"relay stopped: {errors[0] if errors else 'no error'}")
@@ -213,6 +237,7 @@ def relay_drain(spec: dict[str, Any]) -> None:
             raise SystemExit(f"relay did not reach {end} in time; saved {relay.instance.last_saved}")
         time.sleep(0.01)
     t1, cpu1 = time.monotonic(), cpu_seconds()
+    threads1 = thread_cpu()
     rows = relay.stats.rows_published
     relay.stop()
     thread.join(30)
@@ -224,6 +249,11 @@ def relay_drain(spec: dict[str, Any]) -> None:
         startup_seconds=marks["t0"] - launched + warm,
         rows_per_s=rows / elapsed,
         cpu_us_per_row=(cpu1 - marks["cpu0"]) * 1e6 / max(rows, 1),
+        thread_cpu_us_per_row={
+            name: round((spent - threads0.get(name, 0.0)) * 1e6 / max(rows, 1), 1)
+            for name, spent in sorted(threads1.items())
+            if spent - threads0.get(name, 0.0) > 0
+        },
         peak_rss_mb=memory_mb()[1],
     )
 
