@@ -239,8 +239,8 @@ class Relay:
                 failed = self.publisher.failed()
                 if failed is not None:
                     self._recover(failed, backoff)
-                # Caught up (nothing in flight): the position now; under load, once per save interval.
-                self.instance.save_pending(force=not self.publisher.inflight())
+                if self.instance.save_failure is not None:  # the position writer could not write
+                    raise self.instance.save_failure
                 self._snapshot_requests()
                 self._write_status()
             self._drain()
@@ -534,7 +534,7 @@ class Relay:
 
     def _abandon(self) -> None:
         try:  # what was acked is delivered: its position is written before anything else happens
-            self.instance.save_pending(force=True)
+            self.instance.save_pending()
         except RelayError as exc:
             log.warning("could not save the position %s: %s", self.instance.saved_point, exc)
         try:

@@ -501,6 +501,7 @@ def profile_threads(out: Path) -> Callable[[], None]:
             profile.disable()  # a daemon thread still running: its samples so far
         merged = pstats.Stats(*profiles) if profiles else None
         if merged is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
             merged.dump_stats(str(out))
 
     return dump
