@@ -62,11 +62,12 @@ from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.errors import RelayError, SourceConnectionError, SourceError
-from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables
+from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables, quote_name
 
 log = logging.getLogger(__name__)
 
 ER_NO_SUCH_TABLE = 1146
+KEYLESS_TRIES = 5  # reads of a table without a usable key before the snapshot stops
 SNAPSHOT_PROP = "relay.snapshot"  # RowChange.props marker of a snapshot chunk (read by the codec)
 EXTRA_KEY = "snapshot"  # ResumePoint.extra key of the checkpoint
 Pos = tuple[tuple[str, int], int]  # (file_order(journal), offset): binlog positions in order
@@ -110,6 +111,7 @@ class Chunk:
     done: bool  # the table's last chunk
     ddls: int = 0  # the table's DDL count (``_Watch.ddls``) when ``spec`` was read
     redo: bool = False  # set instead of putting it: a DDL came in between, read it again
+    whole: bool = False  # the whole of a table without a usable key: any change in its window voids it
     emitted: threading.Event = field(default_factory=threading.Event)
 
 
@@ -224,21 +226,26 @@ class Snapshot:
         for name, t in self.state["tables"].items():
             if not t["done"]:
                 self._todo.put(name)
+        tables = self._todo.qsize()
         for i in range(min(self.config.parallelism, max(1, self._todo.qsize()))):
             th = threading.Thread(target=self._read_tables, name=f"snapshot-{i}", daemon=True)
             self._threads.append(th)
             th.start()
         log.info(
-            "snapshot %s: %d table(s) to read, %d reader(s)",
-            self.state["id"],
-            self._todo.qsize(),
-            len(self._threads),
+            "snapshot %s: %d table(s) to read, %d reader(s)", self.state["id"], tables, len(self._threads)
         )
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         for th in self._threads:
             th.join(timeout)
+
+    def moved_state(self) -> dict[str, Any]:
+        """The state of what was put, for the same snapshot on another server (after ``stop``): the
+        chunks read but not put are dropped (their watermarks are this server's binlog places)."""
+        with self._lock:
+            self._submitted = []
+            return copy.deepcopy(self.state)
 
     def cancel(self) -> dict[str, Any]:
         """Stop reading; chunks not yet put are dropped. Returns the state to save from now on."""
@@ -328,11 +335,11 @@ class Snapshot:
         except NoSuchTableError:
             self._skip(TableSpec(db, table, (), (), (), ""), after, "dropped or renamed")
             return
-        if not spec.key:
-            self._skip(spec, after, "no PRIMARY KEY and no UNIQUE key over NOT NULL columns")
-            return
         try:
-            self._read_chunks(conn, spec, after)
+            if spec.key:
+                self._read_chunks(conn, spec, after)
+            else:
+                self._read_whole(conn, spec)
         except pymysql.err.ProgrammingError as exc:
             if mysql.error_code(exc) != ER_NO_SUCH_TABLE:
                 raise
@@ -380,6 +387,57 @@ class Snapshot:
                 return
             after = last
             self._rate.take(len(rows))
+
+    def _read_whole(self, conn: Any, spec: TableSpec) -> None:
+        """A table without a PRIMARY KEY or a UNIQUE key over NOT NULL columns: its rows cannot be told
+        apart from the live changes of other rows with the same values, so they are read in ONE chunk
+        (at most ``keyless_max_rows``) inside one watermark window. If the binlog changes the table (or
+        its definition) between the start of that window and the chunk's place, the chunk is dropped
+        and the table read again; after ``KEYLESS_TRIES`` reads the snapshot stops, naming the table.
+        The rows are sorted by their text, so a read again at the same place gives the same records."""
+        where = str(self.state.get("where") or "")
+        limit = self.config.keyless_max_rows
+        for attempt in range(1, KEYLESS_TRIES + 1):
+            self.watch(spec)  # a fresh window: only changes from here on void this read
+            spec = describe_table(conn, spec.db, spec.table, spec.estimated_rows)
+            if spec.key:  # a key was added meanwhile: read in key chunks
+                self._read_chunks(conn, spec, None)
+                return
+            low = _master_position(conn)
+            with conn.cursor() as cur:
+                cur.execute(spec.whole_query(limit + 1, where))
+                raw = cur.fetchall()
+            high = _master_position(conn)
+            if len(raw) > limit:
+                self.unwatch(spec)
+                raise SourceError(
+                    f"snapshot: table {spec.name} has no PRIMARY KEY and no UNIQUE key over NOT NULL "
+                    f"columns, so it is read in one chunk, and it has more than snapshot.keyless_max_rows "
+                    f"({limit}) rows: add a key, raise the setting, or leave the table out (filter.exclude)"
+                )
+            rows = sorted((spec.row_text(r) for r in raw), key=_row_order)
+            chunk = Chunk(spec, low, high, rows, None, True, self._ddls(spec), whole=True)
+            self._rows_read += len(rows)
+            self._submit(chunk)
+            while not chunk.emitted.wait(0.2):
+                if self._stop.is_set():
+                    return
+            if not chunk.redo:
+                self._rate.take(len(rows))
+                return
+            log.warning(
+                "snapshot: table %s (no usable key, read in one chunk) changed while it was read; "
+                "reading it again (read %d of %d)",
+                spec.name,
+                attempt,
+                KEYLESS_TRIES,
+            )
+        self.unwatch(spec)
+        raise SourceError(
+            f"snapshot: table {spec.name} has no PRIMARY KEY and no UNIQUE key over NOT NULL columns, so it "
+            f"is read in one chunk, and the binlog changed it during each of {KEYLESS_TRIES} reads: add a "
+            "key, snapshot it when it is quiet (`relay snapshot run`), or leave it out (filter.exclude)"
+        )
 
     def watch(self, spec: TableSpec, keep_changes: bool = False) -> None:
         """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs);
@@ -454,9 +512,11 @@ class Snapshot:
         spec = chunk.spec
         w = self._watches.get((spec.db, spec.table))
         rows = chunk.rows
-        if w is not None and w.ddls != chunk.ddls:
+        if w is not None and (w.ddls != chunk.ddls or (chunk.whole and w.changes)):
             # A DDL between the definition this chunk was read under and its place: its rows have the
-            # old shape (or its place follows the DDL). Nothing is put; the reader reads it again.
+            # old shape (or its place follows the DDL). Or a change of a table read whole without a
+            # key: which of its rows it superseded cannot be told. Nothing is put; the reader reads
+            # it again.
             chunk.redo = True
             return None
         if w is not None:
@@ -556,6 +616,10 @@ def _chunk_entry(
     return entry
 
 
+def _row_order(row: tuple[str | None, ...]) -> tuple[tuple[bool, str], ...]:
+    return tuple((v is not None, v or "") for v in row)
+
+
 def _master_position(conn: Any) -> Pos:
     """The binlog end now (SHOW MASTER STATUS; SHOW BINARY LOG STATUS on MySQL >= 8.4)."""
     with conn.cursor() as cur:
@@ -569,6 +633,29 @@ def _master_position(conn: Any) -> Pos:
     journal = row[0].decode() if isinstance(row[0], bytes) else str(row[0])
     offset = int(row[1].decode() if isinstance(row[1], bytes) else row[1])
     return position(journal, offset)
+
+
+def check_where(source: SourceConfig, tables: list[str], where: str) -> str | None:
+    """Why ``where`` cannot select rows of every table in ``tables`` (``db.table``), or None: each is
+    asked ``SELECT 1 … WHERE (where) LIMIT 0`` first, so a bad condition is refused at the request
+    instead of stopping the snapshot (and the relay) at its first chunk."""
+    conn = mysql.connect(
+        source.host, source.port, source.user, source.password, tls=source.tls,
+        connect_timeout=source.connect_timeout, read_timeout=source.read_timeout,
+    )  # fmt: skip
+    try:
+        for name in tables:
+            db, table = name.split(".", 1)
+            qualified = f"{quote_name(db)}.{quote_name(table)}"
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT 1 FROM {qualified} WHERE ({where}) LIMIT 0")
+            except pymysql.err.MySQLError as exc:
+                text = exc.args[1] if len(exc.args) > 1 else str(exc)
+                return f"--where {where!r} fails on {name}: {text}"
+    finally:
+        conn.close()
+    return None
 
 
 def plan(
