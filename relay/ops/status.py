@@ -19,6 +19,7 @@ from relay.errors import RelayError
 from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
+from relay.source.snapshot import read_percent
 from relay.wiring import open_positions, transactional_id
 
 
@@ -132,20 +133,6 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
         "snapshot_percent": percent,
         "snapshot_state": what,
     }
-
-
-def read_percent(state: dict[str, Any]) -> float:
-    """How much of a snapshot is read: rows read over the rows expected (a table's estimate from
-    ``information_schema`` until it is done, then what it had); below 100 until every table is done."""
-    if state.get("done"):
-        return 100.0
-    tables: dict[str, Any] = state.get("tables", {})
-    read = sum(int(t["rows"]) for t in tables.values())
-    expected = sum(
-        int(t["rows"]) if t["done"] else max(int(t.get("estimated_rows") or 0), int(t["rows"]) + 1)
-        for t in tables.values()
-    )
-    return min(99.9, 100.0 * read / expected) if expected else 0.0
 
 
 def _fill_percent(data: dict[str, Any]) -> float | None:

@@ -152,6 +152,20 @@ def state_rows(state: dict[str, Any]) -> int:
     return sum(int(t["rows"]) for t in state.get("tables", {}).values())
 
 
+def read_percent(state: dict[str, Any]) -> float:
+    """How much of a snapshot is read: rows read over the rows expected (a table's estimate from
+    ``information_schema`` until it is done, then what it had); below 100 until every table is done."""
+    if state.get("done"):
+        return 100.0
+    tables: dict[str, Any] = state.get("tables", {})
+    read = sum(int(t["rows"]) for t in tables.values())
+    expected = sum(
+        int(t["rows"]) if t["done"] else max(int(t.get("estimated_rows") or 0), int(t["rows"]) + 1)
+        for t in tables.values()
+    )
+    return min(99.9, 100.0 * read / expected) if expected else 0.0
+
+
 def compacted(state: dict[str, Any]) -> dict[str, Any]:
     """A finished snapshot's checkpoint without its per-table entries: saved with every later position,
     it stays small however many shards there were."""
@@ -564,6 +578,7 @@ class Snapshot:
             "skipped": dict(self.skipped),
             "rows": sum(int(t["rows"]) for t in tables.values()),
             "rows_per_second": round(rate, 1),
+            "percent": round(read_percent({"done": self.done, "tables": tables}), 1),
             "eta_seconds": None if self.done or rate <= 0 else round(remaining / rate, 1),
         }
 

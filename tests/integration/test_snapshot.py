@@ -101,6 +101,7 @@ def test_snapshot_under_load_with_two_sigkills_rebuilds_the_tables(case: Case, r
     samples = _metrics(port)
     table = f'relay_snapshot_rows{{table="{case.prefix}_01.orders_01"}}'
     assert samples[table] > 0 and samples["relay_snapshot_acked_rows"] > 0, samples
+    assert samples["relay_snapshot_read_percent"] == 100.0, samples
     wait_for(lambda: bool(snapshot_status(relay).get("done")), 180, "the snapshot done")
     shown = run_cli("status", "-c", str(cfg))  # four orders shards and the customers table of shard 00
     assert re.search(

@@ -286,7 +286,7 @@ def test_a_keyless_table_is_one_chunk_voided_by_any_change_of_the_table_in_its_w
 
 def test_progress_is_a_share_of_the_estimated_rows_and_a_bar() -> None:
     from relay.ops.snapshot import progress_bar
-    from relay.ops.status import read_percent
+    from relay.source.snapshot import read_percent
 
     state = {
         "id": "s",
