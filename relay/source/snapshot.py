@@ -123,6 +123,10 @@ class _Watch:
     changes: list[tuple[Pos, tuple[str | None, ...]]] = field(default_factory=list)
     key_index: dict[tuple[str, ...], tuple[int, ...] | None] = field(default_factory=dict)
     ddls: int = 0  # DDL statements on the table the parser has seen since the watch began
+    # The binlog end when the watch began: what the parser reads below it (a relay behind, or started
+    # from an old source.start) was written before the table's definition and rows were read, so it
+    # neither supersedes a row nor voids a chunk; not recording it keeps a long replay from piling up.
+    since: Pos | None = None
 
 
 class _RateLimit:
@@ -354,8 +358,9 @@ class Snapshot:
                 self._read_chunks(conn, spec, after)
             else:
                 self._read_whole(conn, spec)
-        except pymysql.err.ProgrammingError as exc:
-            if mysql.error_code(exc) != ER_NO_SUCH_TABLE:
+        except (NoSuchTableError, pymysql.err.ProgrammingError) as exc:
+            # Gone while read: its definition read again (after a DDL) finds nothing, or the SELECT fails.
+            if isinstance(exc, pymysql.err.ProgrammingError) and mysql.error_code(exc) != ER_NO_SUCH_TABLE:
                 raise
             self.unwatch(spec)
             self._skip(spec, after, "dropped or renamed")
@@ -367,7 +372,8 @@ class Snapshot:
         self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
 
     def _read_chunks(self, conn: Any, spec: TableSpec, after: list[str | None] | None) -> None:
-        self.watch(spec)  # before the first low: every later change of the table is seen
+        # Before the first low: every later change of the table is seen.
+        self.watch(spec, since=_master_position(conn))
         ddls = -1  # read the definition again now: a DDL before the watch began is not counted
         where = str(self.state.get("where") or "")
         while not self._stop.is_set():
@@ -412,7 +418,7 @@ class Snapshot:
         where = str(self.state.get("where") or "")
         limit = self.config.keyless_max_rows
         for attempt in range(1, KEYLESS_TRIES + 1):
-            self.watch(spec)  # a fresh window: only changes from here on void this read
+            self.watch(spec, since=_master_position(conn))  # a fresh window: only later changes void it
             spec = describe_table(conn, spec.db, spec.table, spec.estimated_rows)
             if spec.key:  # a key was added meanwhile: read in key chunks
                 self._read_chunks(conn, spec, None)
@@ -453,12 +459,13 @@ class Snapshot:
             "key, snapshot it when it is quiet (`relay snapshot run`), or leave it out (filter.exclude)"
         )
 
-    def watch(self, spec: TableSpec, keep_changes: bool = False) -> None:
-        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs);
-        ``keep_changes``: a new definition of a watched table, what was recorded stays."""
+    def watch(self, spec: TableSpec, keep_changes: bool = False, since: Pos | None = None) -> None:
+        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs) at or
+        after ``since`` (None: the watch's before, else all); ``keep_changes``: a new definition of a
+        watched table, what was recorded stays."""
         with self._lock:
             old = self._watches.get((spec.db, spec.table))
-            w = _Watch(spec)
+            w = _Watch(spec, since=since if since is not None or old is None else old.since)
             if keep_changes and old is not None:
                 w.changes, w.ddls = old.changes, old.ddls
             self._watches[(spec.db, spec.table)] = w
@@ -492,10 +499,12 @@ class Snapshot:
                 w = self._watches.get((e.header.schema_name, e.header.table_name))
                 if w is None:
                     continue
+                at = position(e.header.logfile_name, e.header.logfile_offset)
+                if w.since is not None and at < w.since:
+                    continue
                 if rc.is_ddl:
                     w.ddls += 1  # chunks read under the old definition are read again
                     continue
-                at = position(e.header.logfile_name, e.header.logfile_offset)
                 index = _key_index(w, rc)
                 for row in rc.rows:
                     for image in (row.before, row.after):

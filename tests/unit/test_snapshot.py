@@ -302,3 +302,27 @@ def test_progress_is_a_share_of_the_estimated_rows_and_a_bar() -> None:
     assert progress_bar(25.0, width=8) == "[##------]  25%"
     assert progress_bar(100.0, width=4) == "[####] 100%"
     assert progress_bar(0.0, width=4) == "[----]   0%"
+
+
+def test_changes_below_the_watch_start_neither_supersede_nor_void() -> None:
+    """What the parser reads below the binlog end at the watch's start (a relay behind, or replaying from
+    an old ``source.start``) was in the binlog before the table was read: not recorded."""
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap.watch(spec, since=position(FILE, 1000))
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A"), ("2", "B")], ["2"], False)
+    snap._submit(chunk)
+    old = _rows_entry(400, spec.table, (RowImage(("1", "X"), ("1", "A")),))  # history: before the watch
+    ddl = Entry(
+        Header(FILE, 500, 1, 0, 100, EventType.ALTER, spec.db, spec.table),
+        EntryType.ROWDATA,
+        RowChange(EventType.ALTER, is_ddl=True),
+        TxnContext(EntryPosition(FILE, 500)),
+    )
+    snap.observe(_event(400, 100), [old])
+    snap.observe(_event(500, 100), [ddl])
+    new = _rows_entry(1100, spec.table, (RowImage(("2", "B"), ("2", "C")),))  # after: supersedes key 2
+    snap.observe(_event(1100, 100), [new])
+    (entry,) = snap.due(False, None)
+    rc = entry.store_value
+    assert isinstance(rc, RowChange) and [r.after for r in rc.rows] == [("1", "A")] and not chunk.redo
