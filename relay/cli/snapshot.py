@@ -28,7 +28,13 @@ def add_snapshot_parser(sub: Any) -> None:
         "snapshot.mode says; `cancel` ends it (with the relay stopped too).",
     )
     cmds = snap.add_subparsers(dest="snapshot_command", required=True, metavar="ACTION")
-    run = cmds.add_parser("run", help="snapshot one logical table (all its shards) now")
+    run = cmds.add_parser(
+        "run",
+        help="snapshot one logical table (all its shards) now",
+        description="Snapshot every shard of one logical table of the current mapping while the relay "
+        "streams; --where first runs SELECT 1 ... WHERE (COND) LIMIT 0 on every shard, and a condition "
+        "that fails is refused naming the shard.",
+    )
     run.add_argument("-c", "--config", required=True, help="the relay's config file")
     run.add_argument("--table", required=True, help="the logical db.table, e.g. shop.orders")
     run.add_argument(
@@ -38,16 +44,23 @@ def add_snapshot_parser(sub: Any) -> None:
     )
     run.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     run.set_defaults(func=cmd_snapshot_run)
-    status = cmds.add_parser("status", help="the snapshot's progress per table")
+    status = cmds.add_parser(
+        "status",
+        help="the snapshot's progress per table",
+        description="The snapshot's progress: rows, share read, acked rows, rate and ETA, and per table its "
+        "chunk and rows of the estimate (from the running relay, else the saved checkpoint). --follow "
+        "redraws a bar until it is done: exit status 0, or 1 if it failed, was cancelled or the relay "
+        "stopped.",
+    )
     status.add_argument("-c", "--config", required=True, help="the relay's config file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     status.set_defaults(func=cmd_snapshot_status)
-    cancel = cmds.add_parser(
-        "cancel",
-        help="cancel the running snapshot (what is published stays); with the relay stopped, the "
-        "unfinished one in the saved position (so a start does not continue it)",
+    cancel_help = (
+        "cancel the running snapshot (what is published stays); with the relay stopped, the "
+        "unfinished one in the saved position (so a start does not continue it)"
     )
+    cancel = cmds.add_parser("cancel", help=cancel_help, description=cancel_help)
     cancel.add_argument("-c", "--config", required=True, help="the relay's config file")
     cancel.set_defaults(func=cmd_snapshot_cancel)
 

@@ -114,7 +114,7 @@ def test_run_where_follow_and_a_bad_condition(case: Case) -> None:
 
 def test_cancel_running_and_stopped_then_run_again(case: Case) -> None:
     cfg = case.configure(
-        start=master_position(case.conn), snapshot={"mode": "never", "max_rows_per_second": 800}
+        start=master_position(case.conn), snapshot={"mode": "never", "max_rows_per_second": 200}
     )
     writer = KeyChangingWriter(case.mysql, case.prefix, dict(case.existing), seed=9)
     writer.start()
