@@ -75,7 +75,7 @@ def test_failover_during_a_snapshot_continues_it_on_the_replica(
                 "mode": "when_needed",
                 "chunk_rows": 200,
                 "parallelism": 2,
-                "max_rows_per_second": 800,
+                "max_rows_per_second": 400,
             },
             "store": {"buffer_size": 256, "batch_mode": "ITEMSIZE"},
             "kafka": {"settings": {"batch.num.messages": "1"}},  # Tansu serves a partition's last batch late

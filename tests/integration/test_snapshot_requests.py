@@ -87,7 +87,10 @@ def test_when_needed_with_an_old_source_start_publishes_the_history_then_the_sna
 
 
 def test_run_where_follow_and_a_bad_condition(case: Case) -> None:
-    cfg = case.configure(start=master_position(case.conn), snapshot={"mode": "never"})
+    # Slow enough for --follow to draw the bar while it runs.
+    cfg = case.configure(
+        start=master_position(case.conn), snapshot={"mode": "never", "max_rows_per_second": 400}
+    )
     writer = KeyChangingWriter(case.mysql, case.prefix, dict(case.existing), seed=5)
     writer.start()
     relay = case.relay(cfg)
