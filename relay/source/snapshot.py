@@ -27,6 +27,13 @@ chunk read again (after a restart) at the same ``P`` saw the same rows — no ch
 between — and gives byte-identical records; read at a later ``P'`` it gives new identities that sort
 after everything the earlier copy could be ordered against.
 
+A table without a usable key (no PRIMARY KEY, no UNIQUE key over NOT NULL columns) is read whole, as
+ONE chunk in one watermark window (``_read_whole``): any change of the table the parser sees in that
+window voids it (which rows it superseded cannot be told) and it is read again, up to
+``KEYLESS_TRIES`` times, then the snapshot stops naming the table. A watch records only what the parser
+reads at or after the binlog end at its start (``_Watch.since``): what lies below was written before the
+table was read. After a failover the instance moves the snapshot to the standby (``moved_state``).
+
 Progress is checkpointed with the position: each chunk entry carries the snapshot's state after it
 (``SnapshotEntry.checkpoint``: per table the last key emitted, rows, chunks, done), and
 ``CanalInstance`` saves the state of the last acknowledged chunk in ``ResumePoint.extra["snapshot"]``.
