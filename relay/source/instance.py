@@ -61,6 +61,7 @@ from relay.source.snapshot import (
 log = logging.getLogger(__name__)
 
 PUT_BURST = 256  # most entries put into the store in one call
+NO_CAPTURED_TABLE = "no captured table matches"  # request_snapshot's answer when no table is left
 
 
 @dataclass(frozen=True)
@@ -581,7 +582,7 @@ class CanalInstance:
         source = self._snapshot_source()
         state = plan(self.config.snapshot, source, captures, snapshot_id, where)
         if not state["tables"]:
-            return "no captured table matches"
+            return NO_CAPTURED_TABLE
         if where:
             problem = check_where(source, list(state["tables"]), where)
             if problem is not None:

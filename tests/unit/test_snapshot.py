@@ -220,8 +220,12 @@ class _FakeInstance:
         self.asked: list[tuple[str, str]] = []
 
     def request_snapshot(self, only: Any, snapshot_id: str, where: str = "") -> str | None:
+        from relay.source.instance import NO_CAPTURED_TABLE
+
         self.asked.append((snapshot_id, where))
-        assert only("shop_03", "orders_07") and not only("shop_03", "other")
+        if not only("shop_03", "orders_07"):
+            return NO_CAPTURED_TABLE
+        assert not only("shop_03", "other")
         return None
 
     def cancel_snapshot(self) -> str | None:
@@ -241,6 +245,11 @@ def test_requests_from_the_cli_are_checked_then_carried_out(tmp_path: Any) -> No
         inst, mapping, {"id": "r2", "action": "run", "table": "shop.orders", "where": "1; DROP"}
     )
     assert not bad["accepted"] and "';'" in bad["reason"]
+    unknown = requests.handle(inst, mapping, {"id": "r6", "action": "run", "table": "shop.nothing"})
+    assert unknown["reason"] == (
+        "--table shop.nothing: no table of the server that mapping version 1 routes to it is kept by "
+        "filter.include/filter.exclude"
+    )
     assert (
         requests.handle(inst, mapping, {"id": "r3", "action": "cancel"})["reason"] == "no snapshot is running"
     )
