@@ -128,8 +128,6 @@ def _compile_reader(steps: Steps, nulls: int, ncols: int) -> ImageReader:
 _MAX_CACHED = 2048
 
 
-
-
 class RowDecoder:
     """Decodes the rows of rows events for one replication connection, TIMESTAMP in its ``zone``.
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,7 +15,7 @@ import yaml
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
-from relay.dev.bench.stats import render_stall, render_table
+from relay.dev.bench.stats import render_stall, render_table, render_targets
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -74,6 +75,12 @@ def add_bench_parser(subparsers: Any) -> None:
         help="override a relay setting of conf/relay.yaml for the relay runs, e.g. publish.batch_size=512 "
         "(the value is read as YAML); repeatable",
     )
+    bench.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="sample each relay run with py-spy (pip install py-spy; else cProfile) into "
+        "DIR/<workload>-<n>.txt and print its top functions",
+    )
     bench.add_argument("--json", action="store_true", help="the report as JSON on stdout")
     bench.set_defaults(func=cmd_bench)
 
@@ -102,6 +109,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
             kw[key] = value
     if kw.get("repeat", base.repeat) < 1:
         raise SystemExit("relay bench: --repeat must be at least 1")
+    kw["profile"] = str(Path(args.profile).resolve()) if args.profile else None
     return BenchOptions(**{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka})
 
 
@@ -123,9 +131,12 @@ def render_report(report: BenchReport) -> str:
         f"MySQL {m['mysql']}, Kafka {m['kafka']}",
         f"medians of {report.options['repeat']} run(s); rows/s end to end = Kafka acknowledged every row and "
         "the position is saved; latency = commit -> Kafka ack at "
-        f"{report.options['latency_rate']:,.0f} rows/s offered",
+        f"{report.options['latency_rate']:,.0f} rows/s offered; ceiling = the same records, pre-encoded, "
+        "produced and acked alone",
         "",
         render_table(report.workloads),
+        "",
+        render_targets(report.workloads),
     ]
     if report.stall is not None:
         lines += ["", render_stall(report.stall)]

@@ -48,6 +48,7 @@ class BenchOptions:
     settings: dict[str, Any] = field(
         default_factory=dict
     )  # relay config overrides: {"publish.batch_size": 512}
+    profile: str | None = None  # a directory: each relay-drain run is sampled by py-spy (or cProfile) into it
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchOptions:
@@ -103,9 +104,18 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None
 
 def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "relay.dev.bench.worker", json.dumps(spec)]
+    if spec.get("profile_to"):
+        spy = py_spy()
+        if spy is None:
+            command[-1] = json.dumps({**spec, "cprofile": True})
+        else:
+            Path(spec["profile_to"]).parent.mkdir(parents=True, exist_ok=True)
+            sampler = [spy, "record", "--format", "raw", "--rate", "400", "--threads"]
+            command = [*sampler, "-o", spec["profile_to"], "--", *command]
     with open(log, "a") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "relay.dev.bench.worker", json.dumps(spec)],
+            command,
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -113,6 +123,16 @@ def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
             env=env,
             cwd=REPO_ROOT,
         )
+
+
+def py_spy() -> str | None:
+    """py-spy beside this interpreter (the dev extra installs it into the virtualenv), else None.
+
+    A profiled relay-drain run is sampled by py-spy into collapsed stacks of every thread; without it the
+    worker profiles its own threads with cProfile (``spec["cprofile"]``), slower and deterministic.
+    """
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else None
 
 
 def _tail(path: Path, lines: int = 15) -> str:
