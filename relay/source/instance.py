@@ -669,7 +669,7 @@ class CanalInstance:
         if snap is None or not snap.active:
             return "no snapshot is running"
         state = compacted(snap.cancel())
-        with self._lock:
+        with self._save_lock, self._lock:
             self._cancelled = (str(state["id"]), state)
             self._snapshot_state = state
             # The batches handed out carry the checkpoint of their chunks: they save the cancel instead.
@@ -677,12 +677,12 @@ class CanalInstance:
                 if self._unless_cancelled(point.extra.get(EXTRA_KEY)) is state:
                     self._resume[batch_id] = replace(point, extra={**point.extra, EXTRA_KEY: state})
             saved = self.saved_point
-            # Nothing outstanding (an idle source): saved now, so a restart does not continue it. An
-            # exactly-once store saves only what a transaction committed: there it waits for a batch.
+            # Nothing outstanding (an idle source): written now, so a restart does not continue it. An
+            # exactly-once store writes only what a transaction committed: there it waits for a batch.
             if not self._resume and saved is not None and not getattr(self.positions, "bound", False):
                 saved = replace(saved, extra={**saved.extra, EXTRA_KEY: state})
-                self.positions.save(saved)
-                self.last_saved = saved
+                self._write(saved)
+                self.last_acked = saved
         log.info(
             "instance %s: snapshot %s cancelled (%d rows put)",
             self.config.name,
