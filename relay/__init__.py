@@ -13,3 +13,7 @@ benchmark) · ``cli`` (the command line). ``mapping`` (a package of its own) is 
 """
 
 __version__ = "0.1.0"
+
+from relay import _native
+
+_native.install()  # before any hot module is imported: compiled extensions, or their sources

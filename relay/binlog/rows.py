@@ -24,6 +24,8 @@ import struct
 from collections.abc import Callable
 from datetime import UTC, tzinfo
 
+from mypy_extensions import mypyc_attr
+
 from relay.binlog import jsonb, jsondiff
 from relay.binlog import types as t
 from relay.binlog.events import DELETE, INSERT, UPDATE, ColumnMeta, RowImage, TableMapEvent
@@ -128,6 +130,8 @@ def _compile_reader(steps: Steps, nulls: int, ncols: int) -> ImageReader:
 _MAX_CACHED = 2048
 
 
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (test doubles).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RowDecoder:
     """Decodes the rows of rows events for one replication connection, TIMESTAMP in its ``zone``.
 

@@ -419,8 +419,7 @@ def java_double(x: float) -> str:
     return java_text(digits, decpt, x < 0)
 
 
-@functools.lru_cache(maxsize=4096)
-def java_float(x: float) -> str:
+def _java_float(x: float) -> str:
     """``Float.toString(x)`` for a value that is exactly a float32."""
     if x == 0.0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
@@ -431,3 +430,8 @@ def java_float(x: float) -> str:
         if found is not None:
             return java_text(found[0], found[1], x < 0)
     raise DecodeError(f"no decimal rounds to float {x!r}")  # unreachable: 9 digits always do
+
+
+# Wrapped by hand, with its type spelled out: mypyc cannot infer the type of a decorated function
+# another compiled module reads at import time ("Cannot determine type").
+java_float: Callable[[float], str] = functools.lru_cache(maxsize=4096)(_java_float)

@@ -47,6 +47,8 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
+from mypy_extensions import mypyc_attr
+
 from relay.binlog import charsets, jsonb
 from relay.binlog import types as t
 from relay.binlog.events import ColumnMeta
@@ -59,6 +61,7 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DATE_CACHE: dict[int, str] = {}  # days since the epoch → "YYYY-MM-DD" (few distinct days per stream)
 
 
+@mypyc_attr(native_class=False)  # compiled (scripts/build-compiled): mypyc cannot subclass str natively
 class Instant(str):
     """A TIMESTAMP's text in the decoder's zone (exactly the str canal gives) that also knows its instant:
     ``micros`` since the epoch (UTC). Compares, hashes and encodes as the text."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from mypy_extensions import mypyc_attr
+
 from relay.binlog.events import ColumnMeta, RowImage
 
 
@@ -176,6 +178,8 @@ def _before_columns(meta: tuple[ColumnMeta, ...], values: tuple[str | None, ...]
     return cols
 
 
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.canal.proto.convert).
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(slots=True)
 class RowChange:
     """canal's RowChange. For DML, ``columns`` + ``rows`` hold the data; ``row_datas()`` builds RowData."""
@@ -213,6 +217,8 @@ class TransactionEnd:
     props: list[tuple[str, str]] = field(default_factory=list)
 
 
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.source.snapshot).
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(slots=True)
 class Entry:
     """canal's Entry plus the relay-side transaction context (``txn``, ``txn_index``)."""

@@ -47,6 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
+from mypy_extensions import mypyc_attr
+
 from relay.canal.entry import Entry, EntryPosition
 from relay.config.sections import BatchMode, StoreConfig
 from relay.errors import StoreClosedError, StoreError
@@ -97,6 +99,8 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (test doubles).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RingStore:
     """The ring buffer. See the module docstring for the semantics and thread model."""
 

@@ -34,6 +34,8 @@ import logging
 import re
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from relay.canal.ddl import classify
 from relay.canal.entry import Entry, EntryType, EventType, RowChange
 from relay.config.sections import compile_filter, validate_counter
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 _CACHE_LIMIT = 100_000  # distinct schema.table names remembered per filter
 
 
+# Interpreted even where sink.py is compiled: a native class would refuse a wrong type with TypeError
+# before __post_init__ could name the key (ConfigError).
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True)
 class SinkConfig:
     filter: str = ""  # canal.instance.filter.regex; "" keeps every table

@@ -129,6 +129,7 @@ def render_report(report: BenchReport) -> str:
     lines = [
         f"relay bench — {m['date']}, {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, "
         f"MySQL {m['mysql']}, Kafka {m['kafka']}",
+        f"hot modules: {m.get('build', 'not recorded')}",
         f"medians of {report.options['repeat']} run(s); rows/s end to end = Kafka acknowledged every row and "
         "the position is saved; latency = commit -> Kafka ack at "
         f"{report.options['latency_rate']:,.0f} rows/s offered; ceiling = the same records, pre-encoded, "

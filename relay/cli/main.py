@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from types import FrameType
 
-from relay import __version__
+from relay import __version__, _native
 from relay.canal.entry import Entry, EntryType, RowChange
 from relay.canal.sink import SinkConfig
 from relay.common.redact import RedactingFormatter, redact, redact_value
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="relay",
         description="canal's binlog parser and ring store in Python; relays MySQL changes durably to Kafka.",
     )
-    parser.add_argument("--version", action="version", version=f"relay {__version__}")
+    parser.add_argument("--version", action="version", version=f"relay {__version__}, {_native.describe()}")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )

@@ -338,7 +338,7 @@ class KafkaPublisher:
         ``may_poll`` is False inside a delivery callback (dead-lettering), where polling would re-enter
         ``poll``: a full queue then fails the batch retriably at once.
         """
-        deadline = time.monotonic() + (self._config.delivery_timeout_s if may_poll else 0.0)
+        deadline = None  # set at the first full queue: the common case does not read the clock
         while True:
             try:
                 self._producer.produce(
@@ -351,6 +351,8 @@ class KafkaPublisher:
                 )
                 return
             except BufferError:
+                if deadline is None:
+                    deadline = time.monotonic() + (self._config.delivery_timeout_s if may_poll else 0.0)
                 if time.monotonic() >= deadline:
                     waited = self._config.delivery_timeout_s
                     log.error("%s: local producer queue stayed full", handle.label)

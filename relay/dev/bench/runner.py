@@ -28,6 +28,7 @@ from typing import Any
 
 import pymysql
 
+from relay import _native
 from relay.dev.bench import workloads as wl
 from relay.dev.bench.common import (
     LIVE_BASE_ID,
@@ -107,6 +108,7 @@ def machine_info(mysql_version: str, kafka: str) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu": cpu,
         "python": platform.python_version(),
+        "build": _native.describe(),  # the workers inherit the environment: the same build runs there
         "mysql": mysql_version,
         "kafka": kafka,
         "command": " ".join(["relay", *sys.argv[1:]])

@@ -1,0 +1,113 @@
+"""Which build of the hot modules runs: the mypyc-compiled extensions, or their Python source.
+
+``scripts/build-compiled`` compiles the per-row modules with mypyc, beside their sources, and writes
+``relay/_compiled.json``: the modules and the SHA-256 of each one's source when it was compiled.
+``install()`` runs once, from ``relay/__init__.py``, before any of those modules is imported, and decides:
+
+- ``compiled``: the manifest exists, was built for this interpreter, and every listed source still has its
+  recorded hash. Python's own import system then loads the extensions (they come before ``.py`` files).
+- ``pure``: otherwise — nothing compiled, ``RELAY_PURE_PYTHON=1`` set, or a source edited since the build
+  (``stale``; logged once as a warning naming the files). A finder placed first on ``sys.meta_path``
+  then imports every ``relay.*`` module from its ``.py`` file, so an extension never shadows the source
+  it was built from (nor one left without a manifest by an interrupted build). One stale module makes
+  the whole set pure: compiled modules call each other directly, so a fresh extension could still run
+  the stale one's old code.
+
+The Python source is the truth and stays complete: the extensions are only a faster form of it, checked to
+give byte-identical records (``tests/unit/test_golden_records.py``). Standard library only; imports nothing
+from the relay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import sys
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+log = logging.getLogger("relay")
+
+ENV_PURE = "RELAY_PURE_PYTHON"
+MANIFEST = Path(__file__).resolve().parent / "_compiled.json"
+_ROOT = MANIFEST.parent.parent
+
+mode = "pure"  # "compiled" or "pure"; see ``describe()``
+reason = "not decided yet: relay/__init__.py calls install()"
+compiled_modules: tuple[str, ...] = ()  # the modules running compiled (empty when pure)
+
+
+def describe() -> str:
+    """One line for ``relay --version`` and ``relay bench``: the build in use, and why."""
+    if mode == "compiled":
+        return f"compiled (mypyc: {len(compiled_modules)} modules)"
+    return f"pure Python ({reason})"
+
+
+def _source(module: str) -> Path:
+    return _ROOT / (module.replace(".", "/") + ".py")
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Imports every ``relay.*`` module that has a ``.py`` file from that file, never from an extension."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("relay."):
+            return None
+        source = _source(fullname)
+        if not source.is_file():
+            return None  # a package (its __init__.py) or no module at all: Python's own finders decide
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def _read_manifest() -> dict[str, str] | None:
+    """The compiled modules and their source hashes; None when nothing usable was built."""
+    try:
+        doc = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    modules = doc.get("modules") if isinstance(doc, dict) else None
+    if not isinstance(modules, dict) or doc.get("ext_suffix") != sysconfig.get_config_var("EXT_SUFFIX"):
+        return None
+    return {str(k): str(v) for k, v in modules.items()}
+
+
+def install() -> None:
+    """Decide the build (once per process); for the pure one, put the source finder first."""
+    global mode, reason, compiled_modules
+    if mode == "compiled" or any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        return
+    built = _read_manifest()
+    stale = sorted(
+        str(_source(m).relative_to(_ROOT))
+        for m, digest in (built or {}).items()
+        if _digest(_source(m)) != digest
+    )
+    if os.environ.get(ENV_PURE, "") not in ("", "0"):
+        reason = f"{ENV_PURE}={os.environ[ENV_PURE]}"
+    elif built is None:
+        reason = "not compiled: see scripts/build-compiled"
+    elif stale:
+        reason = f"stale compiled modules: {', '.join(stale)} changed since scripts/build-compiled"
+        log.warning("running pure Python: %s (run it again)", reason)
+    else:
+        mode, reason, compiled_modules = "compiled", "", tuple(sorted(built))
+        return
+    # Even with no (usable) manifest: extensions left by an interrupted or foreign build never load.
+    sys.meta_path.insert(0, _SourceFinder())
