@@ -66,6 +66,7 @@ def test_example_values_are_the_defaults() -> None:
         ({"snapshot": {"mode": "always"}}, "snapshot.mode"),
         ({"snapshot": {"chunk_rows": 0}}, "snapshot.chunk_rows"),
         ({"snapshot": {"parallelism": 0}}, "snapshot.parallelism"),
+        ({"snapshot": {"keyless_max_rows": 0}}, "snapshot.keyless_max_rows"),
         ({"snapshot": {"max_rows_per_second": -1}}, "snapshot.max_rows_per_second"),
     ],
 )
