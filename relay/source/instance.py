@@ -43,7 +43,7 @@ from relay.canal.xa import XaBuffer
 from relay.config.sections import SnapshotConfig, SourceConfig, StartConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
-from relay.schema.history import FileSchemaHistory
+from relay.schema.history import SchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config
 from relay.source.schema_start import attach_schema_history
@@ -63,7 +63,7 @@ class InstanceConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
-    schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
+    schema_history: str = "off"  # schema.history: off (FULL metadata required), auto, always
     # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
     # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
@@ -77,13 +77,14 @@ class CanalInstance:
         self,
         config: InstanceConfig,
         positions: PositionStore,
-        schema_history: FileSchemaHistory | None = None,
+        schema_history: SchemaHistory | None = None,
     ) -> None:
         self.config = config
         self.positions = positions
         self.failover = Failover(config.source)
         self.source = BinlogSource(master_config(config.source))
-        # Names and keys where the server writes no full row metadata (relay.source.schema_start).
+        # Names and keys where the server writes no full row metadata; kept and checked against FULL
+        # metadata where it does (relay.source.schema_start).
         self.schema_history = schema_history
         self.source.accept_schema_history = schema_history is not None and config.schema_history != "off"
         self.store = RingStore(config.store)
@@ -181,6 +182,8 @@ class CanalInstance:
         if self._thread is not None:
             self._thread.join(timeout)
         self.source.close()
+        if self.schema_history is not None:
+            self.schema_history.close()
 
     @property
     def running(self) -> bool:
