@@ -179,8 +179,10 @@ class SchemaTracker:
         record = stored[-1] if stored else Record("learned", at, ((key, learned),))
         if not stored:
             self.history.append(record)
-            log.warning("schema history: %s.%s learned from the binlog's full metadata at %s:%d (%s)",
-                        *key, *at, difference)  # fmt: skip
+            # A table the history never had (no SELECT on it at the first read) is news, not a problem.
+            level = logging.INFO if table is None else logging.WARNING
+            log.log(level, "schema history: %s.%s learned from the binlog's full metadata at %s:%d (%s)",
+                    *key, *at, difference)  # fmt: skip
         apply_record(self.catalog, record)
 
     def _verify(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
