@@ -20,6 +20,7 @@ first TABLE_MAP.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Any
 
@@ -160,7 +161,10 @@ def ddls_between(
     if (file_order(start[0]), start[1]) >= limit:
         return []
     found: list[Ddl] = []
-    with contextlib.closing(BinlogStream(_stream_config(cfg, info))) as stream:
+    # Rows are not decoded: an image the relay will refuse later (a session's binlog_row_image=MINIMAL)
+    # must stop it where it is read, with its own message, not here.
+    config = dataclasses.replace(_stream_config(cfg, info), decode_rows=False)
+    with contextlib.closing(BinlogStream(config)) as stream:
         stream.open_at(*start)
         while True:
             event = stream.read(timeout=cfg.read_timeout)
