@@ -22,8 +22,8 @@ from relay.cli.positions import _refuse_if_active
 from relay.common import mysql
 from relay.config.load import load_config
 from relay.errors import ConfigError, SchemaError
-from relay.schema.history import Place, SchemaHistory, place_key, resync
-from relay.schema.server import read_table
+from relay.schema.history import Place, SchemaHistory, place_key, resync, server_key
+from relay.schema.server import read_server_key, read_table
 from relay.wiring import open_positions, open_schema_history
 
 
@@ -76,23 +76,29 @@ def _require(history: SchemaHistory, config: Any) -> None:
         )
 
 
-def _saved_place(config: Any) -> Place | None:
+def _saved(config: Any) -> tuple[Place | None, str]:
+    """The saved position's place and the server it is in ("": not recorded)."""
     with open_positions(config) as store:
         saved = store.load()
-    return (saved.journal, saved.offset) if saved is not None and saved.journal else None
+    if saved is None or not saved.journal:
+        return None, ""
+    src = saved.source
+    return (saved.journal, saved.offset), server_key(src.server_id, src.server_uuid) if src else ""
 
 
 def cmd_schema_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     key = _table(args.table)
-    at = _place(args.at) if args.at else _saved_place(config)
+    saved, server = _saved(config)
+    at = _place(args.at) if args.at else saved
     with open_schema_history(config) as history:
         _require(history, config)
         if at is None:
-            at = max((r.at for r in history.records), key=place_key)
-        table = history.catalog_at(at).table(*key)
+            newest = max(history.records, key=lambda r: place_key(r.at))
+            at, server = newest.at, newest.server
+        table = history.catalog_at(at, server).table(*key)
         where = history.describe()
-    print(f"as of {at[0]}:{at[1]} ({where})")
+    print(f"as of {at[0]}:{at[1]}" + (f" on server {server}" if server else "") + f" ({where})")
     print(table.describe() if table is not None else f"{key[0]}.{key[1]}: not known at this place")
     return 0 if table is not None else 1
 
@@ -107,21 +113,22 @@ def cmd_schema_resync(args: argparse.Namespace) -> int:
     try:
         with contextlib.closing(conn):
             live = read_table(conn, *key)
+            server = read_server_key(conn)
     except pymysql.err.MySQLError as exc:
         raise SchemaError(f"{s.address}: cannot read {args.table}: {exc}") from exc
     print(live.describe() if live is not None else f"{args.table}: no such table on the server")
     if not args.yes:
         print("not written: run again with --yes to confirm this definition")
         return 1
-    saved = _saved_place(config) if at is None else None
+    saved = _saved(config)[0] if at is None else None
     with open_schema_history(config) as history:
         _require(history, config)
         try:
-            record = resync(history, live, key, at)
+            record = resync(history, live, key, at, server)
         except SchemaError:
             if at is not None or saved is None:
                 raise
-            record = resync(history, live, key, saved)
+            record = resync(history, live, key, saved, server)
         where = history.describe()
     print(f"resynced {args.table} at {record.at[0]}:{record.at[1]} in {where}")
     return 0

@@ -16,11 +16,14 @@ the binlog place ``at`` = [file, offset] from which it holds:
   where the history did not know it or disagreed: ``at`` is the START of that TABLE_MAP;
 * ``resync`` — an operator's ``relay schema resync``: a table re-read from the live server.
 
-``catalog_at(place)`` is the schema as of a place: the newest snapshot at or before it, then every
-later record at or before it, in place order (ties in the order written). So a restart, a replay from
-an older position or a takeover that reads the same store gets the definitions of that place. Records
-at one place are never rewritten: a DDL read again finds its own record (``records_at``) and does not
-parse again, and a resync appended later wins over a broken DDL at the same place.
+Each record also names the server whose binlog its place is in (``server_key``): places of two
+servers (a master and its failover standby) are not comparable, so the schema is looked up among one
+server's records. ``catalog_at(place, server)`` is the schema as of a place: the newest snapshot at or
+before it, then every later record at or before it, in place order (ties in the order written). So
+a restart, a replay from an older position or a takeover that reads the same store gets the
+definitions of that place. Records at one place are never rewritten: a DDL read again finds its own
+record (``records_at``) and does not parse again, and a resync appended later wins over a broken DDL
+at the same place.
 
 Thread: the binlog reader thread appends; ``relay schema`` commands read and append while no relay runs.
 """
@@ -55,9 +58,12 @@ class Record:
     facts: dict[str, Any] | None = None  # snapshot: the charset facts; ddl: the database defaults after it
     sql: str = ""
     broken: str = ""
+    server: str = ""  # whose binlog ``at`` is a place in (``server_key``); "" in records written before
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "at": list(self.at)}
+        if self.server:
+            out["server"] = self.server
         out["changes"] = [[s, t, d.to_json() if d is not None else None] for (s, t), d in self.changes]
         if self.facts is not None:
             out["facts"] = self.facts
@@ -81,6 +87,7 @@ class Record:
             data.get("facts"),
             data.get("sql", ""),
             data.get("broken", ""),
+            str(data.get("server", "")),
         )
 
 
@@ -126,24 +133,29 @@ class SchemaHistory:
     def empty(self) -> bool:
         return not any(r.kind == "snapshot" for r in self.records)
 
-    def covers(self, at: Place) -> bool:
+    def of_server(self, server: str) -> list[tuple[int, Record]]:
+        """The records whose places are in ``server``'s binlog, with their write order ("" : all)."""
+        return [(i, r) for i, r in enumerate(self.records) if not server or r.server in ("", server)]
+
+    def covers(self, at: Place, server: str = "") -> bool:
         """Whether a snapshot at or before ``at`` exists (``catalog_at`` can answer for it)."""
         limit = place_key(at)
-        return any(r.kind == "snapshot" and place_key(r.at) <= limit for r in self.records)
+        return any(r.kind == "snapshot" and place_key(r.at) <= limit for _, r in self.of_server(server))
 
-    def records_at(self, at: Place) -> list[Record]:
-        return [r for r in self.records if r.at == at and r.kind != "snapshot"]
+    def records_at(self, at: Place, server: str = "") -> list[Record]:
+        return [r for _, r in self.of_server(server) if r.at == at and r.kind != "snapshot"]
 
-    def catalog_at(self, at: Place) -> Catalog:
-        """The schema as of ``at`` (module docstring); SchemaError when no snapshot is that old."""
+    def catalog_at(self, at: Place, server: str = "") -> Catalog:
+        """The schema as of ``at`` in ``server``'s binlog (module docstring); SchemaError when no
+        snapshot is that old."""
         limit = place_key(at)
-        snapshots = [
-            (i, r) for i, r in enumerate(self.records) if r.kind == "snapshot" and place_key(r.at) <= limit
-        ]
+        mine = self.of_server(server)
+        snapshots = [(i, r) for i, r in mine if r.kind == "snapshot" and place_key(r.at) <= limit]
         if not snapshots:
-            first = next((r.at for r in self.records if r.kind == "snapshot"), None)
+            first = next((r.at for _, r in mine if r.kind == "snapshot"), None)
+            of = f" of server {server}" if server else ""
             raise SchemaError(
-                f"the schema history ({self.describe()}) has no definitions as old as {at[0]}:{at[1]}"
+                f"the schema history ({self.describe()}) has no definitions{of} as old as {at[0]}:{at[1]}"
                 + (f" (its first snapshot is at {first[0]}:{first[1]})" if first else "")
             )
         index, snap = max(snapshots, key=lambda p: (place_key(p[1].at), p[0]))
@@ -152,7 +164,7 @@ class SchemaHistory:
         apply_record(catalog, snap)
         later = [
             (place_key(r.at), i, r)
-            for i, r in enumerate(self.records)
+            for i, r in mine
             if r.kind != "snapshot"
             and (place_key(r.at), i) > (place_key(snap.at), index)
             and place_key(r.at) <= limit
@@ -162,22 +174,33 @@ class SchemaHistory:
         return catalog
 
 
-def resync(history: SchemaHistory, table: TableDef | None, key: tuple[str, str], at: Place | None) -> Record:
-    """Append the live definition of ``key`` (None: the table is gone) as an operator's resync.
+def server_key(server_id: int, server_uuid: str) -> str:
+    """Whose binlog a place is in: the server's UUID (MySQL), else its server id (MariaDB). A failover
+    to a standby continues in another binlog, whose places say nothing about the master's."""
+    return server_uuid or f"id:{server_id}"
+
+
+def resync(
+    history: SchemaHistory, table: TableDef | None, key: tuple[str, str], at: Place | None, server: str = ""
+) -> Record:
+    """Append the live definition of ``key`` (None: the table is gone) as an operator's resync, in
+    ``server``'s binlog.
 
     ``at`` None: at the place of the table's broken DDL record (which it then replaces when the DDL is
     read again); otherwise at ``at`` (the saved position, for a table changed outside the binlog).
     """
     if at is None:
         broken = [
-            r for r in history.records if any(k == key and t is not None and t.broken for k, t in r.changes)
+            r
+            for _, r in history.of_server(server)
+            if any(k == key and t is not None and t.broken for k, t in r.changes)
         ]
         if not broken:
             raise SchemaError(
                 f"{key[0]}.{key[1]} has no broken DDL in the history; give the place to resync at (--at)"
             )
         at = broken[-1].at
-    record = Record("resync", at, ((key, table),))
+    record = Record("resync", at, ((key, table),), server=server)
     history.append(record)
     return record
 

@@ -52,16 +52,18 @@ class SchemaTracker:
     """Follows the schema along one binlog stream (module docstring). One reader thread owns it.
 
     ``mode``: ``auto`` or ``always`` (``schema.history``); ``full``: the server writes
-    binlog_row_metadata=FULL (a DDL the parser cannot apply then does not stop the relay in ``auto``).
+    binlog_row_metadata=FULL (a DDL the parser cannot apply then does not stop the relay in ``auto``);
+    ``server``: whose binlog the places are in (``relay.schema.history.server_key``).
     """
 
     def __init__(
-        self, history: SchemaHistory, start: Place, mode: str = "always", full: bool = False
+        self, history: SchemaHistory, start: Place, mode: str = "always", full: bool = False, server: str = ""
     ) -> None:
         self.history = history
         self.mode = mode
         self.full = full
-        self.catalog: Catalog = history.catalog_at(start)
+        self.server = server
+        self.catalog: Catalog = history.catalog_at(start, server)
         # (schema, table) -> (the event's columns, the table's definition, the columns to use)
         self._resolved: dict[tuple[str, str], tuple[object, object, tuple[ColumnMeta, ...]]] = {}
 
@@ -73,7 +75,7 @@ class SchemaTracker:
     # -- DDL ---------------------------------------------------------------------------------------
     def on_query(self, event: QueryEvent) -> None:
         at: Place = (event.header.log_file, event.header.log_pos)
-        stored = self.history.records_at(at)
+        stored = self.history.records_at(at, self.server)
         if stored:
             for record in stored:
                 apply_record(self.catalog, record)
@@ -93,6 +95,7 @@ class SchemaTracker:
                 {"databases": dict(self.catalog.databases)},
                 event.sql,
                 exc.reason,
+                self.server,
             )
             self.history.append(record)
             apply_record(self.catalog, record)
@@ -105,7 +108,8 @@ class SchemaTracker:
             return
         if not changes and work.databases == self.catalog.databases:
             return
-        record = Record("ddl", at, tuple(changes.items()), {"databases": dict(work.databases)}, event.sql)
+        facts = {"databases": dict(work.databases)}
+        record = Record("ddl", at, tuple(changes.items()), facts, event.sql, server=self.server)
         self.history.append(record)
         self.catalog = work
         self._resolved.clear()
@@ -175,8 +179,12 @@ class SchemaTracker:
             log.warning("schema history: %s.%s at %s:%d cannot be modelled (%s); its binlog metadata is used",
                         *key, *at, exc)  # fmt: skip
             return
-        stored = [r for r in self.history.records_at(at) if r.kind == "learned" and dict(r.changes).get(key)]
-        record = stored[-1] if stored else Record("learned", at, ((key, learned),))
+        stored = [
+            r
+            for r in self.history.records_at(at, self.server)
+            if r.kind == "learned" and dict(r.changes).get(key)
+        ]
+        record = stored[-1] if stored else Record("learned", at, ((key, learned),), server=self.server)
         if not stored:
             self.history.append(record)
             # A table the history never had (no SELECT on it at the first read) is news, not a problem.

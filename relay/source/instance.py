@@ -87,6 +87,7 @@ class CanalInstance:
         # metadata where it does (relay.source.schema_start).
         self.schema_history = schema_history
         self.source.accept_schema_history = schema_history is not None and config.schema_history != "off"
+        self.failover.accept_schema_history = self.source.accept_schema_history
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
@@ -353,7 +354,8 @@ class CanalInstance:
     def _switch(
         self, after: ResumePoint | None, reason: str, *, wait_acked: bool = False, saved_there: bool = False
     ) -> None:
-        switch = self.failover.open_standby(after, reason, saved_there=saved_there)
+        prepare = self._attach_history
+        switch = self.failover.open_standby(after, reason, saved_there=saved_there, prepare=prepare)
         if wait_acked:
             # Every entry of the master is acknowledged (its position saved under the master's
             # identity) before the source changes: a position never mixes two servers.
@@ -367,6 +369,16 @@ class CanalInstance:
             self.generation = next_generation(after)
         self.failover.stop_recording()
         self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
+
+    def _attach_history(self, source: BinlogSource, start: StartPoint) -> None:
+        """The standby's source follows the schema history too, with records of its own (its binlog
+        places are another numbering). Switching by GTID, the standby continues right after the
+        master's last event: the master's schema now is the standby's at its start, carried over.
+        Switching by timestamp it re-reads an overlap, so its definitions are read from it
+        (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
+        master = self.source.schema
+        carry = master.catalog.copy() if master is not None and not start.journal else None
+        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
 
     def _await_acked(self) -> None:
         while not self._stopping.is_set():

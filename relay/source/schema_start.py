@@ -2,11 +2,13 @@
 
 Owned here: ``attach_schema_history`` — with ``schema.history`` ``auto`` (the default) or ``always``
 the source's TABLE_MAPs and DDL go through a ``SchemaTracker`` whatever the server's
-``binlog_row_metadata`` (it logs which one it found: FULL is preferred); on the first start (an empty
-history), or where the history does not reach back to the start position under FULL metadata, it
-reads the tables' definitions so that they hold at the start position, and stores them as the
-history's snapshot. Runs on the thread that starts the instance, after the start position is resolved
-(and, with HA, after the leadership is won) and before the stream opens.
+``binlog_row_metadata`` (it logs which one it found: FULL is preferred). Where the history has no
+snapshot of this server at or before the start — the first start, a start older than the history, a
+failover standby — it takes one: the definitions carried over from the master (a failover by GTID),
+or read from the server so that they hold at the start position. A start from a GTID set is placed
+at the first GTID event a dump from that set sends (``gtid_start_place``). Runs on the thread that
+starts the instance (the parser thread at a failover), after the start position is resolved (and,
+with HA, after the leadership is won) and before the stream opens.
 
 Consistency: the definitions are read between two looks at the binlog end (``SHOW MASTER STATUS``),
 then the binlog from the start position to the second look is read for schema-changing DDL. None:
@@ -26,14 +28,14 @@ from typing import Any
 
 import pymysql
 
-from relay.binlog.events import HeartbeatEvent, QueryEvent
+from relay.binlog.events import GtidEvent, HeartbeatEvent, QueryEvent
 from relay.binlog.stream import BinlogStream
 from relay.canal.ddl import classify
 from relay.common.binlog_names import file_order
 from relay.config.sections import SourceConfig
 from relay.errors import SchemaError
 from relay.schema.ddl import SCHEMA_CHANGING, SYSTEM_SCHEMAS
-from relay.schema.history import Place, Record, SchemaHistory
+from relay.schema.history import Place, Record, SchemaHistory, server_key
 from relay.schema.model import Catalog
 from relay.schema.server import read_catalog
 from relay.schema.tracker import SchemaTracker
@@ -59,9 +61,15 @@ def uses_history(mode: str, info: ServerInfo) -> bool:
 
 
 def attach_schema_history(
-    source: BinlogSource, history: SchemaHistory | None, mode: str, start: StartPoint
+    source: BinlogSource,
+    history: SchemaHistory | None,
+    mode: str,
+    start: StartPoint,
+    carry: Catalog | None = None,
 ) -> SchemaTracker | None:
-    """Give ``source`` a schema tracker when ``mode`` calls for one (module docstring)."""
+    """Give ``source`` a schema tracker when ``mode`` calls for one (module docstring). ``carry``: the
+    schema exactly at ``start``, known from another server's binlog (a failover by GTID continues right
+    after the master's last event): it becomes this server's first snapshot instead of a read."""
     info = source.info
     assert info is not None
     metadata = info.row_metadata or "not supported by this server (MySQL 5.7)"
@@ -86,19 +94,22 @@ def attach_schema_history(
             metadata,
             history.describe(),
         )
-    if not start.journal:
-        raise SchemaError(
-            "the schema history needs a binlog file position to start from, not a GTID set "
-            f"({start.gtid_set}); set source.start.journal / offset"
-        )
+    server = server_key(info.server_id, info.server_uuid)
     place: Place = (start.journal, start.offset)
+    if not start.journal:  # a GTID set: the place of the first GTID event the dump sends
+        place = gtid_start_place(source.config, info, start.gtid_set or "")
     history.load()  # now, not when built: a standby that took over reads what its predecessor wrote
-    lenient = full and mode == "auto"
-    if history.empty or (lenient and not history.covers(place)):
-        catalog = consistent_snapshot(source.config, info, place, lenient=lenient)
-        history.append(Record("snapshot", place, tuple(catalog.tables.items()), catalog.facts_json()))
-        log.info("schema history: %d tables read from the server for %s:%d", len(catalog.tables), *place)
-    tracker = SchemaTracker(history, place, mode, full)
+    if not history.covers(place, server):
+        # The first start on this server (a new history, a failover standby, a start older than the
+        # history): the definitions read now, if they hold at the start (``consistent_snapshot``).
+        lenient = full and mode == "auto"
+        catalog = carry or consistent_snapshot(source.config, info, place, lenient=lenient)
+        facts = catalog.facts_json()
+        history.append(Record("snapshot", place, tuple(catalog.tables.items()), facts, server=server))
+        where = source.config.address
+        how = "carried over from the master" if carry is not None else "read"
+        log.info("schema history: %d tables %s for %s %s:%d", len(catalog.tables), how, where, *place)
+    tracker = SchemaTracker(history, place, mode, full, server)
     source.schema = tracker
     return tracker
 
@@ -150,6 +161,29 @@ def consistent_snapshot(
 
 
 Ddl = tuple[Place, str, tuple[tuple[str, str], ...]]
+
+
+def gtid_start_place(cfg: SourceConfig, info: ServerInfo, gtid_set: str) -> Place:
+    """Where a dump from ``gtid_set`` starts in the binlog: the place of the first GTID event it sends
+    (every transaction outside the set starts with one; the file's format description and GTID list
+    sent before it are earlier and not transactions), or the binlog end read before the dump when it
+    sends nothing but a heartbeat (nothing after the set yet)."""
+    conn = _connect(cfg)
+    try:
+        end = _status(cfg, conn)
+    except pymysql.err.MySQLError as exc:
+        raise _translate(cfg, exc, "reading the binlog end") from exc
+    finally:
+        conn.close()
+    config = dataclasses.replace(_stream_config(cfg, info), decode_rows=False)
+    with contextlib.closing(BinlogStream(config)) as stream:
+        stream.open_at_gtid(gtid_set)
+        while True:
+            event = stream.read(timeout=cfg.read_timeout)
+            if event is None or isinstance(event, HeartbeatEvent):
+                return end
+            if isinstance(event, GtidEvent) and not event.header.artificial:
+                return event.header.log_file, event.header.start
 
 
 def ddls_between(

@@ -30,10 +30,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from relay.cli.main import main
+from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService
+from relay.errors import ServiceError
 from relay.kafka.codec import sequence
 from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import RelayProcess, partitions_of, wait_for, write_configs
+from tests.integration.test_failover import Pair, caught_up, promote
 
 MODES = ("FULL", "MINIMAL", "NO_LOG")
 BEFORE = [
@@ -378,3 +381,124 @@ def test_an_unreadable_ddl_stops_the_relay_and_resync_recovers(
     assert last["data"][0]["id"] == "9" and last["data"][0]["name"] == "é" and last["data"][0]["note"] == "ü"
     assert [c for c in last["data"][0]][:3] == ["id", "name", "amt"]
     assert any(r["isDdl"] and "CONVERT TO" in r["sql"] for r in rows)
+
+
+# --- failover to a standby without full metadata ------------------------------------------------------
+
+
+@pytest.fixture
+def no_log_pair(tmp_path: Path) -> Iterator[Pair]:
+    """A MariaDB primary and its replica (GTID replication), both binlog_row_metadata=NO_LOG."""
+    try:
+        services.find_binary("mariadbd")
+    except ServiceError as exc:
+        pytest.skip(str(exc))
+    no_log = "--binlog-row-metadata=NO_LOG"
+    primary = services.start_mysql(services.StartOptions(tmp_path / "primary", extra_args=(no_log,)))
+    replica = services.start_mysql(
+        services.StartOptions(
+            tmp_path / "replica", extra_args=("--server-id=2", "--log-slave-updates", no_log)
+        )
+    )
+    try:
+        p = primary.service
+        with contextlib.closing(replica.service.connect()) as conn, conn.cursor() as cur:
+            cur.execute(
+                "CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
+                "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                (p.host, p.port, p.replication_user, p.replication_password),
+            )
+            cur.execute("START SLAVE")
+        yield Pair(primary, replica)
+    finally:
+        replica.stop(remove_dir=True)
+        primary.stop(remove_dir=True)
+
+
+def latest_by_key(messages: list[Any]) -> dict[tuple[str, str], dict[str, str | None]]:
+    """(physical table, key) → the row as the last record of its key says, in log order per partition."""
+    state: dict[tuple[str, str], dict[str, str | None]] = {}
+    for msg in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        value = json.loads(msg.value())
+        if value["isDdl"]:
+            continue
+        src = value["source"]
+        key = (f"{src['database']}.{src['table']}", json.dumps(value["pkNames"]) + msg.key().decode())
+        if value["type"] == "DELETE":
+            state.pop(key, None)
+        else:
+            state[key] = value["data"][0]
+    return state
+
+
+def selected(svc: MySQLService, tables: list[str]) -> dict[str, list[dict[str, str | None]]]:
+    out: dict[str, list[dict[str, str | None]]] = {}
+    with contextlib.closing(svc.connect()) as conn, conn.cursor() as cur:
+        for table in tables:
+            cur.execute(f"SELECT * FROM {table}")
+            names = [d[0] for d in cur.description]
+            rows = [
+                {n: None if v is None else str(v) for n, v in zip(names, row, strict=True)} for row in cur
+            ]
+            out[table] = sorted(rows, key=json.dumps)
+    return out
+
+
+def test_a_failover_to_a_standby_without_full_metadata_continues_with_the_standbys_own_history(
+    no_log_pair: Pair, kafka_service: KafkaService, tmp_path: Path
+) -> None:
+    primary, replica = no_log_pair.primary.service, no_log_pair.replica.service
+    tables = ["shop_00.orders_00", "shop_01.orders_01"]
+    execute(primary, [
+        "CREATE DATABASE shop_00", "CREATE DATABASE shop_01",
+        "CREATE TABLE shop_00.orders_00 (id BIGINT PRIMARY KEY, status VARCHAR(16), amount DECIMAL(12,2), "
+        "note TEXT)",
+        "CREATE TABLE shop_01.orders_01 LIKE shop_00.orders_00",
+    ])  # fmt: skip
+    wait_for(lambda: caught_up(no_log_pair), 30, "the replica applies the schema")
+    run = make_run("NO_LOG", primary, tmp_path, kafka_service.bootstrap_servers, source={
+        "standby": {"host": replica.host, "port": replica.port},
+        "failover": {"attempts": 2, "mode": "gtid"},
+        "retry": {"initial": 0.2, "maximum": 0.5},
+    })  # fmt: skip
+    relay = run.start()
+    execute(primary, [
+        "INSERT INTO shop_00.orders_00 VALUES (1, 'NEW', 1.25, 'a'), (2, 'NEW', 2.50, NULL)",
+        "ALTER TABLE shop_00.orders_00 ADD COLUMN extra INT AFTER status",
+        "UPDATE shop_00.orders_00 SET extra = id * 10, status = 'PAID'",
+        "ALTER TABLE shop_01.orders_01 RENAME COLUMN note TO memo",
+        "INSERT INTO shop_01.orders_01 VALUES (7, 'NEW', 7.75, 'm')",
+    ])  # fmt: skip
+    run.caught_up()
+    wait_for(lambda: caught_up(no_log_pair), 30, "the replica has every change of the primary")
+    no_log_pair.primary.process.stop()
+    promote(replica)
+    # On the promoted replica, after the switch: more DDL, read through the standby's own history.
+    execute(replica, [
+        "ALTER TABLE shop_00.orders_00 DROP COLUMN note, ADD COLUMN tag VARCHAR(8) FIRST",
+        "INSERT INTO shop_00.orders_00 VALUES ('t', 3, 'NEW', 30, 3.00)",
+        "ALTER TABLE shop_01.orders_01 CHANGE status state VARCHAR(20)",
+        "UPDATE shop_01.orders_01 SET state = 'SHIPPED', memo = 'm2' WHERE id = 7",
+        "DELETE FROM shop_00.orders_00 WHERE id = 2",
+        "UPDATE shop_00.orders_00 SET tag = CONCAT('x', id)",  # every row's last record: the last layout
+    ])  # fmt: skip
+    failover_log = "failing over to the standby"
+    wait_for(lambda: failover_log in relay.log() or not relay.alive(), 90, "the relay fails over")
+    assert relay.alive(), relay.log()[-4000:]
+    end = sequence(*binlog_end(replica), 0)
+
+    def on_standby_caught_up() -> bool:
+        text = relay.position()
+        point = ResumePoint.from_json(text) if text else None
+        done = point is not None and point.generation == 1 and sequence(point.journal, point.offset, 0) >= end
+        return done or not relay.alive()
+
+    wait_for(on_standby_caught_up, 60, "the relay publishes the standby's binlog to its end")
+    assert relay.alive(), relay.log()[-4000:]
+    messages = read_to_end(kafka_service.bootstrap_servers, run.topic)
+    got: dict[str, list[dict[str, str | None]]] = {}
+    for (table, _), row in latest_by_key(messages).items():
+        got.setdefault(table, []).append(row)
+    assert {t: sorted(rows, key=json.dumps) for t, rows in got.items()} == selected(replica, tables)
+    servers = {json.loads(line)["server"] for line in history_file(run).read_text().splitlines()}
+    assert servers == {"id:1", "id:2"}  # each server's records apart: their binlog places differ

@@ -189,3 +189,23 @@ def test_parts_reassemble_in_order_and_a_torn_record_is_left_out() -> None:
     for p in torn[:-1]:
         assembler.add(p)
     assert assembler.records == [big, small]  # the repeat of big kept once; the torn record left out
+
+
+def test_places_of_two_servers_are_kept_apart() -> None:
+    """A failover standby's binlog is another numbering: mysql-bin.000007:500 there is not the
+    master's; each server's schema comes from its own records."""
+    h = SchemaHistory()
+    facts = Catalog(mariadb=False, collations=dict(COLLATIONS)).facts_json()
+    renamed = TableDef("shop", "orders", (ColumnDef("key", "int", (), True), *ORDERS.columns[1:]), ("key",))
+    h.append(Record("snapshot", START, ((("shop", "orders"), ORDERS),), facts, server="id:1"))
+    h.append(Record("snapshot", (FILE, 200), ((("shop", "orders"), renamed),), facts, server="id:2"))
+    h.append(
+        Record("ddl", (FILE, 300), ((("shop", "orders"), None),), {"databases": {}}, "DROP", server="id:1")
+    )
+    assert h.catalog_at((FILE, 500), "id:1").table("shop", "orders") is None
+    assert h.catalog_at((FILE, 500), "id:2").table("shop", "orders") == renamed
+    assert not h.covers((FILE, 100), "id:2") and h.covers((FILE, 100), "id:1")
+    e = resolve(SchemaTracker(h, (FILE, 250), server="id:2"), table_map(b""))
+    assert [c.name for c in e.columns] == ["key", "name", "doc"]
+    with pytest.raises(SchemaError, match="no definitions of server id:2 as old as"):
+        h.catalog_at((FILE, 100), "id:2")
