@@ -1,6 +1,8 @@
 """The schema history end to end: ``relay run`` on MariaDB with binlog_row_metadata MINIMAL and NO_LOG
 publishes exactly what it publishes with FULL, across DDL and a SIGKILL; a DDL the parser cannot read
-stops it with the documented message, and ``relay schema resync`` recovers.
+stops it with the documented message, and ``relay schema resync`` recovers; a failover by GTID to a
+NO_LOG replica and an HA takeover with the history in ZooKeeper go on with the right columns (the
+topic's latest row per key equals SELECT, column names included).
 
 Three private servers differ only in ``binlog_row_metadata``. Each runs the same sharded workload —
 ADD / DROP / MODIFY / CHANGE / RENAME COLUMN, RENAME TABLE, CREATE … LIKE, DROP + CREATE with another
@@ -20,6 +22,7 @@ import contextlib
 import json
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +31,16 @@ from typing import Any
 import pymysql
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from kazoo.client import KazooClient
 
 from relay.cli.main import main
 from relay.dev import services
-from relay.dev.services import KafkaService, MySQLService
+from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ServiceError
+from relay.ha.leadership import Layout
 from relay.kafka.codec import sequence
 from relay.positions.store import ResumePoint
+from relay.positions.zookeeper import read_position_node
 from tests.integration.relay_harness import RelayProcess, partitions_of, wait_for, write_configs
 from tests.integration.test_failover import Pair, caught_up, promote
 
@@ -172,8 +178,8 @@ class Run:
         assert relay.alive(), relay.log()[-4000:]
 
 
-def make_run(mode: str, svc: MySQLService, tmp: Path, bootstrap: str, **extra: Any) -> Run:
-    prefix = f"sch{mode.replace('_', '').lower()}{time.monotonic_ns() % 10**7}"
+def make_run(mode: str, svc: MySQLService, tmp: Path, bootstrap: str, prefix: str = "", **extra: Any) -> Run:
+    prefix = prefix or f"sch{mode.replace('_', '').lower()}{time.monotonic_ns() % 10**7}"
     start = binlog_end(svc)
     cfg = write_configs(
         tmp,
@@ -502,3 +508,83 @@ def test_a_failover_to_a_standby_without_full_metadata_continues_with_the_standb
     assert {t: sorted(rows, key=json.dumps) for t, rows in got.items()} == selected(replica, tables)
     servers = {json.loads(line)["server"] for line in history_file(run).read_text().splitlines()}
     assert servers == {"id:1", "id:2"}  # each server's records apart: their binlog places differ
+
+
+# --- HA takeover with the history in ZooKeeper ---------------------------------------------------------
+
+
+def test_a_standby_taking_over_reads_the_history_from_zookeeper_and_goes_on_without_full_metadata(
+    mysql_server_factory: Callable[..., MySQLService],
+    kafka_service: KafkaService,
+    zk_service: ZooKeeperService,
+    tmp_path: Path,
+) -> None:
+    svc = mysql_server_factory("--binlog-row-metadata=NO_LOG")
+    execute(svc, [
+        *BEFORE[:2],
+        "CREATE TABLE shop_00.orders_00 (id BIGINT PRIMARY KEY, status VARCHAR(16), amount DECIMAL(12,2))",
+        "CREATE TABLE shop_01.orders_01 LIKE shop_00.orders_00",
+    ])  # fmt: skip
+    prefix = f"schha{time.monotonic_ns() % 10**7}"
+    root = f"/relay-test-{uuid.uuid4().hex[:10]}"
+
+    def ha(i: int) -> dict[str, Any]:
+        return {
+            "ha": {
+                "enabled": True,
+                "zookeeper": zk_service.hosts,
+                "root": root,
+                "session_timeout_seconds": 4.0,
+                "member_id": f"relay-{i}",
+            },
+            "positions": {"backend": "zookeeper"},
+        }
+
+    runs = [make_run("NO_LOG", svc, tmp_path / f"r{i}", kafka_service.bootstrap_servers, prefix, **ha(i))
+            for i in range(2)]  # fmt: skip
+    active = runs[0].start()
+    standby = RelayProcess(runs[1].cfg, tmp_path / "standby.log").start()
+    runs[1].procs.append(standby)
+    wait_for(lambda: standby.status().get("state") == "standby", 60, "relay-1 stands by")
+    zk = KazooClient(hosts=zk_service.hosts, timeout=10.0)
+    zk.start(timeout=30)
+    layout = Layout(root, prefix)
+
+    def published_to_end() -> bool:
+        end = sequence(*binlog_end(svc), 0)
+        point, _ = read_position_node(zk, layout.position)
+        return point is not None and sequence(point.journal, point.offset, 0) >= end
+
+    try:
+        execute(svc, [
+            "INSERT INTO shop_00.orders_00 VALUES (1, 'NEW', 1.25), (2, 'NEW', 2.50)",
+            "ALTER TABLE shop_00.orders_00 ADD COLUMN note VARCHAR(20) AFTER status",
+            "INSERT INTO shop_01.orders_01 VALUES (7, 'NEW', 7.75)",
+        ])  # fmt: skip
+        wait_for(published_to_end, 60, "relay-0 publishes")
+        active.signal(signal.SIGKILL)
+        assert active.wait(10) == -signal.SIGKILL
+        # While nobody leads: DDL the successor must take from the history relay-0 left in ZooKeeper.
+        execute(svc, [
+            "ALTER TABLE shop_00.orders_00 RENAME COLUMN status TO state, DROP COLUMN amount",
+            "ALTER TABLE shop_01.orders_01 ADD COLUMN tag CHAR(2) FIRST",
+            "UPDATE shop_00.orders_00 SET note = CONCAT('n', id), state = 'PAID'",
+            "UPDATE shop_01.orders_01 SET tag = 'ab'",
+        ])  # fmt: skip
+        wait_for(lambda: standby.status().get("state") == "running", 60, "relay-1 takes over")
+        wait_for(lambda: published_to_end() or not standby.alive(), 60, "relay-1 publishes to the end")
+        assert standby.alive(), standby.log()[-4000:]
+        records = zk.get_children(f"{layout.base}/schema")
+    finally:
+        zk.stop()
+        zk.close()
+        for run in runs:
+            for proc in run.procs:
+                proc.stop()
+    assert len(records) == 4  # relay-0: the snapshot and one DDL; relay-1: the two DDL it read itself
+    assert "schema history: mysql-bin" in standby.log()  # relay-1 applied the DDL it read itself
+    got: dict[str, list[dict[str, str | None]]] = {}
+    for (table, _), row in latest_by_key(read_to_end(kafka_service.bootstrap_servers, runs[0].topic)).items():
+        got.setdefault(table, []).append(row)
+    tables = ["shop_00.orders_00", "shop_01.orders_01"]
+    assert {t: sorted(rows, key=json.dumps) for t, rows in got.items()} == selected(svc, tables)
