@@ -265,13 +265,17 @@ def _alter_action(
     catalog: Catalog, t: TableDef, columns: list[ColumnDef], pk: list[str], action: exp.Expression
 ) -> None:
     collation = t.collation or catalog.server_collation
-    if isinstance(action, exp.ColumnDef):  # ADD [COLUMN]
+    if isinstance(action, exp.ColumnDef):  # ADD [COLUMN] [IF NOT EXISTS] (MariaDB)
+        if action.args.get("exists") and any(c.name.lower() == action.name.lower() for c in columns):
+            return
         col, inline_key = _column(catalog, action, collation)
         _place(columns, col, action.args.get("position"))
         if inline_key:
             pk[:] = [col.name]
     elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() == "COLUMN":
         for target in action.args.get("tables") or []:
+            if action.args.get("exists") and not any(c.name.lower() == target.name.lower() for c in columns):
+                continue  # DROP COLUMN IF EXISTS (MariaDB) of a column that is not there
             columns.pop(_find(columns, target.name))
             pk[:] = [k for k in pk if k.lower() != target.name.lower()]
     elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() in (

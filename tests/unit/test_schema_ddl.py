@@ -95,3 +95,12 @@ def test_a_quoted_name_is_a_column_even_when_it_spells_a_keyword() -> None:
     assert t is not None and [col.name for col in t.columns] == ["id", "partition"]
     with pytest.raises(UnappliedDdlError):  # partition options after another action: not guessed
         apply_ddl(c, "ALTER TABLE o ADD COLUMN x INT, PARTITION BY HASH(id)", "d")
+
+
+def test_mariadb_if_exists_column_clauses_follow_what_the_table_has() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT PRIMARY KEY, a INT)", "d")
+    apply_ddl(c, "ALTER TABLE o ADD COLUMN IF NOT EXISTS a INT, ADD COLUMN IF NOT EXISTS b INT", "d")
+    apply_ddl(c, "ALTER TABLE o DROP COLUMN IF EXISTS zz, DROP COLUMN IF EXISTS a", "d")
+    t = c.table("d", "o")
+    assert t is not None and [col.name for col in t.columns] == ["id", "b"]
