@@ -65,6 +65,7 @@ class KafkaSchemaHistory(SchemaHistory):
         self.config = config
         self._prefix = f"{config.instance}/".encode()
         self._producer: Producer | None = None
+        self._topic_ready = False
 
     def describe(self) -> str:
         return f"kafka topic {self.config.topic} key {self.config.instance}/…"
@@ -100,10 +101,12 @@ class KafkaSchemaHistory(SchemaHistory):
         return assembler.records
 
     def _write(self, record: Record) -> None:
-        try:
-            _ensure_topic(self.config.positions_view(), self.config.topic, {"cleanup.policy": "compact"})
-        except PublishError as exc:
-            raise SchemaError(f"cannot create the schema history topic: {exc}") from exc
+        if not self._topic_ready:
+            try:
+                _ensure_topic(self.config.positions_view(), self.config.topic, {"cleanup.policy": "compact"})
+            except (PublishError, PositionError) as exc:
+                raise SchemaError(f"cannot create the schema history topic: {exc}") from exc
+            self._topic_ready = True
         producer = self._producer or self._new_producer()
         rid = record_id(record)
         errors: list[KafkaError] = []
