@@ -43,7 +43,7 @@ from relay.canal.xa import XaBuffer
 from relay.config.sections import SnapshotConfig, SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
-from relay.schema.history import FileSchemaHistory
+from relay.schema.history import SchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config, standby_config
 from relay.source.schema_start import attach_schema_history
@@ -76,7 +76,7 @@ class InstanceConfig:
     # positions.save_interval_seconds: > 0: a writer thread saves the point after the last ack, at most
     # once per interval (acks never wait on the disk or ZooKeeper); 0: every ack saves, on its thread.
     save_interval_seconds: float = 0.1
-    schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
+    schema_history: str = "off"  # schema.history: off (FULL metadata required), auto, always
     # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
     # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
@@ -90,15 +90,17 @@ class CanalInstance:
         self,
         config: InstanceConfig,
         positions: PositionStore,
-        schema_history: FileSchemaHistory | None = None,
+        schema_history: SchemaHistory | None = None,
     ) -> None:
         self.config = config
         self.positions = positions
         self.failover = Failover(config.source)
         self.source = BinlogSource(master_config(config.source))
-        # Names and keys where the server writes no full row metadata (relay.source.schema_start).
+        # Names and keys where the server writes no full row metadata; kept and checked against FULL
+        # metadata where it does (relay.source.schema_start).
         self.schema_history = schema_history
         self.source.accept_schema_history = schema_history is not None and config.schema_history != "off"
+        self.failover.accept_schema_history = self.source.accept_schema_history
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
@@ -210,6 +212,8 @@ class CanalInstance:
         if self._thread is not None:
             self._thread.join(timeout)
         self.source.close()
+        if self.schema_history is not None:
+            self.schema_history.close()
 
     @property
     def running(self) -> bool:
@@ -388,7 +392,8 @@ class CanalInstance:
     def _switch(
         self, after: ResumePoint | None, reason: str, *, wait_acked: bool = False, saved_there: bool = False
     ) -> None:
-        switch = self.failover.open_standby(after, reason, saved_there=saved_there)
+        prepare = self._attach_history
+        switch = self.failover.open_standby(after, reason, saved_there=saved_there, prepare=prepare)
         if wait_acked:
             # Every entry of the master is acknowledged (its position saved under the master's
             # identity) before the source changes: a position never mixes two servers.
@@ -402,6 +407,16 @@ class CanalInstance:
             self.generation = next_generation(after)
         self.failover.stop_recording()
         self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
+
+    def _attach_history(self, source: BinlogSource, start: StartPoint) -> None:
+        """The standby's source follows the schema history too, with records of its own (its binlog
+        places are another numbering). Switching by GTID, the standby continues right after the
+        master's last event: the master's schema now is the standby's at its start, carried over.
+        Switching by timestamp it re-reads an overlap, so its definitions are read from it
+        (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
+        master = self.source.schema
+        carry = master.catalog.copy() if master is not None and not start.journal else None
+        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
 
     def _await_acked(self) -> None:
         while not self._stopping.is_set():
