@@ -341,52 +341,59 @@ def test_an_unreadable_ddl_stops_the_relay_and_resync_recovers(
     svc = mysql_server_factory("--binlog-row-metadata=NO_LOG")
     execute(svc, BEFORE[:3])
     run = make_run("NO_LOG", svc, tmp_path, kafka_service.bootstrap_servers)
-    relay = run.start()
-    execute(svc, ["INSERT INTO shop_00.orders_00 (id, name) VALUES (1, 'a')"])
-    run.caught_up()
-    before = binlog_end(svc)
-    execute(svc, [
-        "ALTER TABLE shop_00.orders_00 CONVERT TO CHARACTER SET latin1",
-        "INSERT INTO shop_00.orders_00 (id, name, note) VALUES (9, 'é', 'ü')",
-    ])  # fmt: skip
-    for attempt in range(2):  # the stop is durable: a restart without a resync stops at the same place
-        wait_for(lambda proc=relay: not proc.alive(), 60, "the relay stops on the DDL")
-        assert relay.wait(1) != 0
-        status = json.loads(relay.status_path.read_text())
-        error = status["error"]
-        assert status["state"] == "failed", status
-        assert f"the DDL at {before[0]}:" in error and "on shop_00.orders_00 cannot be applied" in error, (
-            error
-        )
+    try:
+        relay = run.start()
+        execute(svc, ["INSERT INTO shop_00.orders_00 (id, name) VALUES (1, 'a')"])
+        run.caught_up()
+        before = binlog_end(svc)
+        execute(svc, [
+            "ALTER TABLE shop_00.orders_00 CONVERT TO CHARACTER SET latin1",
+            "INSERT INTO shop_00.orders_00 (id, name, note) VALUES (9, 'é', 'ü')",
+        ])  # fmt: skip
+        for attempt in range(2):  # the stop is durable: a restart without a resync stops at the same place
+            wait_for(lambda proc=relay: not proc.alive(), 60, "the relay stops on the DDL")
+            assert relay.wait(1) != 0
+            status = json.loads(relay.status_path.read_text())
+            error = status["error"]
+            assert status["state"] == "failed", status
+            assert (
+                f"the DDL at {before[0]}:" in error and "on shop_00.orders_00 cannot be applied" in error
+            ), error
+            assert (
+                "CONVERT TO CHARACTER SET" in error
+                and "relay schema resync --table shop_00.orders_00" in error
+            )
+            point = ResumePoint.from_json(relay.position())
+            assert (point.journal, point.offset) <= before  # nothing of the DDL or after it acknowledged
+            if attempt == 0:
+                relay = run.start()
+
+        records = read_to_end(kafka_service.bootstrap_servers, run.topic)
+        assert [
+            json.loads(m.value())["data"][0]["id"] for m in records if not json.loads(m.value())["isDdl"]
+        ] == ["1"]
+
+        table = ["--table", "shop_00.orders_00"]
+        assert main(["schema", "resync", "-c", str(run.cfg), *table]) == 1  # shown, not written
+        assert "not written" in capsys.readouterr().out
+        assert main(["schema", "resync", "-c", str(run.cfg), *table, "--yes"]) == 0
+        assert f"resynced shop_00.orders_00 at {before[0]}:" in capsys.readouterr().out
+        end = binlog_end(svc)
+        assert main(["schema", "show", "-c", str(run.cfg), *table, "--at", f"{end[0]}:{end[1]}"]) == 0
+        assert "latin1" in capsys.readouterr().out
+
+        run.start()
+        run.caught_up()
+        rows = [json.loads(m.value()) for m in read_to_end(kafka_service.bootstrap_servers, run.topic)]
+        last = [r for r in rows if not r["isDdl"]][-1]
         assert (
-            "CONVERT TO CHARACTER SET" in error and "relay schema resync --table shop_00.orders_00" in error
+            last["data"][0]["id"] == "9" and last["data"][0]["name"] == "é" and last["data"][0]["note"] == "ü"
         )
-        point = ResumePoint.from_json(relay.position())
-        assert (point.journal, point.offset) <= before  # nothing of the DDL or after it acknowledged
-        if attempt == 0:
-            relay = run.start()
-
-    records = read_to_end(kafka_service.bootstrap_servers, run.topic)
-    assert [
-        json.loads(m.value())["data"][0]["id"] for m in records if not json.loads(m.value())["isDdl"]
-    ] == ["1"]
-
-    table = ["--table", "shop_00.orders_00"]
-    assert main(["schema", "resync", "-c", str(run.cfg), *table]) == 1  # shown, not written
-    assert "not written" in capsys.readouterr().out
-    assert main(["schema", "resync", "-c", str(run.cfg), *table, "--yes"]) == 0
-    assert f"resynced shop_00.orders_00 at {before[0]}:" in capsys.readouterr().out
-    end = binlog_end(svc)
-    assert main(["schema", "show", "-c", str(run.cfg), *table, "--at", f"{end[0]}:{end[1]}"]) == 0
-    assert "latin1" in capsys.readouterr().out
-
-    run.start()
-    run.caught_up()
-    rows = [json.loads(m.value()) for m in read_to_end(kafka_service.bootstrap_servers, run.topic)]
-    last = [r for r in rows if not r["isDdl"]][-1]
-    assert last["data"][0]["id"] == "9" and last["data"][0]["name"] == "é" and last["data"][0]["note"] == "ü"
-    assert [c for c in last["data"][0]][:3] == ["id", "name", "amt"]
-    assert any(r["isDdl"] and "CONVERT TO" in r["sql"] for r in rows)
+        assert [c for c in last["data"][0]][:3] == ["id", "name", "amt"]
+        assert any(r["isDdl"] and "CONVERT TO" in r["sql"] for r in rows)
+    finally:  # the last relay still runs: never leave it behind
+        for proc in run.procs:
+            proc.stop()
 
 
 # --- failover to a standby without full metadata ------------------------------------------------------
