@@ -108,9 +108,9 @@ class KafkaSettings:
 
 @dataclass(frozen=True)
 class PublishSettings:
-    batch_size: int = 256
+    batch_size: int = 1024
     batch_wait_seconds: float = 0.01
-    max_inflight_batches: int = 4
+    max_inflight_batches: int = 8
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
     drain_seconds: float = 30.0
 
