@@ -134,6 +134,8 @@ def instance_config(config: RelayConfig, mapping: Mapping | None = None) -> Inst
         store=config.store_config(),
         sink=sink_config(config),
         schema_history=config.schema.history,
+        # Exactly-once: the position is committed with the records; its store only checks each save.
+        save_interval_seconds=0.0 if config.kafka.exactly_once else config.positions.save_interval_seconds,
         snapshot=config.snapshot,
         captures=None if mapping is None else snapshot_captures(config, mapping),
     )

@@ -74,7 +74,7 @@ UPDATE = "UPDATE"
 DELETE = "DELETE"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventHeader:
     """The 19-byte common header (plus the file name the stream is in when the event arrives)."""
 
@@ -125,25 +125,25 @@ class ColumnMeta:
     set_values: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BinlogEvent:
     header: EventHeader
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RotateEvent(BinlogEvent):
     next_file: str
     position: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FormatDescriptionEvent(BinlogEvent):
     binlog_version: int
     server_version: str
     checksum: bool  # events of this file carry a CRC32 trailer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueryEvent(BinlogEvent):
     thread_id: int
     exec_time: int
@@ -152,12 +152,12 @@ class QueryEvent(BinlogEvent):
     sql: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class XidEvent(BinlogEvent):
     xid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GtidEvent(BinlogEvent):
     """A transaction's GTID. MySQL: ``uuid:gno``; MariaDB: ``domain-server-seq``.
 
@@ -174,7 +174,7 @@ class GtidEvent(BinlogEvent):
     xa_prepared: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GtidSetEvent(BinlogEvent):
     """PREVIOUS_GTIDS (MySQL) or GTID_LIST (MariaDB): the GTID set written before this file."""
 
@@ -182,7 +182,7 @@ class GtidSetEvent(BinlogEvent):
     mariadb: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TableMapEvent(BinlogEvent):
     table_id: int
     schema: str
@@ -193,7 +193,7 @@ class TableMapEvent(BinlogEvent):
     names_from_binlog: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowImage:
     """One changed row: values in canal's text form, ``None`` for SQL NULL, per column index.
 
@@ -204,25 +204,25 @@ class RowImage:
     after: tuple[str | None, ...] | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowsEvent(BinlogEvent):
     kind: str  # INSERT / UPDATE / DELETE
     table: TableMapEvent
     rows: tuple[RowImage, ...] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HeartbeatEvent(BinlogEvent):
     log_file_name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class XaPrepareEvent(BinlogEvent):
     one_phase: bool
     xid: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TransactionPayloadEvent(BinlogEvent):
     """A MySQL TRANSACTION_PAYLOAD: a transaction's events after its GTID, compressed together.
 
@@ -236,6 +236,6 @@ class TransactionPayloadEvent(BinlogEvent):
     events: tuple[BinlogEvent, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OtherEvent(BinlogEvent):
     """An event the relay has no use for (INTVAR, ROWS_QUERY, ANNOTATE_ROWS, STOP, checkpoints …)."""

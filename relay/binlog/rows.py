@@ -130,8 +130,6 @@ def _compile_reader(steps: Steps, nulls: int, ncols: int) -> ImageReader:
 _MAX_CACHED = 2048
 
 
-
-
 # Where compiled (scripts/build-compiled), still subclassed by interpreted code (test doubles).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class RowDecoder:

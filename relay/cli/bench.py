@@ -15,7 +15,7 @@ import yaml
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
-from relay.dev.bench.stats import render_stall, render_table
+from relay.dev.bench.stats import render_stall, render_table, render_targets
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -132,9 +132,12 @@ def render_report(report: BenchReport) -> str:
         f"hot modules: {m.get('build', 'not recorded')}",
         f"medians of {report.options['repeat']} run(s); rows/s end to end = Kafka acknowledged every row and "
         "the position is saved; latency = commit -> Kafka ack at "
-        f"{report.options['latency_rate']:,.0f} rows/s offered",
+        f"{report.options['latency_rate']:,.0f} rows/s offered; ceiling = the same records, pre-encoded, "
+        "produced and acked alone",
         "",
         render_table(report.workloads),
+        "",
+        render_targets(report.workloads),
     ]
     if report.stall is not None:
         lines += ["", render_stall(report.stall)]

@@ -99,11 +99,7 @@ def redact_settings(settings: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in settings.items():
         lowered = key.lower()
-        secret = (
-            _is_secret_key(lowered)
-            or lowered.startswith(("sasl.", "ssl.key."))
-            or "key.pem" in lowered
-        )
+        secret = _is_secret_key(lowered) or lowered.startswith(("sasl.", "ssl.key.")) or "key.pem" in lowered
         out[key] = MASK if secret else redact(str(value))
     return out
 

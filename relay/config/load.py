@@ -58,6 +58,7 @@ class StoreSettings:
 class PositionSettings:
     backend: str = "file"
     path: str = "var/{instance}/position.json"
+    save_interval_seconds: float = 0.1  # acks closer together share one write; 0: a write per ack
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,11 @@ class RelayConfig:
             raise ConfigError(
                 "positions.backend",
                 f"unknown backend {self.positions.backend!r}; known: file, zookeeper, kafka",
+            )
+        if not 0 <= self.positions.save_interval_seconds <= 10:
+            raise ConfigError(
+                "positions.save_interval_seconds",
+                f"must be between 0 and 10, got {self.positions.save_interval_seconds!r}",
             )
         self._validate_transactions()
         self._validate_ha()

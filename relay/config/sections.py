@@ -276,6 +276,7 @@ OWNED_KAFKA_KEYS = {
     "on_delivery": "the publisher (it owns the callbacks)",
     "dr_cb": "the publisher (it owns the callbacks)",
     "dr_msg_cb": "the publisher (it owns the callbacks)",
+    "partitioner": "the publisher (murmur2_random: where a key lives, as Kafka's Java client places it)",
 }
 
 

@@ -239,6 +239,8 @@ class Relay:
                 failed = self.publisher.failed()
                 if failed is not None:
                     self._recover(failed, backoff)
+                if self.instance.save_failure is not None:  # the position writer could not write
+                    raise self.instance.save_failure
                 self._snapshot_requests()
                 self._write_status()
             self._drain()
@@ -355,9 +357,11 @@ class Relay:
 
     def _ack_delivered(self) -> int:
         done: list[BatchHandle] = self.publisher.completed_prefix()
+        if not done:
+            return 0
+        self._fence()
+        point = self.instance.ack(*(handle.batch_id for handle in done))  # one position write for all
         for handle in done:
-            self._fence()
-            point = self.instance.ack(handle.batch_id)
             for observer in self._observers:
                 observer.batch_acked(handle.batch_id)
             records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
@@ -529,6 +533,10 @@ class Relay:
         log.info("relay %s stopped; position %s", self.config.instance, self._saved())
 
     def _abandon(self) -> None:
+        try:  # what was acked is delivered: its position is written before anything else happens
+            self.instance.save_pending()
+        except RelayError as exc:
+            log.warning("could not save the position %s: %s", self.instance.saved_point, exc)
         try:
             aborted = self.publisher.abort_inflight()
             if aborted:

@@ -276,9 +276,12 @@ def _plan(route: Route, columns: tuple[ColumnMeta, ...], compact: bool) -> _Plan
 def _key_changes(plan: _Plan, row: RowImage) -> bool:
     """Whether an UPDATE row moves to another record key (a key or shard column changed)."""
     before, after = row.before, row.after
-    if before is None or after is None or not any(before[i] != after[i] for i in plan.key_indexes):
+    if before is None or after is None:
         return False
-    return RecordEncoder._key(plan, before) != RecordEncoder._key(plan, after)
+    for i in plan.key_indexes:  # a loop, not any(<generator>): this runs for every UPDATE row
+        if before[i] != after[i]:
+            return RecordEncoder._key(plan, before) != RecordEncoder._key(plan, after)
+    return False
 
 
 def _old(row: RowImage) -> RowImage:

@@ -14,8 +14,9 @@ What it hands on: ``completed_prefix()`` → batches the caller acks in order; `
 batch with a failed record and why: a retriable ``PublishError`` (the caller calls ``abort_inflight()``,
 rolls the store back and resends after a backoff), a ``RecordRejectedError`` (the record can never be
 sent: the relay stops, unless a dead-letter topic takes it), or a ``ProducerFatalError`` (stop).
-Keyed records without a partition are placed with our Java-compatible murmur2 (``relay.kafka.partitioner``),
-so where a key lives is decided here, identically for every Kafka client.
+Keyed records without a partition are placed by librdkafka's ``murmur2_random`` partitioner, the Java
+client's hash (``relay.kafka.partitioner`` computes the same, and a test holds librdkafka to it), so a key
+lives in the same partition whichever Kafka client writes it.
 
 Transactional mode (``PublisherConfig.transactional_id`` set, ``kafka.transactions``): the producer also has
 a ``transactional.id``. ``init_transactions()`` (after the HA election) fences every older producer of that
@@ -326,9 +327,7 @@ class KafkaPublisher:
                 handle.fail(exc)
                 log.warning("%s: %s", handle.label, exc)
                 return
-        partition = record.partition
-        if partition is None and record.key is not None:
-            partition = partition_for_key(record.key, self._partitions[record.topic])
+        partition = record.partition  # None: librdkafka places it (murmur2_random, see the module doc)
         self._produce(handle, record, partition, partial(self._on_delivery, handle, record, partition))
 
     def _produce(
@@ -339,7 +338,7 @@ class KafkaPublisher:
         ``may_poll`` is False inside a delivery callback (dead-lettering), where polling would re-enter
         ``poll``: a full queue then fails the batch retriably at once.
         """
-        deadline = time.monotonic() + (self._config.delivery_timeout_s if may_poll else 0.0)
+        deadline = None  # set at the first full queue: the common case does not read the clock
         while True:
             try:
                 self._producer.produce(
@@ -352,6 +351,8 @@ class KafkaPublisher:
                 )
                 return
             except BufferError:
+                if deadline is None:
+                    deadline = time.monotonic() + (self._config.delivery_timeout_s if may_poll else 0.0)
                 if time.monotonic() >= deadline:
                     waited = self._config.delivery_timeout_s
                     log.error("%s: local producer queue stayed full", handle.label)
@@ -386,6 +387,8 @@ class KafkaPublisher:
         reported = msg.partition() if msg is not None else None
         if reported is not None and reported >= 0:
             partition = reported
+        elif partition is None and record.key is not None and record.topic in self._partitions:
+            partition = partition_for_key(record.key, self._partitions[record.topic])  # where it was headed
         verdict = classify(err)
         if err.code() in UNKNOWN_TOPIC_CODES:
             self._partitions.pop(record.topic, None)  # the next send checks (or creates) it again

@@ -58,7 +58,7 @@ DEAD_LETTER_PARTITION = "relay.original.partition"
 DEAD_LETTER_SIZE = "relay.original.size"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed.
     ``value`` None is a tombstone (compacted topics)."""
@@ -122,6 +122,9 @@ class PublisherConfig:
                 "enable.idempotence": True,
                 "acks": "all",
                 "message.timeout.ms": max(1, int(self.delivery_timeout_s * 1000)),
+                # Keyed records are placed by librdkafka with the Java client's hash (relay.kafka.partitioner
+                # says where, and a test holds librdkafka to it); unkeyed ones go anywhere.
+                "partitioner": "murmur2_random",
             }
         )
         if self.transactional_id is not None:

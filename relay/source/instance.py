@@ -63,6 +63,9 @@ class InstanceConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+    # positions.save_interval_seconds: > 0: a writer thread saves the point after the last ack, at most
+    # once per interval (acks never wait on the disk or ZooKeeper); 0: every ack saves, on its thread.
+    save_interval_seconds: float = 0.1
     schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
     # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
     # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
@@ -92,12 +95,18 @@ class CanalInstance:
         self.statements = StatementDmlGuard(config.source.statement_dml, self.sink.keeps_table)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
-        self.last_saved: ResumePoint | None = None
+        self.last_saved: ResumePoint | None = None  # written to the position store
+        self.last_acked: ResumePoint | None = None  # after the last acked batch (written, or about to be)
+        self.save_failure: BaseException | None = None  # what stopped the position writer, if anything
+        self._saved_at = 0.0  # time.monotonic() of the last position write
+        self._save_lock = threading.Lock()  # one write at a time; taken before ``_lock``, never after
+        self._writer: threading.Thread | None = None
         self._resume: dict[int, ResumePoint] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
+        self._acked = threading.Condition(self._lock)  # the writer waits on it for a new acked point
         # Failover (``relay.source.failover``): what the standby must drop, the last entry put, the saved
         # point.
         self._drop: EntryFilter | None = None  # set once reading the standby
@@ -147,8 +156,9 @@ class CanalInstance:
 
     @property
     def saved_point(self) -> ResumePoint | None:
-        """The position saved last: by this run's acks, else the one it started from."""
-        return self.last_saved or self._saved
+        """The position after the last acknowledged batch (written, or written by the next
+        ``save_pending``), else the one this run started from."""
+        return self.last_acked or self.last_saved or self._saved
 
     @property
     def acked_sequence(self) -> int:
@@ -175,6 +185,14 @@ class CanalInstance:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the parser first, then the store; unacknowledged batches are simply not saved."""
         self._stopping.set()
+        with self._acked:
+            self._acked.notify()
+        if self._writer is not None:
+            self._writer.join(timeout)
+        try:  # what was acked is in Kafka: write its position rather than re-read it on the next start
+            self.save_pending()
+        except RelayError as exc:
+            log.warning("instance %s: could not save the position at stop: %s", self.config.name, exc)
         if self.snapshot is not None:
             self.snapshot.stop()
         self.store.close()
@@ -414,31 +432,86 @@ class CanalInstance:
             raise ServerError(f"batch {batch_id} is not outstanding")
         return point
 
-    def ack(self, batch_id: int) -> ResumePoint:
-        """Acknowledge a batch (the oldest outstanding one) and save the resume point after it."""
+    def ack(self, *batch_ids: int) -> ResumePoint:
+        """Acknowledge batches (the oldest outstanding ones, in order; Kafka has every record of them)
+        and save the resume point after the last — at once, or, when the last write is younger than
+        ``save_interval_seconds``, by a later ``save_pending``: under load one write covers many acks.
+        A crash before that write re-publishes those batches (byte-identical records), never skips."""
+        if not batch_ids:
+            raise ServerError("no batch to acknowledge")
         with self._lock:
-            point = self._resume.get(batch_id)
-            if point is None:
-                raise ServerError(f"batch {batch_id} is not outstanding")
-            self.server.ack(batch_id)
-            del self._resume[batch_id]
-            self.positions.save(point)
-            self.last_saved = point
-        log.debug("instance %s: batch %d acked, position %s saved", self.config.name, batch_id, point)
+            point = None
+            for batch_id in batch_ids:
+                point = self._resume.get(batch_id)
+                if point is None:
+                    raise ServerError(f"batch {batch_id} is not outstanding")
+                self.server.ack(batch_id)
+                del self._resume[batch_id]
+            assert point is not None
+            self.last_acked = point
+            if self.config.save_interval_seconds <= 0:
+                self._write(point)
+            else:
+                self._start_writer()
+                self._acked.notify()
+        log.debug("instance %s: batches %s acked, position %s", self.config.name, batch_ids, point)
         return point
+
+    def save_pending(self) -> ResumePoint | None:
+        """Write the point after the last acked batch now, if it is not written yet (stopping, failing:
+        what Kafka has is never re-read for want of a write). Returns the point written, if any."""
+        with self._save_lock:
+            point = self.last_acked
+            if point is None or point is self.last_saved:
+                return None
+            self._write(point)
+            return point
+
+    def _write(self, point: ResumePoint) -> None:
+        self.positions.save(point)
+        self.last_saved, self._saved_at = point, time.monotonic()
+
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(
+                target=self._write_acked, name=f"positions-{self.config.name}", daemon=True
+            )
+            self._writer.start()
+
+    def _write_acked(self) -> None:
+        """The position writer: the newest acked point, at most once per ``save_interval_seconds``.
+
+        Under load many acks share one write; a crash loses at most the acks since the last write, and
+        the relay then re-publishes those batches (byte-identical records) — it never skips one. A write
+        that fails is kept in ``save_failure`` (the publish loop raises it) and ends the writer.
+        """
+        interval = self.config.save_interval_seconds
+        while not self._stopping.is_set():
+            with self._acked:
+                while self.last_acked is self.last_saved and not self._stopping.is_set():
+                    self._acked.wait(1.0)
+            pause = self._saved_at + interval - time.monotonic()
+            if pause > 0 and self._stopping.wait(pause):
+                return  # stopping: the caller writes what is pending (save_pending)
+            try:
+                self.save_pending()
+            except BaseException as exc:
+                self.save_failure = exc
+                log.error("instance %s: could not save the position: %s", self.config.name, exc)
+                return
 
     def publish_under(self, mapping_version: int) -> ResumePoint | None:
         """From now on batches are published under ``mapping_version``; with nothing outstanding, the
         saved position is saved again naming it, so a restart re-publishes what follows it under that
         version (and not under the one before). Returns the point saved, if any."""
-        with self._lock:
+        with self._save_lock, self._lock:
             self.mapping_version = mapping_version
             point = self.saved_point
             if point is None or self._resume or point.mapping_version == mapping_version:
                 return None
             point = replace(point, mapping_version=mapping_version)
-            self.positions.save(point)
-            self.last_saved = point
+            self._write(point)
+            self.last_acked = point
         log.info(
             "instance %s: position %s saved under mapping version %d",
             self.config.name,

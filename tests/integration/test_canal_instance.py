@@ -234,3 +234,60 @@ def test_sigkill_inside_and_between_batches_resumes_without_gap_or_repeat(
     assert out.read_text().splitlines() == reference
     assert killed >= 3
     assert mid_transaction_points >= 1, "no kill left a position inside a transaction"
+
+
+class CountingStore(FilePositionStore):
+    """A file store that remembers every point written (in order)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.written: list[ResumePoint] = []
+
+    def save(self, point: ResumePoint) -> None:
+        super().save(point)
+        self.written.append(point)
+
+
+def test_acks_share_position_writes_and_stop_writes_the_last_acked_point(
+    mysql_service: Any, two_schemas: tuple[str, str], tmp_path: Path
+) -> None:
+    a, b = two_schemas
+    conn = mysql_service.connect()
+    start = master_position(conn)
+    scripted_workload(conn, a, b)
+    store = CountingStore(tmp_path / "pos.json")
+    instance = CanalInstance(
+        InstanceConfig(
+            source=source_config(mysql_service, start, 7104),
+            store=StoreConfig(buffer_size=16, batch_mode="ITEMSIZE", ddl_isolation=True),
+            sink=SinkConfig(filter=f"{a}\\..*", empty_transaction_interval_ms=3_600_000),
+            save_interval_seconds=5.0,  # longer than the test: only the first ack and the stop write
+        ),
+        store,
+    )
+    instance.start()
+    acked: list[ResumePoint] = []
+    expected = len(expected_entries(a))
+    got = 0
+    deadline = time.monotonic() + 60
+    try:
+        while got < expected:
+            assert time.monotonic() < deadline, f"only {got} of {expected} entries arrived"
+            message = instance.get_without_ack(2, timeout=0.5)
+            if message.entries:
+                got += len(message.entries)
+                acked.append(instance.ack(message.batch_id))
+        first_write = time.monotonic() + 30
+        while not store.written:  # the writer thread writes the first acked point without waiting
+            assert time.monotonic() < first_write, "the position writer wrote nothing"
+            time.sleep(0.01)
+    finally:
+        instance.stop()
+    assert len(acked) > 10
+    assert store.written[0] in acked
+    assert len(store.written) <= 3, "acks within the interval must share writes"
+    assert store.written[-1] == acked[-1] == instance.last_saved
+    assert store.load() == acked[-1]
+    # every point written is one that was acked, in ack order: never ahead of Kafka, never backwards
+    indexes = [acked.index(p) for p in store.written]
+    assert indexes == sorted(indexes)

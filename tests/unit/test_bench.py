@@ -27,6 +27,7 @@ from relay.dev.bench.stats import (
     ratio,
     render_stall,
     render_table,
+    render_targets,
 )
 
 
@@ -82,14 +83,15 @@ def test_latency_from_seconds_in_milliseconds() -> None:
 
 def _result() -> WorkloadResult:
     r = WorkloadResult("W1", "single rows", 20_000, 10 << 20)
-    for relay, stock, naive in (
-        (12_000.0, 4_000.0, 1_500.0),
-        (15_000.0, 5_000.0, 1_600.0),
-        (9_000.0, 4_500.0, 1_400.0),
+    for relay, stock, naive, ceiling in (
+        (12_000.0, 4_000.0, 1_500.0, 60_000.0),
+        (15_000.0, 5_000.0, 1_600.0, 40_000.0),
+        (9_000.0, 4_500.0, 1_400.0, 50_000.0),
     ):
         r.relay.add(relay)
         r.stock.add(stock)
         r.naive.add(naive)
+        r.ceiling.add(ceiling)
         r.relay_rss_mb.add(90.0)
     r.latency = Latency.from_seconds([0.004, 0.006, 0.008], 1000, 1000, 0)
     return r
@@ -111,9 +113,9 @@ def test_table_shows_medians_ratios_and_latency_aligned() -> None:
     lines = text.splitlines()
     assert lines[0].split()[0] == "workload" and set(lines[1]) <= {"-", " "}
     w1 = lines[2].split()
-    assert w1[:5] == ["W1", "20,000", "12,000", "4,500", "1,500"]
-    assert w1[5:9] == ["2.7x", "8.0x", "6.0", "8.0"]  # p99 of 4, 6, 8 ms: 7.96
-    assert lines[3].split()[2:] == ["-"] * 9  # nothing measured: dashes, not zeros
+    assert w1[:6] == ["W1", "20,000", "12,000", "4,500", "1,500", "50,000"]
+    assert w1[6:11] == ["2.7x", "8.0x", "24%", "6.0", "8.0"]  # p99 of 4, 6, 8 ms: 7.96
+    assert lines[3].split()[2:] == ["-"] * 11  # nothing measured: dashes, not zeros
     assert len({len(line) for line in lines}) == 1  # every line equally wide
 
 
@@ -122,6 +124,13 @@ def test_markdown_table_for_the_readme() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("| workload |") and lines[1].startswith("|---|")
     assert lines[2].startswith("| W1 | 20,000 | 12,000 |")
+
+
+def test_targets_say_met_missed_or_not_measured() -> None:
+    text = render_targets([_result(), WorkloadResult("W4", "big rows", 100, 1)]).splitlines()
+    assert text[0].startswith("W1: vs stock 2.7x (target 5.0x): MISSED; p99 8.0 ms (target 50 ms): met")
+    assert text[0].endswith("24% of the produce-only ceiling")
+    assert text[1] == "W4: vs stock - (target 1.5x): not measured; p99 - ms (target 50 ms): not measured"
 
 
 def test_stall_verdict_against_the_store_budget() -> None:

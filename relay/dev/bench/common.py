@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -127,13 +126,13 @@ def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
 
 
 def py_spy() -> str | None:
-    """py-spy beside this interpreter or on the PATH (``pip install py-spy``), else None.
+    """py-spy beside this interpreter (the dev extra installs it into the virtualenv), else None.
 
     A profiled relay-drain run is sampled by py-spy into collapsed stacks of every thread; without it the
     worker profiles its own threads with cProfile (``spec["cprofile"]``), slower and deterministic.
     """
     beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.exists() else shutil.which("py-spy")
+    return str(beside) if beside.exists() else None
 
 
 def _tail(path: Path, lines: int = 15) -> str:

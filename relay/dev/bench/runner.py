@@ -145,12 +145,25 @@ def _measure_backlog(
         result.relay_cpu_us_per_row.add(r["cpu_us_per_row"])
         line = f"  [{name}] {rep}/{o.repeat} relay {r['rows_per_s']:>9,.0f} rows/s ({r['seconds']:.2f} s"
         line += f", {r['cpu_us_per_row']:.0f} µs CPU/row, peak RSS {r['peak_rss_mb']:.0f} MB)"
+        threads = r.get("thread_cpu_us_per_row") or {}
+        if threads:
+            line += " [µs/row by thread: " + ", ".join(f"{k} {v:.0f}" for k, v in threads.items()) + "]"
         if o.baselines:
             s = run_worker(ctx, "stock-parse", start=start, end=end)
             n = run_worker(ctx, "naive-relay", start=start, end=end)
+            c = run_worker(
+                ctx,
+                "produce-only",
+                start=start,
+                end=end,
+                instance=f"{instance}-ceiling",
+                workdir=str(ctx.work / f"{instance}-ceiling"),
+            )
             result.stock.add(s["rows_per_s"])
             result.naive.add(n["rows_per_s"])
+            result.ceiling.add(c["rows_per_s"])
             line += f"; stock parse {s['rows_per_s']:,.0f}; naive relay {n['rows_per_s']:,.0f}"
+            line += f"; produce-only {c['rows_per_s']:,.0f}"
         ctx.progress(line)
         if o.profile:
             _show_profile(ctx, Path(profile["profile_to"]))

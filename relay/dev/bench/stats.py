@@ -86,6 +86,7 @@ class WorkloadResult:
     relay: Repeated = field(default_factory=Repeated)  # end to end rows/s (Kafka acked, position saved)
     stock: Repeated = field(default_factory=Repeated)  # python-mysql-replication parse-only rows/s
     naive: Repeated = field(default_factory=Repeated)  # stock reader → JSON → produce → flush per txn
+    ceiling: Repeated = field(default_factory=Repeated)  # the relay's own records, produce + ack only
     relay_rss_mb: Repeated = field(default_factory=Repeated)  # peak RSS of the relay process, MB
     relay_cpu_us_per_row: Repeated = field(default_factory=Repeated)
     latency: Latency | None = None
@@ -98,6 +99,11 @@ class WorkloadResult:
     def vs_naive(self) -> float | None:
         return ratio(self.relay.median, self.naive.median)
 
+    @property
+    def of_ceiling(self) -> float | None:
+        """The relay's rate as a fraction of producing its pre-encoded records alone."""
+        return ratio(self.relay.median, self.ceiling.median)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -109,6 +115,8 @@ class WorkloadResult:
             "naive_relay_rows_per_s": self.naive.to_json(),
             "relay_vs_stock": self.vs_stock,
             "relay_vs_naive": self.vs_naive,
+            "produce_only_rows_per_s": self.ceiling.to_json(),
+            "relay_of_ceiling": self.of_ceiling,
             "relay_peak_rss_mb": self.relay_rss_mb.to_json(),
             "relay_cpu_us_per_row": self.relay_cpu_us_per_row.to_json(),
             "latency": asdict(self.latency) if self.latency is not None else None,
@@ -144,14 +152,20 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}x"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 TABLE_HEADER = (
     "workload",
     "rows",
     "relay rows/s",
     "stock parse rows/s",
     "naive relay rows/s",
+    "ceiling rows/s",
     "vs stock",
     "vs naive",
+    "of ceiling",
     "p50 ms",
     "p99 ms",
     "peak RSS MB",
@@ -170,8 +184,10 @@ def table_rows(results: Sequence[WorkloadResult]) -> list[tuple[str, ...]]:
                 _num(r.relay.median),
                 _num(r.stock.median),
                 _num(r.naive.median),
+                _num(r.ceiling.median),
                 _times(r.vs_stock),
                 _times(r.vs_naive),
+                _share(r.of_ceiling),
                 _num(lat.p50_ms if lat else None, 1),
                 _num(lat.p99_ms if lat else None, 1),
                 _num(r.relay_rss_mb.median),
@@ -195,6 +211,31 @@ def render_table(results: Sequence[WorkloadResult], *, markdown: bool = False) -
         return "  ".join([first, *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))])
 
     return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:])])
+
+
+# Issue 17's targets: the relay vs the stock parse-only reader, and p99 commit → ack at 1,000 rows/s.
+VS_STOCK_TARGETS = {"W1": 5.0, "W2": 3.0, "W3": 3.0, "W4": 1.5}
+P99_TARGET_MS = 50.0
+
+
+def render_targets(results: Sequence[WorkloadResult]) -> str:
+    """One line per workload: each target, the figure, met or not (a figure not measured says so)."""
+    lines = []
+    for r in results:
+        want = VS_STOCK_TARGETS.get(r.name)
+        parts = []
+        if want is not None:
+            got = r.vs_stock
+            verdict = "not measured" if got is None else ("met" if got >= want else "MISSED")
+            parts.append(f"vs stock {_times(got)} (target {want:.1f}x): {verdict}")
+        lat = r.latency
+        p99 = lat.p99_ms if lat else None
+        verdict = "not measured" if p99 is None else ("met" if p99 <= P99_TARGET_MS else "MISSED")
+        parts.append(f"p99 {_num(p99, 1)} ms (target {P99_TARGET_MS:.0f} ms): {verdict}")
+        if r.of_ceiling is not None:
+            parts.append(f"{_share(r.of_ceiling)} of the produce-only ceiling")
+        lines.append(f"{r.name}: " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def render_stall(stall: StallResult) -> str:
