@@ -151,3 +151,16 @@ def test_an_extension_without_a_usable_manifest_is_never_loaded(copy: Path, mani
     out, _ = _run(_PROBE, copy, pure=False)
     assert out["mode"] == "pure" and str(out["values"]).endswith("values.py")
     assert out["describe"] == "pure Python (not compiled: see scripts/build-compiled)"
+
+
+def test_relay_version_says_which_build_runs() -> None:
+    env = os.environ | {_native.ENV_PURE: "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[1] == "hot modules: pure Python (RELAY_PURE_PYTHON=1)"
