@@ -2,7 +2,8 @@
 
 Every choice a config makes between implementations is made here and nowhere else: which position store
 (a file, a ZooKeeper node fenced by the leadership, or — exactly-once mode — a compacted Kafka topic
-written inside the publisher's transactions), which mapping store (the YAML file or a ZooKeeper node),
+written inside the publisher's transactions), the schema history's store beside it (a file, znodes
+fenced by the same leadership, a compacted topic), which mapping store (the YAML file or a ZooKeeper node),
 the ZooKeeper session they share, the Kafka producer's settings (idempotent or transactional), the
 canal instance, the metrics exporter. ``build_relay`` hands them, built, to
 ``relay.daemon.pipeline.Relay``, which creates nothing of its own. Runs on the thread that starts the
@@ -25,15 +26,17 @@ from relay.canal.sink import NameFilter, SinkConfig
 from relay.config.load import RelayConfig
 from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
-from relay.errors import MappingStoreError
+from relay.errors import ConfigError, MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import PublisherConfig, TopicDefaults
+from relay.kafka.schema_history import KafkaSchemaHistory, KafkaSchemaHistoryConfig
 from relay.positions.lock import InstanceLock
 from relay.positions.store import FilePositionStore, PositionStore
-from relay.positions.zookeeper import ZooKeeperPositionStore
-from relay.schema.history import FileSchemaHistory
+from relay.positions.zookeeper import Fence, ZooKeeperPositionStore
+from relay.schema.history import FileSchemaHistory, SchemaHistory
+from relay.schema.zookeeper import ZooKeeperSchemaHistory
 from relay.source.instance import CanalInstance, InstanceConfig
 
 
@@ -80,11 +83,13 @@ def open_positions(config: RelayConfig) -> Iterator[PositionStore]:
 
 @dataclass
 class _Coordination:
-    """What a relay's config asks of ZooKeeper: leadership (``ha.enabled``) and/or the position node,
-    sharing one session so the position writes are fenced by the leadership's epoch."""
+    """What a relay's config asks of ZooKeeper: leadership (``ha.enabled``) and/or the position node
+    and the schema history beside it, sharing one session so their writes are fenced by the
+    leadership's epoch."""
 
     leadership: Leadership | None
     positions: PositionStore
+    client: KazooClient | None = None
 
 
 def kafka_position_config(config: RelayConfig) -> KafkaPositionConfig:
@@ -112,7 +117,7 @@ def _coordination(config: RelayConfig) -> _Coordination:
     positions: PositionStore = own
     if config.positions.backend == "zookeeper":
         positions = ZooKeeperPositionStore(client, position_node(config), fence=leadership)
-    return _Coordination(leadership, positions)
+    return _Coordination(leadership, positions, client)
 
 
 # --- the canal instance and Kafka ------------------------------------------------------------------
@@ -141,11 +146,51 @@ def instance_config(config: RelayConfig, mapping: Mapping | None = None) -> Inst
     )
 
 
-def schema_history(config: RelayConfig) -> FileSchemaHistory | None:
-    """The schema history file ``schema.path`` names (None with ``schema.history: off``)."""
+def schema_node(config: RelayConfig) -> str:
+    """The znode under which ``positions.backend: zookeeper`` keeps the schema history."""
+    return f"{Layout(config.ha.root, config.instance).base}/schema"
+
+
+def schema_history(
+    config: RelayConfig, client: KazooClient | None = None, fence: Fence | None = None
+) -> SchemaHistory | None:
+    """The schema history beside the positions (None with ``schema.history: off``): the file
+    ``schema.path`` (file backend), nodes under ``schema_node`` written with the leadership's fence
+    (zookeeper; ``client`` is the session the positions use), or the compacted topic ``schema.topic``
+    (kafka). Nothing is read until the relay starts (``SchemaHistory.load``)."""
     if config.schema.history == "off":
         return None
+    backend = config.positions.backend
+    if backend == "zookeeper":
+        assert client is not None, "the ZooKeeper schema history needs the positions' session"
+        return ZooKeeperSchemaHistory(client, schema_node(config), fence)
+    if backend == "kafka":
+        k = config.kafka
+        return KafkaSchemaHistory(
+            KafkaSchemaHistoryConfig(
+                k.bootstrap_servers, config.schema.topic, config.instance, dict(k.settings)
+            )
+        )
     return FileSchemaHistory(config.path(config.schema.path))
+
+
+@contextlib.contextmanager
+def open_schema_history(config: RelayConfig) -> Iterator[SchemaHistory]:
+    """The schema history for operators (``relay schema``), read, unfenced (no relay may hold the instance
+    to write it); ConfigError with ``schema.history: off``."""
+    if config.schema.history == "off":
+        raise ConfigError("schema.history", "is off: there is no schema history")
+    client = connect(config.ha) if config.positions.backend == "zookeeper" else None
+    history = schema_history(config, client)
+    assert history is not None
+    try:
+        history.load()
+        yield history
+    finally:
+        history.close()
+        if client is not None:
+            client.stop()
+            client.close()
 
 
 def snapshot_captures(config: RelayConfig, mapping: Mapping) -> Callable[[str, str], bool]:
@@ -211,7 +256,11 @@ def build_relay(
             store.close()
 
     parts = RelayParts(
-        instance=CanalInstance(instance_config(config, mapping), store, schema_history(config)),
+        instance=CanalInstance(
+            instance_config(config, mapping),
+            store,
+            schema_history(config, coordination.client, coordination.leadership),
+        ),
         positions=store,
         publisher=publisher or KafkaPublisher(publisher_config(config, mapping)),
         leadership=coordination.leadership,

@@ -51,6 +51,7 @@ MODULES = (
     "relay.kafka.canal_json",
     "relay.kafka.codec",
     "relay.kafka.partitioner",
+    "relay.kafka.publisher",
     "relay.kafka.records",
 )
 

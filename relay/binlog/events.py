@@ -74,7 +74,7 @@ UPDATE = "UPDATE"
 DELETE = "DELETE"
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class EventHeader:
     """The 19-byte common header (plus the file name the stream is in when the event arrives)."""
 
@@ -87,6 +87,28 @@ class EventHeader:
     log_file: str  # the binlog file this event belongs to
     payload_index: int = -1  # ordinal inside its TRANSACTION_PAYLOAD; -1 outside one
     inner_size: int = 0  # inside a payload: the event's own length (header + body, no checksum)
+
+    def __init__(
+        self,
+        timestamp: int,
+        type_code: int,
+        server_id: int,
+        event_size: int,
+        log_pos: int,
+        flags: int,
+        log_file: str,
+        payload_index: int = -1,
+        inner_size: int = 0,
+    ) -> None:
+        self.timestamp = timestamp
+        self.type_code = type_code
+        self.server_id = server_id
+        self.event_size = event_size
+        self.log_pos = log_pos
+        self.flags = flags
+        self.log_file = log_file
+        self.payload_index = payload_index
+        self.inner_size = inner_size
 
     @property
     def start(self) -> int:
@@ -130,10 +152,15 @@ class BinlogEvent:
     header: EventHeader
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class RotateEvent(BinlogEvent):
     next_file: str
     position: int
+
+    def __init__(self, header: EventHeader, next_file: str, position: int) -> None:
+        self.header = header
+        self.next_file = next_file
+        self.position = position
 
 
 @dataclass(slots=True)
@@ -143,7 +170,7 @@ class FormatDescriptionEvent(BinlogEvent):
     checksum: bool  # events of this file carry a CRC32 trailer
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class QueryEvent(BinlogEvent):
     thread_id: int
     exec_time: int
@@ -151,13 +178,27 @@ class QueryEvent(BinlogEvent):
     schema: str
     sql: str
 
+    def __init__(
+        self, header: EventHeader, thread_id: int, exec_time: int, error_code: int, schema: str, sql: str
+    ) -> None:
+        self.header = header
+        self.thread_id = thread_id
+        self.exec_time = exec_time
+        self.error_code = error_code
+        self.schema = schema
+        self.sql = sql
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class XidEvent(BinlogEvent):
     xid: int
 
+    def __init__(self, header: EventHeader, xid: int) -> None:
+        self.header = header
+        self.xid = xid
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class GtidEvent(BinlogEvent):
     """A transaction's GTID. MySQL: ``uuid:gno``; MariaDB: ``domain-server-seq``.
 
@@ -173,6 +214,22 @@ class GtidEvent(BinlogEvent):
     # (MariaDB writes no XA START query; the XID is in the GTID event, and XA END / XA_PREPARE end it).
     xa_prepared: bool = False
 
+    def __init__(
+        self,
+        header: EventHeader,
+        gtid: str,
+        mariadb: bool,
+        standalone: bool = False,
+        is_ddl: bool = False,
+        xa_prepared: bool = False,
+    ) -> None:
+        self.header = header
+        self.gtid = gtid
+        self.mariadb = mariadb
+        self.standalone = standalone
+        self.is_ddl = is_ddl
+        self.xa_prepared = xa_prepared
+
 
 @dataclass(slots=True)
 class GtidSetEvent(BinlogEvent):
@@ -182,7 +239,7 @@ class GtidSetEvent(BinlogEvent):
     mariadb: bool
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class TableMapEvent(BinlogEvent):
     table_id: int
     schema: str
@@ -192,8 +249,24 @@ class TableMapEvent(BinlogEvent):
     # otherwise names are placeholders ("@1", ...) until the source fills them from the schema.
     names_from_binlog: bool = True
 
+    def __init__(
+        self,
+        header: EventHeader,
+        table_id: int,
+        schema: str,
+        table: str,
+        columns: tuple[ColumnMeta, ...],
+        names_from_binlog: bool = True,
+    ) -> None:
+        self.header = header
+        self.table_id = table_id
+        self.schema = schema
+        self.table = table
+        self.columns = columns
+        self.names_from_binlog = names_from_binlog
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class RowImage:
     """One changed row: values in canal's text form, ``None`` for SQL NULL, per column index.
 
@@ -203,17 +276,33 @@ class RowImage:
     before: tuple[str | None, ...] | None
     after: tuple[str | None, ...] | None
 
+    def __init__(self, before: tuple[str | None, ...] | None, after: tuple[str | None, ...] | None) -> None:
+        self.before = before
+        self.after = after
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class RowsEvent(BinlogEvent):
     kind: str  # INSERT / UPDATE / DELETE
     table: TableMapEvent
     rows: tuple[RowImage, ...] = field(default_factory=tuple)
 
+    def __init__(
+        self, header: EventHeader, kind: str, table: TableMapEvent, rows: tuple[RowImage, ...] = ()
+    ) -> None:
+        self.header = header
+        self.kind = kind
+        self.table = table
+        self.rows = rows
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class HeartbeatEvent(BinlogEvent):
     log_file_name: str
+
+    def __init__(self, header: EventHeader, log_file_name: str) -> None:
+        self.header = header
+        self.log_file_name = log_file_name
 
 
 @dataclass(slots=True)

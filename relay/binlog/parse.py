@@ -127,6 +127,7 @@ class BinlogParser:
         log_file: str = "",
         timestamp_zone: tzinfo | str = UTC,
         table_resolver: Callable[[ev.TableMapEvent], ev.TableMapEvent] | None = None,
+        decode_rows: bool = True,
     ) -> None:
         self.checksum = checksum
         self.rows = rows.RowDecoder(timestamp_zone)  # TIMESTAMP rendered in this connection's zone
@@ -158,8 +159,9 @@ class BinlogParser:
             ev.MARIADB_QUERY_COMPRESSED_EVENT: self._query,
             ev.TRANSACTION_PAYLOAD_EVENT: self._transaction_payload,
         }
-        for code in _ROWS_KIND:
-            self._handlers[code] = self._rows
+        if decode_rows:  # False: rows events stay OtherEvents (a reader that only looks at statements)
+            for code in _ROWS_KIND:
+                self._handlers[code] = self._rows
 
     def table(self, table_id: int) -> ev.TableMapEvent | None:
         """The TABLE_MAP currently in force for ``table_id``."""

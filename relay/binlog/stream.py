@@ -72,6 +72,9 @@ class StreamConfig:
     table_resolver: Callable[[TableMapEvent], TableMapEvent] | None = field(
         default=None, compare=False, repr=False
     )
+    # False: rows events are not decoded (OtherEvent), for a reader that only looks for statements (the
+    # schema history's scan for DDL at start): a row image it cannot decode is not its business.
+    decode_rows: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.server_id < 2**32:
@@ -369,6 +372,7 @@ class BinlogStream:
             log_file=file,
             timestamp_zone=self.config.timestamp_zone,
             table_resolver=self.config.table_resolver,
+            decode_rows=self.config.decode_rows,
         )
 
     def _stream_error(self, packet: bytes) -> SourceError:

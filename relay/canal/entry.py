@@ -102,7 +102,7 @@ class TxnContext:
     mariadb: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Header:
     logfile_name: str
     logfile_offset: int
@@ -117,6 +117,36 @@ class Header:
     version: int = 1
     serveren_code: str = "UTF-8"
     source_type: SourceType = SourceType.MYSQL
+
+    def __init__(
+        self,
+        logfile_name: str,
+        logfile_offset: int,
+        server_id: int,
+        execute_time: int,
+        event_length: int,
+        event_type: EventType = EventType.QUERY,
+        schema_name: str = "",
+        table_name: str = "",
+        gtid: str = "",
+        props: list[tuple[str, str]] | None = None,
+        version: int = 1,
+        serveren_code: str = "UTF-8",
+        source_type: SourceType = SourceType.MYSQL,
+    ) -> None:
+        self.logfile_name = logfile_name
+        self.logfile_offset = logfile_offset
+        self.server_id = server_id
+        self.execute_time = execute_time
+        self.event_length = event_length
+        self.event_type = event_type
+        self.schema_name = schema_name
+        self.table_name = table_name
+        self.gtid = gtid
+        self.props = [] if props is None else props
+        self.version = version
+        self.serveren_code = serveren_code
+        self.source_type = source_type
 
 
 @dataclass(slots=True)
@@ -180,7 +210,7 @@ def _before_columns(meta: tuple[ColumnMeta, ...], values: tuple[str | None, ...]
 
 # Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.canal.proto.convert).
 @mypyc_attr(allow_interpreted_subclasses=True)
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class RowChange:
     """canal's RowChange. For DML, ``columns`` + ``rows`` hold the data; ``row_datas()`` builds RowData."""
 
@@ -193,6 +223,26 @@ class RowChange:
     rows: tuple[RowImage, ...] = ()
     props: list[tuple[str, str]] = field(default_factory=list)
 
+    def __init__(
+        self,
+        event_type: EventType,
+        table_id: int = 0,
+        is_ddl: bool = False,
+        sql: str = "",
+        ddl_schema_name: str = "",
+        columns: tuple[ColumnMeta, ...] = (),
+        rows: tuple[RowImage, ...] = (),
+        props: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.event_type = event_type
+        self.table_id = table_id
+        self.is_ddl = is_ddl
+        self.sql = sql
+        self.ddl_schema_name = ddl_schema_name
+        self.columns = columns
+        self.rows = rows
+        self.props = [] if props is None else props
+
     def row_datas(self) -> list[RowData]:
         out = []
         for row in self.rows:
@@ -202,24 +252,43 @@ class RowChange:
         return out
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class TransactionBegin:
     execute_time: int = 0
     transaction_id: str = ""
     thread_id: int = 0
     props: list[tuple[str, str]] = field(default_factory=list)
 
+    def __init__(
+        self,
+        execute_time: int = 0,
+        transaction_id: str = "",
+        thread_id: int = 0,
+        props: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.execute_time = execute_time
+        self.transaction_id = transaction_id
+        self.thread_id = thread_id
+        self.props = [] if props is None else props
 
-@dataclass(slots=True)
+
+@dataclass(init=False, slots=True)
 class TransactionEnd:
     execute_time: int = 0
     transaction_id: str = ""  # the XID, as text
     props: list[tuple[str, str]] = field(default_factory=list)
 
+    def __init__(
+        self, execute_time: int = 0, transaction_id: str = "", props: list[tuple[str, str]] | None = None
+    ) -> None:
+        self.execute_time = execute_time
+        self.transaction_id = transaction_id
+        self.props = [] if props is None else props
+
 
 # Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.source.snapshot).
 @mypyc_attr(allow_interpreted_subclasses=True)
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Entry:
     """canal's Entry plus the relay-side transaction context (``txn``, ``txn_index``)."""
 
@@ -243,6 +312,30 @@ class Entry:
     # The oldest XA transaction prepared but not yet decided when this entry was made (its start and
     # GTID set before it), or None: a restart must read again from there (``relay.canal.xa``).
     xa_hold: TxnContext | None = None
+
+    def __init__(
+        self,
+        header: Header,
+        entry_type: EntryType,
+        store_value: RowChange | TransactionBegin | TransactionEnd | None,
+        txn: TxnContext,
+        txn_index: int = 0,
+        closes_txn: bool = False,
+        generation: int = 0,
+        payload_index: int = -1,
+        inner_size: int = 0,
+        xa_hold: TxnContext | None = None,
+    ) -> None:
+        self.header = header
+        self.entry_type = entry_type
+        self.store_value = store_value
+        self.txn = txn
+        self.txn_index = txn_index
+        self.closes_txn = closes_txn
+        self.generation = generation
+        self.payload_index = payload_index
+        self.inner_size = inner_size
+        self.xa_hold = xa_hold
 
     @property
     def is_ddl(self) -> bool:

@@ -1,11 +1,13 @@
 """``relay schema show|resync``: the table as the relay knows it, and repairing a table's history entry.
 
-Runs on the CLI's main thread. ``show`` reads the schema history file (``schema.path``) and prints a
-table as of a binlog place (``--at file:offset``; default: the saved position, else the newest
-record). ``resync`` reads the table's live definition from the server (information_schema) and
-appends it to the history — at the place of the table's broken DDL (the relay stopped on a DDL it
-could not apply), or at ``--at`` / the saved position (a table changed outside the binlog) — after
-the operator confirms (``--yes``); refused while a relay holds the instance.
+Runs on the CLI's main thread. ``show`` reads the schema history from the store beside the positions
+(``positions.backend``: the file ``schema.path``, the ZooKeeper node beside the position node, or the
+compacted topic ``schema.topic``) and prints a table as of a binlog place (``--at file:offset``;
+default: the saved position, else the newest record). ``resync`` reads the table's live definition
+from the server (information_schema) and appends it to the history — at the place of the table's
+broken DDL (the relay stopped on a DDL it could not apply), or at ``--at`` / the saved position (a
+table changed outside the binlog) — after the operator confirms (``--yes``); refused while a relay
+holds the instance.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from relay.cli.positions import _refuse_if_active
 from relay.common import mysql
 from relay.config.load import load_config
 from relay.errors import ConfigError, SchemaError
-from relay.schema.history import FileSchemaHistory, Place, place_key, resync
-from relay.schema.server import read_table
-from relay.wiring import open_positions
+from relay.schema.history import Place, SchemaHistory, place_key, resync, server_key
+from relay.schema.server import read_server_key, read_table
+from relay.wiring import open_positions, open_schema_history
 
 
 def add_schema_parser(sub: Any) -> None:
@@ -30,13 +32,17 @@ def add_schema_parser(sub: Any) -> None:
         "schema",
         help="show a table as the schema history knows it, or resync it from the server",
         description="The schema history gives column names, keys and types where the server does not "
-        "write binlog_row_metadata=FULL (docs/architecture.md, 'Schema history').",
+        "write binlog_row_metadata=FULL, and is checked against them where it does; it is kept beside the "
+        "positions (positions.backend: file, zookeeper or kafka). See docs/architecture.md, "
+        "'Schema history'.",
     )
     cmds = schema.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
     show = cmds.add_parser("show", help="a table as the relay knows it at a binlog place")
     show.add_argument("-c", "--config", required=True, help="the relay's config file")
     show.add_argument("--table", required=True, help="schema.table, e.g. shop_07.orders_33")
-    show.add_argument("--at", help="binlog place file:offset (default: the saved position)")
+    show.add_argument(
+        "--at", help="binlog place file:offset (default: the saved position, else the newest record)"
+    )
     show.set_defaults(func=cmd_schema_show)
     sync = cmds.add_parser("resync", help="take a table's live definition into the history (relay stopped)")
     sync.add_argument("-c", "--config", required=True, help="the relay's config file")
@@ -62,28 +68,37 @@ def _place(text: str) -> Place:
     return file, int(offset)
 
 
-def _history(config: Any) -> FileSchemaHistory:
-    path = config.path(config.schema.path)
-    if not path.exists():
-        raise SchemaError(f"no schema history at {path} (schema.history: {config.schema.history})")
-    return FileSchemaHistory(path)
+def _require(history: SchemaHistory, config: Any) -> None:
+    if not history.records:
+        raise SchemaError(
+            f"no schema history in {history.describe()} (schema.history: {config.schema.history}); the relay "
+            "writes it when it starts"
+        )
 
 
-def _saved_place(config: Any) -> Place | None:
+def _saved(config: Any) -> tuple[Place | None, str]:
+    """The saved position's place and the server it is in ("": not recorded)."""
     with open_positions(config) as store:
         saved = store.load()
-    return (saved.journal, saved.offset) if saved is not None and saved.journal else None
+    if saved is None or not saved.journal:
+        return None, ""
+    src = saved.source
+    return (saved.journal, saved.offset), server_key(src.server_id, src.server_uuid) if src else ""
 
 
 def cmd_schema_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    history = _history(config)
     key = _table(args.table)
-    at = _place(args.at) if args.at else _saved_place(config)
-    if at is None:
-        at = max((r.at for r in history.records), key=place_key)
-    table = history.catalog_at(at).table(*key)
-    print(f"as of {at[0]}:{at[1]}")
+    saved, server = _saved(config)
+    at = _place(args.at) if args.at else saved
+    with open_schema_history(config) as history:
+        _require(history, config)
+        if at is None:
+            newest = max(history.records, key=lambda r: place_key(r.at))
+            at, server = newest.at, newest.server
+        table = history.catalog_at(at, server).table(*key)
+        where = history.describe()
+    print(f"as of {at[0]}:{at[1]}" + (f" on server {server}" if server else "") + f" ({where})")
     print(table.describe() if table is not None else f"{key[0]}.{key[1]}: not known at this place")
     return 0 if table is not None else 1
 
@@ -91,7 +106,6 @@ def cmd_schema_show(args: argparse.Namespace) -> int:
 def cmd_schema_resync(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     _refuse_if_active(config)
-    history = _history(config)
     key = _table(args.table)
     at = _place(args.at) if args.at else None
     s = config.source
@@ -99,20 +113,22 @@ def cmd_schema_resync(args: argparse.Namespace) -> int:
     try:
         with contextlib.closing(conn):
             live = read_table(conn, *key)
+            server = read_server_key(conn)
     except pymysql.err.MySQLError as exc:
         raise SchemaError(f"{s.address}: cannot read {args.table}: {exc}") from exc
     print(live.describe() if live is not None else f"{args.table}: no such table on the server")
     if not args.yes:
         print("not written: run again with --yes to confirm this definition")
         return 1
-    try:
-        record = resync(history, live, key, at)
-    except SchemaError:
-        if at is not None:
-            raise
-        saved = _saved_place(config)
-        if saved is None:
-            raise
-        record = resync(history, live, key, saved)
-    print(f"resynced {args.table} at {record.at[0]}:{record.at[1]} in {history.path}")
+    saved = _saved(config)[0] if at is None else None
+    with open_schema_history(config) as history:
+        _require(history, config)
+        try:
+            record = resync(history, live, key, at, server)
+        except SchemaError:
+            if at is not None or saved is None:
+                raise
+            record = resync(history, live, key, saved, server)
+        where = history.describe()
+    print(f"resynced {args.table} at {record.at[0]}:{record.at[1]} in {where}")
     return 0

@@ -1,11 +1,21 @@
-"""``relay snapshot run|status|cancel``: on-demand snapshots of a running relay (``relay.ops.snapshot``)."""
+"""``relay snapshot run|status|cancel``: on-demand snapshots of a running relay (``relay.ops.snapshot``).
+
+``cancel`` with no relay running marks the unfinished snapshot in the saved position cancelled, so
+the next start does not continue it (held like ``relay positions set``: refused while a relay holds
+the instance).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relay.config.load import RelayConfig
+    from relay.positions.store import PositionStore
 
 
 def add_snapshot_parser(sub: Any) -> None:
@@ -14,21 +24,43 @@ def add_snapshot_parser(sub: Any) -> None:
         help="re-read a logical table while the relay streams, or show / cancel the snapshot",
         description="Asks the running relay (through its request file, snapshot.request_file) to snapshot "
         "every shard of one logical table with the watermark rules of the initial snapshot, without "
-        "stopping the live stream.",
+        "stopping the live stream. An unfinished snapshot is continued after a restart whatever "
+        "snapshot.mode says; `cancel` ends it (with the relay stopped too).",
     )
     cmds = snap.add_subparsers(dest="snapshot_command", required=True, metavar="ACTION")
-    run = cmds.add_parser("run", help="snapshot one logical table (all its shards) now")
+    run = cmds.add_parser(
+        "run",
+        help="snapshot one logical table (all its shards) now",
+        description="Snapshot every shard of one logical table of the current mapping while the relay "
+        "streams; --where first runs SELECT 1 ... WHERE (COND) LIMIT 0 on every shard, and a condition "
+        "that fails is refused naming the shard.",
+    )
     run.add_argument("-c", "--config", required=True, help="the relay's config file")
     run.add_argument("--table", required=True, help="the logical db.table, e.g. shop.orders")
-    run.add_argument("--where", default="", help="an SQL condition the rows must meet (optional)")
-    run.add_argument("--follow", action="store_true", help="print a progress line until it is done")
+    run.add_argument(
+        "--where",
+        default="",
+        help="an SQL condition the rows must meet (optional); checked on every shard before it starts",
+    )
+    run.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     run.set_defaults(func=cmd_snapshot_run)
-    status = cmds.add_parser("status", help="the snapshot's progress per table")
+    status = cmds.add_parser(
+        "status",
+        help="the snapshot's progress per table",
+        description="The snapshot's progress: rows, share read, acked rows, rate and ETA, and per table its "
+        "chunk and rows of the estimate (from the running relay, else the saved checkpoint). --follow "
+        "redraws a bar until it is done: exit status 0, or 1 if it failed, was cancelled or the relay "
+        "stopped.",
+    )
     status.add_argument("-c", "--config", required=True, help="the relay's config file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.add_argument("--follow", action="store_true", help="print a progress line until it is done")
+    status.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     status.set_defaults(func=cmd_snapshot_status)
-    cancel = cmds.add_parser("cancel", help="cancel the running snapshot (what is published stays)")
+    cancel_help = (
+        "cancel the running snapshot (what is published stays); with the relay stopped, the "
+        "unfinished one in the saved position (so a start does not continue it)"
+    )
+    cancel = cmds.add_parser("cancel", help=cancel_help, description=cancel_help)
     cancel.add_argument("-c", "--config", required=True, help="the relay's config file")
     cancel.set_defaults(func=cmd_snapshot_cancel)
 
@@ -55,7 +87,56 @@ def cmd_snapshot_run(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot_cancel(args: argparse.Namespace) -> int:
-    return _ask(args, "cancel")
+    from relay.config.load import load_config
+    from relay.daemon.status import pid_running, read_status
+
+    config = load_config(args.config)
+    status = read_status(config.path(config.status.file)) or {}
+    pid = status.get("pid")
+    if isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed"):
+        return _ask(args, "cancel")
+    snapshot_id = cancel_saved(config)
+    print(f"cancel: snapshot {snapshot_id} marked cancelled in the saved position")
+    return 0
+
+
+def cancel_saved(config: RelayConfig) -> str:
+    """With no relay running: mark the unfinished snapshot of the saved position cancelled; its id.
+    ``SnapshotRequestError`` when a relay holds the instance or there is no unfinished snapshot."""
+    from relay.cli.positions import active_holders
+    from relay.errors import SnapshotRequestError
+    from relay.positions.lock import InstanceLock
+    from relay.positions.store import FilePositionStore
+    from relay.source.snapshot import EXTRA_KEY, compacted
+    from relay.wiring import open_positions
+
+    def refuse_if_held(lock_held: bool) -> None:
+        reasons = [r for r in active_holders(config) if not (lock_held and "position lock" in r)]
+        if reasons:
+            raise SnapshotRequestError(
+                f"instance {config.instance} is held by a running relay ({'; '.join(reasons)}), which "
+                "did not take the request: try again"
+            )
+
+    def mark(store: PositionStore) -> str:
+        point = store.load()
+        state = point.extra.get(EXTRA_KEY) if point is not None else None
+        if point is None or not isinstance(state, dict) or state.get("done"):
+            raise SnapshotRequestError(
+                f"instance {config.instance}: no unfinished snapshot in the saved position"
+            )
+        ended = compacted({**state, "done": True, "cancelled": True})
+        store.save(replace(point, extra={**point.extra, EXTRA_KEY: ended}))
+        return str(state.get("id"))
+
+    refuse_if_held(False)
+    if config.positions.backend == "file":
+        path = config.path(config.positions.path)
+        with InstanceLock(path):  # a relay starting meanwhile refuses to start
+            refuse_if_held(True)
+            return mark(FilePositionStore(path))
+    with open_positions(config) as store:
+        return mark(store)
 
 
 def cmd_snapshot_status(args: argparse.Namespace) -> int:
@@ -76,15 +157,23 @@ def cmd_snapshot_status(args: argparse.Namespace) -> int:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    """One progress line, rewritten every second, until the snapshot is done (or no relay runs)."""
+    """A progress bar and line, rewritten every second, until the snapshot is done (exit status 0), or
+    failed, was cancelled, or the relay stopped before it was done (1)."""
     from relay.config.load import load_config
-    from relay.ops.snapshot import progress
+    from relay.ops.snapshot import progress, progress_bar
 
     config = load_config(args.config)
     while True:
         report = progress(config)
-        print(f"\r{report['snapshot'] or 'no snapshot'}\033[K", end="", flush=True)
-        if report["done"] is not False:
+        line = report["snapshot"] or "no snapshot"
+        if report.get("snapshot_percent") is not None:
+            line = f"{progress_bar(report['snapshot_percent'])} {line}"
+        print(f"\r{line}\033[K", end="", flush=True)
+        state = report["snapshot_state"]
+        if report["done"] is True or state in (None, "done"):
             print()
             return 0
+        if report["done"] is None or state in ("failed", "cancelled"):
+            print(f"\nthe snapshot is not done ({'no relay runs' if report['done'] is None else state})")
+            return 1
         time.sleep(1.0)

@@ -123,10 +123,12 @@ class StatusSettings:
 
 @dataclass(frozen=True)
 class SchemaSettings:
-    """The schema history (relay.schema): off, auto (used when binlog_row_metadata is not FULL), always."""
+    """The schema history (relay.schema): auto (the default), always or off; where it is kept follows
+    ``positions.backend``: ``path`` (file), a node beside the position node (zookeeper), ``topic`` (kafka)."""
 
-    history: str = "off"
+    history: str = "auto"
     path: str = "var/{instance}/schema-history.jsonl"
+    topic: str = "relay.schema-history"
 
 
 @dataclass(frozen=True)
@@ -218,10 +220,9 @@ class RelayConfig:
     def _validate_schema(self) -> None:
         if self.schema.history not in ("off", "auto", "always"):
             raise ConfigError("schema.history", f"must be off, auto or always, got {self.schema.history!r}")
-        if self.schema.history != "off" and self.positions.backend != "file":
-            # The history file is not shared between hosts: a takeover elsewhere would not find it.
+        if self.schema.history != "off" and self.positions.backend == "kafka" and not self.schema.topic:
             raise ConfigError(
-                "schema.history", "needs positions.backend: file (a shared history is not done yet)"
+                "schema.topic", "must name a topic (positions.backend: kafka keeps the history there)"
             )
 
     def _validate_transactions(self) -> None:

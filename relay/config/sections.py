@@ -29,17 +29,20 @@ SNAPSHOT_MODES = ("initial", "when_needed", "never")
 class SnapshotConfig:
     """Reading the existing rows of the captured tables (``relay.source.snapshot``).
 
-    ``mode``: ``when_needed`` snapshots when no position is saved and ``source.start`` names no place
-    to start from; ``initial`` whenever no position is saved; ``never`` not at all. An unfinished
-    snapshot recorded in the saved position is continued unless the mode is ``never``.
-    ``max_rows_per_second`` 0: no limit. ``request_file``: where ``relay snapshot run|cancel`` leave
-    requests for the running relay (``{instance}`` is replaced; relative to the config's base).
+    ``mode``: ``when_needed`` and ``initial`` snapshot when no position is saved (also when
+    ``source.start`` names an old place: the watermarks place the chunks after the history read from
+    there); ``never`` starts none of its own. An unfinished snapshot recorded in the saved position is
+    continued whatever the mode (``relay snapshot cancel`` ends it). ``max_rows_per_second`` 0: no
+    limit. ``keyless_max_rows``: the most rows of a table without a usable key, read in one chunk.
+    ``request_file``: where ``relay snapshot run|cancel`` leave requests for the running relay
+    (``{instance}`` is replaced; relative to the config's base).
     """
 
     mode: str = "when_needed"
     chunk_rows: int = 2000
     max_rows_per_second: float = 0.0
     parallelism: int = 1
+    keyless_max_rows: int = 100_000
     request_file: str = "var/{instance}/snapshot-request.json"
 
     def validate(self, path: str = "snapshot") -> None:
@@ -53,6 +56,8 @@ class SnapshotConfig:
             raise ConfigError(f"{path}.max_rows_per_second", "must be 0 (no limit) or positive")
         if not 1 <= self.parallelism <= 16:
             raise ConfigError(f"{path}.parallelism", f"must be 1..16, got {self.parallelism}")
+        if not 1 <= self.keyless_max_rows <= 1_000_000:
+            raise ConfigError(f"{path}.keyless_max_rows", f"must be 1..1000000, got {self.keyless_max_rows}")
 
 
 # --- source ------------------------------------------------------------------------------------------

@@ -272,6 +272,11 @@ class RelayCollector(Collector):
         remaining = sum(1 for t in snap["tables"].values() if not t["done"])
         yield _gauge("relay_snapshot_tables_remaining", "Tables the snapshot has still to read", remaining)
         yield _gauge("relay_snapshot_rows_per_second", "Snapshot read rate", snap["rows_per_second"])
+        yield _gauge(
+            "relay_snapshot_read_percent",
+            "Share of the snapshot's estimated rows read (100: done)",
+            snap["percent"],
+        )
         if snap["eta_seconds"] is not None:
             yield _gauge(
                 "relay_snapshot_eta_seconds", "Estimated time to finish the snapshot", snap["eta_seconds"]

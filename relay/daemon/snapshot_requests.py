@@ -20,7 +20,7 @@ from typing import Any
 
 from mapping.model import Mapping
 from relay.errors import RelayError
-from relay.source.instance import CanalInstance
+from relay.source.instance import NO_CAPTURED_TABLE, CanalInstance
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -
                 )
             except RelayError as exc:
                 reason = str(exc)
+            if reason == NO_CAPTURED_TABLE:
+                reason = (
+                    f"--table {table}: no table of the server that mapping version {mapping.version} routes "
+                    "to it is kept by filter.include/filter.exclude"
+                )
     else:
         reason = f"unknown request {action!r}"
     answer = {"id": request.get("id"), "action": action, "accepted": reason is None, "reason": reason}
@@ -95,7 +100,7 @@ def after_mapping_switch(instance: CanalInstance, old: Mapping, new: Mapping) ->
         reason = instance.request_snapshot(added, str(request["id"]))
     except RelayError as exc:
         reason = str(exc)
-    if reason == "no captured table matches":
+    if reason == NO_CAPTURED_TABLE:
         return None
     if reason is not None:
         log.warning(

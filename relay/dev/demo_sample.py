@@ -175,6 +175,8 @@ source:
   password: {password}
   server_id: 6543
   start: {{journal: {journal}, offset: {offset}}}   # where the sample's rows begin
+snapshot:
+  mode: never      # every sample row is in the binlog from source.start: nothing to snapshot
 mapping:
   file: conf/mapping.yaml
 kafka:

@@ -39,6 +39,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from mypy_extensions import mypyc_attr
 
 from relay.common.retry import RetryPolicy
 from relay.errors import (
@@ -69,6 +70,8 @@ from relay.kafka.records import (
 log = logging.getLogger(__name__)
 
 
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay bench's recorders).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KafkaPublisher:
     """Sends batches with an idempotent ``acks=all`` producer and reports the delivered prefix.
 

@@ -58,7 +58,7 @@ DEAD_LETTER_PARTITION = "relay.original.partition"
 DEAD_LETTER_SIZE = "relay.original.size"
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Record:
     """One Kafka record. ``partition`` None: by ``key`` with murmur2, or the client's choice when unkeyed.
     ``value`` None is a tombstone (compacted topics)."""
@@ -68,6 +68,20 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+        self.headers = headers
 
     @property
     def size(self) -> int:

@@ -45,6 +45,13 @@ def await_answer(config: RelayConfig, request_id: str, timeout: float = 30.0) ->
     raise SnapshotRequestError(f"the relay did not answer request {request_id} within {timeout:.0f} s")
 
 
+def progress_bar(percent: float, width: int = 30) -> str:
+    """``[##########--------------------]  33%``: the share of a snapshot read, as a bar."""
+    share = max(0.0, min(100.0, percent)) / 100.0
+    filled = int(share * width)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {percent:3.0f}%"
+
+
 def progress(config: RelayConfig) -> dict[str, Any]:
     """The snapshot's progress line and per-table lines (running relay, else the saved checkpoint)."""
     status = read_status(config.path(config.status.file)) or {}

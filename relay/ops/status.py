@@ -19,6 +19,7 @@ from relay.errors import RelayError
 from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
+from relay.source.snapshot import read_percent
 from relay.wiring import open_positions, transactional_id
 
 
@@ -87,13 +88,15 @@ def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint 
 
 
 def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> dict[str, Any]:
-    """``snapshot``: one progress line; ``snapshot_tables``: a line per table. From the running relay's
-    status file, else from the checkpoint in the saved position (what a restart continues)."""
+    """``snapshot``: one progress line; ``snapshot_tables``: a line per table; ``snapshot_percent``: the
+    share of the rows read, against the tables' estimated rows; ``snapshot_state``: done, running, read
+    (publishing), cancelled, failed or interrupted. From the running relay's status file, else from the
+    checkpoint in the saved position (what a restart continues)."""
     state = live
     if state is None and point is not None:
         state = point.extra.get("snapshot")
     if not isinstance(state, dict) or "id" not in state:
-        return {"snapshot": None, "snapshot_tables": None}
+        return {"snapshot": None, "snapshot_tables": None, "snapshot_percent": None, "snapshot_state": None}
     tables: dict[str, Any] = state.get("tables", {})
     done = sum(1 for t in tables.values() if t["done"])
     rows = sum(int(t["rows"]) for t in tables.values())
@@ -105,9 +108,12 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
         if state.get("done")
         else ("running" if live is not None else "interrupted (continues on start)")
     )
-    if live is not None and live.get("read") and not live.get("done"):
+    if state.get("cancelled"):
+        what = "cancelled"
+    elif live is not None and live.get("read") and not live.get("done"):
         what = "read, publishing"  # every chunk is in the store, not all of them acknowledged yet
-    line = f"{state.get('id')}: {what}, {done}/{max(done, len(tables))} tables, {rows} rows"
+    percent = read_percent(state)
+    line = f"{state.get('id')}: {what}, {done}/{max(done, len(tables))} tables, {rows} rows ({percent:.0f}%)"
     if live is not None:
         line += f", {live.get('acked_rows', 0)} acked, {live.get('rows_per_second', 0)} rows/s"
         if live.get("eta_seconds") is not None:
@@ -119,7 +125,14 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
         + (", done" if t["done"] else "")
         for name, t in tables.items()
     }
-    return {"snapshot": line, "snapshot_tables": per_table}
+    if live is not None and live.get("failure"):
+        what = "failed"
+    return {
+        "snapshot": line,
+        "snapshot_tables": per_table,
+        "snapshot_percent": percent,
+        "snapshot_state": what,
+    }
 
 
 def _fill_percent(data: dict[str, Any]) -> float | None:

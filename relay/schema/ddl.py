@@ -9,7 +9,9 @@ Which statements change what: CREATE TABLE (columns, PRIMARY KEY inline or as a 
 DROP TABLE, RENAME TABLE, ALTER TABLE (ADD / DROP / MODIFY / CHANGE / RENAME COLUMN with FIRST /
 AFTER, DROP / ADD PRIMARY KEY, RENAME TO, DEFAULT CHARSET), CREATE / ALTER / DROP DATABASE (the
 default collation of later tables). Statements that change no column or key (indexes, TRUNCATE,
-views, routines, grants) are recognised by ``relay.canal.ddl.classify`` and left alone.
+views, routines, grants) are recognised by ``relay.canal.ddl.classify`` and left alone, as are ALTER
+TABLE actions that change none (ADD / DROP / RENAME INDEX, ENGINE and other table options, FORCE,
+partition maintenance, DISCARD / IMPORT TABLESPACE).
 
 Anything else that names a table — a statement sqlglot only keeps as a raw ``Command``, an ALTER
 action this module does not know, a type it cannot size — raises ``UnappliedDdlError``: the caller marks
@@ -263,13 +265,17 @@ def _alter_action(
     catalog: Catalog, t: TableDef, columns: list[ColumnDef], pk: list[str], action: exp.Expression
 ) -> None:
     collation = t.collation or catalog.server_collation
-    if isinstance(action, exp.ColumnDef):  # ADD [COLUMN]
+    if isinstance(action, exp.ColumnDef):  # ADD [COLUMN] [IF NOT EXISTS] (MariaDB)
+        if action.args.get("exists") and any(c.name.lower() == action.name.lower() for c in columns):
+            return
         col, inline_key = _column(catalog, action, collation)
         _place(columns, col, action.args.get("position"))
         if inline_key:
             pk[:] = [col.name]
     elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() == "COLUMN":
         for target in action.args.get("tables") or []:
+            if action.args.get("exists") and not any(c.name.lower() == target.name.lower() for c in columns):
+                continue  # DROP COLUMN IF EXISTS (MariaDB) of a column that is not there
             columns.pop(_find(columns, target.name))
             pk[:] = [k for k in pk if k.lower() != target.name.lower()]
     elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() in (
@@ -306,8 +312,8 @@ def _alter_action(
         found = _primary_key(action)
         if found is not None:
             pk[:] = list(found)
-    elif isinstance(action, exp.AlterColumn):  # SET / DROP DEFAULT, VISIBLE…: no binlog difference
-        return
+    elif isinstance(action, exp.AlterColumn | exp.RenameIndex | exp.ForceProperty):
+        return  # SET / DROP DEFAULT, VISIBLE, RENAME INDEX, FORCE (a rebuild): no binlog difference
     else:
         raise ValueError(f"ALTER action {action.sql('mysql')!r} is not understood")
 
@@ -404,6 +410,32 @@ def _rename_tables(catalog: Catalog, sql: str, default_schema: str) -> Changes:
     return changes
 
 
+_PARTITION_WORDS = frozenset({"PARTITION", "PARTITIONING", "PARTITIONS"})
+_TABLESPACE_ACTIONS = frozenset({"DISCARD", "IMPORT"})
+
+
+def _partitions_only(sql: str) -> bool:
+    """ALTER TABLE t followed only by partition maintenance (PARTITION BY …, ADD / DROP / TRUNCATE /
+    COALESCE / REORGANIZE / EXCHANGE / ANALYZE … PARTITION, REMOVE PARTITIONING) or DISCARD / IMPORT
+    TABLESPACE, which change no column. MySQL's grammar puts such an operation right after the table
+    name and allows no column change with it (partition options come last), so the first words decide;
+    sqlglot keeps these statements as raw commands or cannot parse them at all."""
+    # A quoted identifier (`partition`) is a name, never one of the words looked for.
+    upper = [t.text.upper() if t.token_type != TokenType.IDENTIFIER else "" for t in _MYSQL.tokenize(sql)]
+    i = 1
+    while i < len(upper) and upper[i] in ("ONLINE", "IGNORE"):
+        i += 1
+    if upper[:1] != ["ALTER"] or i >= len(upper) or upper[i] != "TABLE":
+        return False
+    i += 2  # TABLE name
+    if i < len(upper) and upper[i] == ".":
+        i += 2  # schema.name
+    head = [w.split()[0] if w.startswith("PARTITION") else w for w in upper[i : i + 2]]
+    return bool(head) and (
+        head[0] in _PARTITION_WORDS or head[-1] in _PARTITION_WORDS or head[0] in _TABLESPACE_ACTIONS
+    )
+
+
 def _alter_database(catalog: Catalog, sql: str, default_schema: str) -> Changes:
     """ALTER DATABASE [name] [DEFAULT] CHARACTER SET [=] cs [COLLATE [=] co] (a Command to sqlglot)."""
     words = [w for w in _words(sql) if w != "="]
@@ -462,6 +494,8 @@ def apply_ddl(catalog: Catalog, sql: str, default_schema: str) -> Changes:
 
 
 def _apply(catalog: Catalog, sql: str, default_schema: str) -> Changes:
+    if _partitions_only(sql):
+        return {}
     statements = [s for s in sqlglot.parse(sql, dialect="mysql") if s is not None]
     if len(statements) != 1:
         raise ValueError(f"expected one statement, found {len(statements)}")

@@ -316,3 +316,69 @@ def column_meta(catalog: Catalog, table: TableDef, index: int, event: ColumnMeta
         enum_values=col.members if col.kind == "enum" else None,
         set_values=col.members if col.kind == "set" else None,
     )
+
+
+# --- a table as a TABLE_MAP with full metadata describes it ----------------------------------------
+
+_INT_KINDS = {code: kind for kind, code in _INT_CODES.items()}
+_BLOB_KINDS = {n: p for p, n in _BLOB_SIZES.items()}
+_TIME_KINDS = {types.DATETIME2: "datetime", types.TIMESTAMP2: "timestamp", types.TIME2: "time"}
+
+
+def _collation_name(catalog: Catalog, collation_id: int | None) -> str | None:
+    if collation_id is None:
+        return None
+    if collation_id == charsets.BINARY_COLLATION:
+        return "binary"
+    return next((c.name for c in catalog.collations.values() if c.id == collation_id), None)
+
+
+def _column_from_event(catalog: Catalog, ev: ColumnMeta) -> ColumnDef:
+    """The declared column an event's column with full metadata stands for (ValueError: not modelled)."""
+    code, meta, name = ev.type_code, ev.meta, ev.name
+    collation = _collation_name(catalog, ev.charset)
+    binary = collation == "binary"
+    if code in _INT_KINDS:
+        return ColumnDef(name, _INT_KINDS[code], (), ev.unsigned)
+    simple = {types.FLOAT: "float", types.DOUBLE: "double", types.DATE: "date", types.YEAR: "year",
+              types.JSON: "json", types.GEOMETRY: "geometry"}  # fmt: skip
+    if code in simple:
+        return ColumnDef(name, simple[code], (), ev.unsigned and code in (types.FLOAT, types.DOUBLE))
+    if code == types.NEWDECIMAL:
+        return ColumnDef(name, "decimal", (meta >> 8, meta & 0xFF), ev.unsigned)
+    if code in _TIME_KINDS:
+        return ColumnDef(name, _TIME_KINDS[code], (meta,) if meta else ())
+    if code == types.BIT:
+        return ColumnDef(name, "bit", ((meta >> 8) * 8 + (meta & 0xFF),))
+    if collation is None:
+        raise ValueError(f"column {name}: the event names no collation the history knows ({ev.charset})")
+    if code in (types.ENUM, types.SET):
+        members = ev.enum_values if code == types.ENUM else ev.set_values
+        if members is None:
+            raise ValueError(f"column {name}: the event lists no members")
+        return ColumnDef(name, "enum" if code == types.ENUM else "set", (), False, collation, members)
+    maxlen = 1 if binary else _maxlen(catalog, collation)
+    if code == types.STRING:
+        length = types.string_type(meta)[1]
+        return ColumnDef(name, "binary" if binary else "char", (length // maxlen,), False, collation)
+    if code in (types.VARCHAR, types.VAR_STRING):
+        return ColumnDef(name, "varbinary" if binary else "varchar", (meta // maxlen,), False, collation)
+    if code in (types.BLOB, types.TINY_BLOB, types.MEDIUM_BLOB, types.LONG_BLOB) and meta in _BLOB_KINDS:
+        return ColumnDef(name, _BLOB_KINDS[meta] + ("blob" if binary else "text"), (), False, collation)
+    raise ValueError(f"column {name}: type {ev.mysql_type} is not modelled by the schema history")
+
+
+def table_from_event(
+    catalog: Catalog, schema: str, name: str, columns: tuple[ColumnMeta, ...], old: TableDef | None
+) -> TableDef:
+    """The table as a TABLE_MAP with full metadata (names, key, signedness, collations, members)
+    describes it; checked to give back the event's binlog types and sizes. The key is in column order
+    (the event marks key columns); the default collation is kept from ``old``, else the database's."""
+    defs = tuple(_column_from_event(catalog, c) for c in columns)
+    for col, ev in zip(defs, columns, strict=True):
+        if signature(catalog, col) != event_signature(ev):
+            raise ValueError(f"column {col.name}: {col.type_text()} does not give the event's binlog type")
+    key = tuple(c.name for c in columns if c.is_key)
+    default = old.collation if old is not None else None
+    default = default or catalog.databases.get(schema) or catalog.server_collation
+    return TableDef(schema, name, defs, key, default)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from relay.schema.ddl import SYSTEM_SCHEMAS, column_from_type
+from relay.schema.history import server_key
 from relay.schema.model import Catalog, Collation, ColumnDef, TableDef
 
 _GEOMETRIC = frozenset({"point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
@@ -102,3 +103,12 @@ def read_table(conn: Any, schema: str, name: str) -> TableDef | None:
     """One table's live definition (None when the server has no such base table)."""
     found = _tables(conn, "TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, name))
     return found[0] if found else None
+
+
+def read_server_key(conn: Any) -> str:
+    """Whose binlog this server writes (``relay.schema.history.server_key``): its UUID, else its id."""
+    found = {
+        _text(n).lower(): _text(v)
+        for n, v in _rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id', 'server_uuid')")
+    }
+    return server_key(int(found.get("server_id", "0")), found.get("server_uuid", ""))

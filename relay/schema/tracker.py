@@ -6,26 +6,35 @@ on the binlog reader thread, in binlog order:
 * ``on_query(event)`` — a DDL moves the catalog on (``relay.schema.ddl.apply_ddl``), and the tables it
   changed are appended to the history at the END of the event before the event is handed on. A DDL
   read again (a restart, a replay) finds its record and is applied from it. A DDL that cannot be
-  applied is recorded as broken and stops the relay (``SchemaError``) naming the place and statement;
+  applied is recorded as broken and stops the relay (``SchemaError``) naming the place and statement
+  — unless the server writes full row metadata and the mode is ``auto``: the binlog then describes
+  the table itself, so the relay goes on and the table is learned at its next TABLE_MAP;
 * ``resolve(table_map)`` — called by the binlog parser for every TABLE_MAP, before the rows that
   follow are decoded. The history's columns are checked against the event: the column count, each
   column's binlog type and size, and what the event itself says (signedness and charset under
-  MINIMAL; names, key flags and members under FULL, where the event's own values are kept). A
-  difference stops the relay with the table, the place and the difference. Where the event has no
-  names, the columns are rebuilt as FULL metadata would give them (``relay.schema.model.column_meta``).
+  MINIMAL; names, key flags and members under FULL). Where the event has no names, the columns are
+  rebuilt as FULL metadata would give them (``relay.schema.model.column_meta``), and a difference
+  stops the relay with the table, the place and the difference. Where it has them (FULL), the
+  event's own columns are used: a difference stops the relay in mode ``always``; in mode ``auto``
+  the table is learned from the event (``relay.schema.model.table_from_event``), appended as a
+  ``learned`` record at the TABLE_MAP's place and logged, so a later replay or failover to a server
+  without FULL metadata finds it.
+
+Each table's verified columns are cached by the identity of the event's columns (the parser reuses
+them for an unchanged TABLE_MAP body) and of the table's definition: an unchanged TABLE_MAP costs a
+dictionary look-up.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 
 from relay.binlog.events import ColumnMeta, QueryEvent, TableMapEvent
 from relay.errors import SchemaError
 from relay.schema.ddl import SYSTEM_SCHEMAS, UnappliedDdlError, apply_ddl
-from relay.schema.history import FileSchemaHistory, Place, Record, apply_record
-from relay.schema.model import Catalog, TableDef, column_meta, event_signature, signature
+from relay.schema.history import Place, Record, SchemaHistory, apply_record
+from relay.schema.model import Catalog, TableDef, column_meta, event_signature, signature, table_from_event
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +44,44 @@ RESYNC_HINT = (
 )
 
 
-class SchemaTracker:
-    """Follows the schema along one binlog stream (module docstring). One reader thread owns it."""
+class _MismatchError(Exception):
+    """The history and a TABLE_MAP disagree; the text says how."""
 
-    def __init__(self, history: FileSchemaHistory, start: Place) -> None:
+
+class SchemaTracker:
+    """Follows the schema along one binlog stream (module docstring). One reader thread owns it.
+
+    ``mode``: ``auto`` or ``always`` (``schema.history``); ``full``: the server writes
+    binlog_row_metadata=FULL (a DDL the parser cannot apply then does not stop the relay in ``auto``);
+    ``server``: whose binlog the places are in (``relay.schema.history.server_key``).
+    """
+
+    def __init__(
+        self, history: SchemaHistory, start: Place, mode: str = "always", full: bool = False, server: str = ""
+    ) -> None:
         self.history = history
-        self.catalog: Catalog = history.catalog_at(start)
-        self._resolved: dict[tuple[int, tuple[ColumnMeta, ...]], tuple[ColumnMeta, ...]] = {}
+        self.mode = mode
+        self.full = full
+        self.server = server
+        self.catalog: Catalog = history.catalog_at(start, server)
+        # (schema, table) -> (the event's columns, the table's definition, the columns to use)
+        self._resolved: dict[tuple[str, str], tuple[object, object, tuple[ColumnMeta, ...]]] = {}
+
+    @property
+    def lenient(self) -> bool:
+        """A DDL the parser cannot apply does not stop the relay (module docstring)."""
+        return self.mode == "auto" and self.full
 
     # -- DDL ---------------------------------------------------------------------------------------
     def on_query(self, event: QueryEvent) -> None:
         at: Place = (event.header.log_file, event.header.log_pos)
-        stored = self.history.records_at(at)
+        stored = self.history.records_at(at, self.server)
         if stored:
             for record in stored:
                 apply_record(self.catalog, record)
             self._resolved.clear()
-            self._stop_if_broken(stored, at)
+            if not self.lenient:
+                self._stop_if_broken(stored, at)
             return
         work = self.catalog.copy()
         try:
@@ -65,14 +95,21 @@ class SchemaTracker:
                 {"databases": dict(self.catalog.databases)},
                 event.sql,
                 exc.reason,
+                self.server,
             )
             self.history.append(record)
             apply_record(self.catalog, record)
             self._resolved.clear()
-            raise SchemaError(self._ddl_message(at, event.sql, exc.reason, exc.tables)) from exc
+            message = self._ddl_message(at, event.sql, exc.reason, exc.tables)
+            if not self.lenient:
+                raise SchemaError(message) from exc
+            log.warning("%s — the binlog has full row metadata: going on; the table is learned at its next "
+                        "TABLE_MAP", message.split(" The relay stops")[0])  # fmt: skip
+            return
         if not changes and work.databases == self.catalog.databases:
             return
-        record = Record("ddl", at, tuple(changes.items()), {"databases": dict(work.databases)}, event.sql)
+        facts = {"databases": dict(work.databases)}
+        record = Record("ddl", at, tuple(changes.items()), facts, event.sql, server=self.server)
         self.history.append(record)
         self.catalog = work
         self._resolved.clear()
@@ -105,53 +142,84 @@ class SchemaTracker:
         """The TABLE_MAP with the history's names, keys and types (verified; module docstring)."""
         if event.schema in SYSTEM_SCHEMAS:
             return event
-        cache_key = (id(self.catalog.tables.get((event.schema, event.table))), event.columns)
-        cached = self._resolved.get(cache_key)
-        if cached is None:
-            cached = self._verify(event)
-            self._resolved[cache_key] = cached
-        return replace(event, columns=cached, names_from_binlog=True)
+        key = (event.schema, event.table)
+        table = self.catalog.tables.get(key)
+        cached = self._resolved.get(key)
+        if cached is None or cached[0] is not event.columns or cached[1] is not table:
+            columns = self._columns(event, table)
+            cached = (event.columns, self.catalog.tables.get(key), columns)
+            self._resolved[key] = cached
+        if cached[2] is event.columns:
+            return event
+        return TableMapEvent(event.header, event.table_id, event.schema, event.table, cached[2], True)
 
-    def _verify(self, event: TableMapEvent) -> tuple[ColumnMeta, ...]:
+    def _columns(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
+        try:
+            return self._verify(event, table)
+        except _MismatchError as exc:
+            difference = str(exc)
         where = f"{event.header.log_file}:{event.header.start}"
         name = f"{event.schema}.{event.table}"
-        table = self.catalog.table(event.schema, event.table)
-
-        def stop(difference: str) -> SchemaError:
-            return SchemaError(
+        if not (event.names_from_binlog and self.mode == "auto"):
+            raise SchemaError(
                 f"schema history: the TABLE_MAP of {name} at {where} does not match the history: "
-                f"{difference}. "
-                "A DDL was not applied, or the table changed outside the binlog; "
+                f"{difference}. A DDL was not applied, or the table changed outside the binlog; "
                 + RESYNC_HINT.format(table=name)
             )
+        self._learn(event, table, difference)
+        return event.columns
 
+    def _learn(self, event: TableMapEvent, table: TableDef | None, difference: str) -> None:
+        """Take the table from a TABLE_MAP with full metadata (mode ``auto``) into the history."""
+        at: Place = (event.header.log_file, event.header.start)
+        key = (event.schema, event.table)
+        try:
+            learned = table_from_event(self.catalog, event.schema, event.table, event.columns, table)
+        except ValueError as exc:
+            log.warning("schema history: %s.%s at %s:%d cannot be modelled (%s); its binlog metadata is used",
+                        *key, *at, exc)  # fmt: skip
+            return
+        stored = [
+            r
+            for r in self.history.records_at(at, self.server)
+            if r.kind == "learned" and dict(r.changes).get(key)
+        ]
+        record = stored[-1] if stored else Record("learned", at, ((key, learned),), server=self.server)
+        if not stored:
+            self.history.append(record)
+            # A table the history never had (no SELECT on it at the first read) is news, not a problem.
+            level = logging.INFO if table is None else logging.WARNING
+            log.log(level, "schema history: %s.%s learned from the binlog's full metadata at %s:%d (%s)",
+                    *key, *at, difference)  # fmt: skip
+        apply_record(self.catalog, record)
+
+    def _verify(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
         if table is None:
-            raise stop("the history has no such table")
+            raise _MismatchError("the history has no such table")
         if table.broken:
-            raise stop(f"its definition is unknown since {table.broken}")
+            raise _MismatchError(f"its definition is unknown since {table.broken}")
         if len(table.columns) != len(event.columns):
-            raise stop(f"{len(event.columns)} columns in the event, {len(table.columns)} in the history")
+            counts = f"{len(event.columns)} columns in the event, {len(table.columns)} in the history"
+            raise _MismatchError(counts)
         out = []
         for i, ev in enumerate(event.columns):
             col = table.columns[i]
             try:
                 expected = signature(self.catalog, col)
             except ValueError as exc:
-                raise stop(f"column {i + 1} ({col.name}): {exc}") from exc
+                raise _MismatchError(f"column {i + 1} ({col.name}): {exc}") from exc
             if expected != event_signature(ev):
-                raise stop(
+                raise _MismatchError(
                     f"column {i + 1} ({col.name} {col.type_text()}): binlog type/size {expected} expected, "
                     f"the event has {event_signature(ev)} ({ev.mysql_type})"
                 )
             mine = column_meta(self.catalog, table, i, ev)
-            self._compare(ev, mine, event.names_from_binlog, i, stop)
-            out.append(ev if event.names_from_binlog else mine)
-        return tuple(out)
+            self._compare(ev, mine, event.names_from_binlog, i)
+            out.append(mine)
+        return event.columns if event.names_from_binlog else tuple(out)
 
     @staticmethod
-    def _compare(
-        ev: ColumnMeta, mine: ColumnMeta, full: bool, i: int, stop: Callable[[str], SchemaError]
-    ) -> None:
+    def _compare(ev: ColumnMeta, mine: ColumnMeta, full: bool, i: int) -> None:
         checks: list[tuple[str, object, object]] = (
             [("unsigned", ev.unsigned, mine.unsigned)] if ev.unsigned else []
         )
@@ -163,4 +231,4 @@ class SchemaTracker:
         for what, theirs, ours in checks:
             if theirs != ours:
                 column = f"column {i + 1} ({mine.name})"
-                raise stop(f"{column}: {what} is {theirs!r} in the event, {ours!r} in the history")
+                raise _MismatchError(f"{column}: {what} is {theirs!r} in the event, {ours!r} in the history")

@@ -205,7 +205,8 @@ def _refuse_unfit(cfg: SourceConfig, var: dict[str, str], schema_history: bool =
             "binlog_row_metadata",
             metadata or "unsupported by this server",
             "set binlog_row_metadata=FULL (MySQL >= 8.0.1, MariaDB >= 10.5) so column names and keys travel "
-            "with each change",
+            "with each change, or schema.history: auto (the default; it is off) to take them from the schema "
+            "history",
         )
 
 

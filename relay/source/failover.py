@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -288,6 +289,9 @@ class Failover:
         self.enabled = has_standby(cfg)
         self.history: History | None = None
         self.gtids: GtidTracker | None = None
+        # With a schema history, a standby without binlog_row_metadata=FULL is accepted, and ``prepare``
+        # (``open_standby``) gives its source the history's tracker before it streams.
+        self.accept_schema_history = False
 
     @property
     def recording(self) -> bool:
@@ -336,13 +340,22 @@ class Failover:
         src = saved.source if saved is not None else None
         return self.enabled and src is not None and (src.host, src.port) == (sb.host, sb.port)
 
-    def open_standby(self, after: ResumePoint | None, reason: str, *, saved_there: bool = False) -> Switch:
+    def open_standby(
+        self,
+        after: ResumePoint | None,
+        reason: str,
+        *,
+        saved_there: bool = False,
+        prepare: Callable[[BinlogSource, StartPoint], None] | None = None,
+    ) -> Switch:
         """A source on the standby continuing right after ``after`` (the last entry put, or the saved one).
 
         ``saved_there``: ``after`` is a position saved while reading the standby: resume it exactly.
+        ``prepare``: called with the checked source and its start before it streams (the schema history).
         """
         cfg = standby_config(self.config)
         source = BinlogSource(cfg)
+        source.accept_schema_history = self.accept_schema_history
         info = source.check()
         drop: EntryFilter
         if saved_there:
@@ -350,7 +363,13 @@ class Failover:
         else:
             start, drop = self._where(cfg, info, after)
         log.warning("failing over to the standby %s (%s): %s", cfg.address, reason, start.reason)
-        source.open(start)
+        try:
+            if prepare is not None:
+                prepare(source, start)
+            source.open(start)
+        except BaseException:
+            source.close()
+            raise
         return Switch(source, info, start, drop)
 
     def _where(

@@ -40,18 +40,28 @@ from relay.canal.server import EmbeddedServer, Message
 from relay.canal.sink import Sink, SinkConfig
 from relay.canal.statements import StatementDmlGuard
 from relay.canal.xa import XaBuffer
-from relay.config.sections import SnapshotConfig, SourceConfig, StartConfig, StoreConfig
+from relay.config.sections import SnapshotConfig, SourceConfig, StoreConfig
 from relay.errors import RelayError, ServerError, SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
-from relay.schema.history import FileSchemaHistory
+from relay.schema.history import SchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
-from relay.source.failover import EntryFilter, Failover, master_config
+from relay.source.failover import EntryFilter, Failover, master_config, standby_config
 from relay.source.schema_start import attach_schema_history
-from relay.source.snapshot import EXTRA_KEY, Snapshot, SnapshotEntry, compacted, plan, state_rows
+from relay.source.snapshot import (
+    EXTRA_KEY,
+    Snapshot,
+    SnapshotEntry,
+    check_where,
+    compacted,
+    is_snapshot,
+    plan,
+    state_rows,
+)
 
 log = logging.getLogger(__name__)
 
 PUT_BURST = 256  # most entries put into the store in one call
+NO_CAPTURED_TABLE = "no captured table matches"  # request_snapshot's answer when no table is left
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,7 @@ class InstanceConfig:
     # positions.save_interval_seconds: > 0: a writer thread saves the point after the last ack, at most
     # once per interval (acks never wait on the disk or ZooKeeper); 0: every ack saves, on its thread.
     save_interval_seconds: float = 0.1
-    schema_history: str = "off"  # schema.history: off, auto (without FULL row metadata), always
+    schema_history: str = "off"  # schema.history: off (FULL metadata required), auto, always
     # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
     # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
@@ -80,15 +90,17 @@ class CanalInstance:
         self,
         config: InstanceConfig,
         positions: PositionStore,
-        schema_history: FileSchemaHistory | None = None,
+        schema_history: SchemaHistory | None = None,
     ) -> None:
         self.config = config
         self.positions = positions
         self.failover = Failover(config.source)
         self.source = BinlogSource(master_config(config.source))
-        # Names and keys where the server writes no full row metadata (relay.source.schema_start).
+        # Names and keys where the server writes no full row metadata; kept and checked against FULL
+        # metadata where it does (relay.source.schema_start).
         self.schema_history = schema_history
         self.source.accept_schema_history = schema_history is not None and config.schema_history != "off"
+        self.failover.accept_schema_history = self.source.accept_schema_history
         self.store = RingStore(config.store)
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
@@ -123,6 +135,7 @@ class CanalInstance:
         self.snapshot: Snapshot | None = None
         self._snapshot_state: dict[str, Any] | None = None
         self._snapshot_fresh: dict[str, Any] | None = None  # the running snapshot's state before any chunk
+        self._cancelled: tuple[str, dict[str, Any]] | None = None  # the id and end state of a cancelled one
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -147,7 +160,7 @@ class CanalInstance:
                 attach_schema_history(self.source, history, mode, self.start_point)
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
-                self._begin_snapshot(saved)
+        self._begin_snapshot(saved)  # on whichever server the parser reads
         self._thread = threading.Thread(
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
@@ -199,6 +212,8 @@ class CanalInstance:
         if self._thread is not None:
             self._thread.join(timeout)
         self.source.close()
+        if self.schema_history is not None:
+            self.schema_history.close()
 
     @property
     def running(self) -> bool:
@@ -229,6 +244,10 @@ class CanalInstance:
             while not self._stopping.is_set():
                 holding = builder.in_transaction
                 snap = self.snapshot
+                if snap is not None and snap.failure is not None:
+                    # A reader stopped on an error it cannot retry: the relay stops with it (fail closed),
+                    # after what closed before is published; a restart continues from the checkpoint.
+                    raise snap.failure
                 try:
                     wait = 0.0 if pending and not holding else self.config.poll_seconds
                     if snap is not None and snap.active:
@@ -349,9 +368,13 @@ class CanalInstance:
                 e.generation = self.generation
         while entries and not self._stopping.is_set():
             if self.store.put(entries, timeout=self.config.poll_seconds):
-                self._last_put = entries[-1]
-                if self.failover.recording:
-                    self.failover.record(entries)
+                # A failover continues the binlog after the last binlog entry put; snapshot chunks are
+                # no binlog transaction (no time, nothing a standby re-reads): they are not recorded.
+                binlog = entries if self.snapshot is None else [e for e in entries if not is_snapshot(e)]
+                if binlog:
+                    self._last_put = binlog[-1]
+                    if self.failover.recording:
+                        self.failover.record(binlog)
                 break
         return []
 
@@ -364,11 +387,13 @@ class CanalInstance:
         last = self._last_put
         after = replace(resume_after(last), source=None) if last is not None else self._saved
         self._switch(after, str(cause), wait_acked=True)
+        self._move_snapshot()
 
     def _switch(
         self, after: ResumePoint | None, reason: str, *, wait_acked: bool = False, saved_there: bool = False
     ) -> None:
-        switch = self.failover.open_standby(after, reason, saved_there=saved_there)
+        prepare = self._attach_history
+        switch = self.failover.open_standby(after, reason, saved_there=saved_there, prepare=prepare)
         if wait_acked:
             # Every entry of the master is acknowledged (its position saved under the master's
             # identity) before the source changes: a position never mixes two servers.
@@ -382,6 +407,16 @@ class CanalInstance:
             self.generation = next_generation(after)
         self.failover.stop_recording()
         self.info, self.start_point, self._drop = switch.info, switch.start, switch.drop
+
+    def _attach_history(self, source: BinlogSource, start: StartPoint) -> None:
+        """The standby's source follows the schema history too, with records of its own (its binlog
+        places are another numbering). Switching by GTID, the standby continues right after the
+        master's last event: the master's schema now is the standby's at its start, carried over.
+        Switching by timestamp it re-reads an overlap, so its definitions are read from it
+        (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
+        master = self.source.schema
+        carry = master.catalog.copy() if master is not None and not start.journal else None
+        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
 
     def _await_acked(self) -> None:
         while not self._stopping.is_set():
@@ -536,35 +571,86 @@ class CanalInstance:
             current = self._snapshot_state
             if current is not None:
                 same = isinstance(back, dict) and back.get("id") == current.get("id")
-                self._snapshot_state = back if same else self._snapshot_fresh or current
+                self._snapshot_state = self._unless_cancelled(
+                    back if same else self._snapshot_fresh or current
+                )
 
     # -- snapshots -------------------------------------------------------------------------------
     def _begin_snapshot(self, saved: ResumePoint | None) -> None:
-        """Start a snapshot if the mode asks for one, or continue the one the saved point records."""
+        """Start a snapshot if the mode asks for one, or continue the one the saved point records.
+
+        ``initial`` and ``when_needed`` snapshot when no position is saved, also when ``source.start``
+        names an old place: the parser then reads the binlog from there while the readers read the
+        tables now, and a chunk is put only once the parser has reached the binlog end its SELECT saw
+        (its ``high``), so the history before the chunk sorts before it and every change of its rows
+        after the SELECT supersedes it (``relay.source.snapshot``). An unfinished snapshot recorded in
+        the saved point is continued whatever the mode: it was asked for (``relay snapshot cancel``
+        ends it, also with the relay stopped)."""
         cfg, captures = self.config.snapshot, self.config.captures
-        if cfg.mode == "never" or captures is None or self.info is None or self.start_point is None:
+        if captures is None or self.info is None or self.start_point is None:
             return
         state = saved.extra.get(EXTRA_KEY) if saved is not None else None
         if state is not None:
             if state.get("done"):
                 self._snapshot_state = state
                 return
-        elif saved is None and (cfg.mode == "initial" or not _start_configured(self.config.source.start)):
+        elif saved is None and cfg.mode != "never":
             snapshot_id = f"{self.config.name}-{int(time.time())}"
-            state = plan(cfg, master_config(self.config.source), captures, snapshot_id)
+            state = plan(cfg, self._snapshot_source(), captures, snapshot_id)
         else:
             return
-        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
-        self._snapshot_state = copy.deepcopy(state)
-        self._snapshot_fresh = copy.deepcopy(state)
-        self.snapshot = Snapshot(
-            cfg,
-            master_config(self.config.source),
+        self._run_snapshot(state, (self.start_point.journal, self.start_point.offset))
+
+    def _snapshot_source(self) -> SourceConfig:
+        """The server the snapshot readers read: the one the parser reads (the standby after a failover).
+        On the master with the configured ``source.retry``: a reader that cannot reach it keeps trying
+        (not just ``failover.attempts`` times) until the parser fails over and moves the snapshot."""
+        if self._drop is not None:
+            return standby_config(self.config.source)
+        return self.config.source
+
+    def _run_snapshot(
+        self, state: dict[str, Any], at: tuple[str, int] | None, *, moved: bool = False
+    ) -> Snapshot:
+        """Start readers for ``state`` on the server being read; ``at``: where the parser reads.
+        ``moved``: the same snapshot on another server, whose checkpoints as handed out stay."""
+        assert self.info is not None
+        if not moved:
+            # Copies: the snapshot moves its own state on as chunks are put, points carry what was
+            # handed out.
+            self._snapshot_state = copy.deepcopy(state)
+            self._snapshot_fresh = copy.deepcopy(state)
+        snap = Snapshot(
+            self.config.snapshot,
+            self._snapshot_source(),
             state,
             server_id=self.info.server_id,
             mariadb=self.info.mariadb,
         )
-        self.snapshot.start((self.start_point.journal, self.start_point.offset))
+        self.snapshot = snap  # before its readers start: the parser watches for it from the next event
+        snap.start(at)
+        return snap
+
+    def _move_snapshot(self) -> None:
+        """After a failover (parser thread): continue the running snapshot on the standby from what was
+        put. The chunks read from the master and put stay (they are in the store, placed in the
+        master's binlog); the chunks read but not put are dropped, their watermarks being the master's
+        binlog places; every unfinished table is read on, after its last key put, with the standby's
+        binlog as watermarks and the standby's generation in the sequences."""
+        old = self.snapshot
+        if old is None or old.done or old.failure is not None:
+            return
+        old.stop()
+        state = old.moved_state()
+        assert self.start_point is not None
+        log.warning(
+            "instance %s: snapshot %s continues on the standby from its checkpoint (%d rows put)",
+            self.config.name,
+            state["id"],
+            state_rows(state),
+        )
+        # The master's chunks in the store are still handed out with their own checkpoints.
+        self._run_snapshot(state, (self.start_point.journal, self.start_point.offset), moved=True)
 
     def request_snapshot(
         self, only: Callable[[str, str], bool], snapshot_id: str, where: str = ""
@@ -574,25 +660,22 @@ class CanalInstance:
         running = self.snapshot
         if running is not None and running.active:
             return f"snapshot {running.state['id']} is still running"
-        if self.info is None or self._drop is not None:
-            return "the instance is not reading its master"
+        if self.info is None:
+            return "the instance is not reading a server"
 
         def captures(db: str, table: str) -> bool:
             name = f"{db}.{table}"
             return self.sink.include.matches(name) and not self.sink.exclude.matches(name) and only(db, table)
 
-        source = master_config(self.config.source)
+        source = self._snapshot_source()
         state = plan(self.config.snapshot, source, captures, snapshot_id, where)
         if not state["tables"]:
-            return "no captured table matches"
-        snap = Snapshot(
-            self.config.snapshot, source, state, server_id=self.info.server_id, mariadb=self.info.mariadb
-        )
-        # Copies: the snapshot moves its own state on as chunks are put, points carry what was handed out.
-        self._snapshot_state = copy.deepcopy(state)
-        self._snapshot_fresh = copy.deepcopy(state)
-        self.snapshot = snap  # before its readers start: the parser watches for it from the next event
-        snap.start(self.source.delivered)
+            return NO_CAPTURED_TABLE
+        if where:
+            problem = check_where(source, list(state["tables"]), where)
+            if problem is not None:
+                return problem
+        self._run_snapshot(state, self.source.delivered)
         return None
 
     def cancel_snapshot(self) -> str | None:
@@ -600,20 +683,45 @@ class CanalInstance:
         snap = self.snapshot
         if snap is None or not snap.active:
             return "no snapshot is running"
-        self._snapshot_state = snap.cancel()
+        state = compacted(snap.cancel())
+        with self._save_lock, self._lock:
+            self._cancelled = (str(state["id"]), state)
+            self._snapshot_state = state
+            # The batches handed out carry the checkpoint of their chunks: they save the cancel instead.
+            for batch_id, point in self._resume.items():
+                if self._unless_cancelled(point.extra.get(EXTRA_KEY)) is state:
+                    self._resume[batch_id] = replace(point, extra={**point.extra, EXTRA_KEY: state})
+            saved = self.saved_point
+            # Nothing outstanding (an idle source): written now, so a restart does not continue it. An
+            # exactly-once store writes only what a transaction committed: there it waits for a batch.
+            if not self._resume and saved is not None and not getattr(self.positions, "bound", False):
+                saved = replace(saved, extra={**saved.extra, EXTRA_KEY: state})
+                self._write(saved)
+                self.last_acked = saved
+        log.info(
+            "instance %s: snapshot %s cancelled (%d rows put)",
+            self.config.name,
+            state["id"],
+            state_rows(state),
+        )
         return None
+
+    def _unless_cancelled(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``state``, or the cancelled end state when it is a checkpoint of the snapshot cancelled: the
+        chunks put before the cancel still carry checkpoints saying it goes on, and a restart must not
+        continue it."""
+        cancelled = self._cancelled
+        if cancelled is not None and isinstance(state, dict) and state.get("id") == cancelled[0]:
+            return cancelled[1]
+        return state
 
     def _snapshot_extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
         """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
         for e in reversed(entries):
             if isinstance(e, SnapshotEntry):
-                self._snapshot_state = compacted(e.checkpoint)
+                self._snapshot_state = self._unless_cancelled(compacted(e.checkpoint))
                 break
         return {EXTRA_KEY: self._snapshot_state} if self._snapshot_state is not None else {}
-
-
-def _start_configured(start: StartConfig) -> bool:
-    return bool(start.gtid or start.journal or start.timestamp is not None)
 
 
 def _closed_prefix(entries: list[Entry]) -> list[Entry]:

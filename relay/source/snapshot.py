@@ -27,6 +27,13 @@ chunk read again (after a restart) at the same ``P`` saw the same rows — no ch
 between — and gives byte-identical records; read at a later ``P'`` it gives new identities that sort
 after everything the earlier copy could be ordered against.
 
+A table without a usable key (no PRIMARY KEY, no UNIQUE key over NOT NULL columns) is read whole, as
+ONE chunk in one watermark window (``_read_whole``): any change of the table the parser sees in that
+window voids it (which rows it superseded cannot be told) and it is read again, up to
+``KEYLESS_TRIES`` times, then the snapshot stops naming the table. A watch records only what the parser
+reads at or after the binlog end at its start (``_Watch.since``): what lies below was written before the
+table was read. After a failover the instance moves the snapshot to the standby (``moved_state``).
+
 Progress is checkpointed with the position: each chunk entry carries the snapshot's state after it
 (``SnapshotEntry.checkpoint``: per table the last key emitted, rows, chunks, done), and
 ``CanalInstance`` saves the state of the last acknowledged chunk in ``ResumePoint.extra["snapshot"]``.
@@ -62,11 +69,12 @@ from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.errors import RelayError, SourceConnectionError, SourceError
-from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables
+from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables, quote_name
 
 log = logging.getLogger(__name__)
 
 ER_NO_SUCH_TABLE = 1146
+KEYLESS_TRIES = 5  # reads of a table without a usable key before the snapshot stops
 SNAPSHOT_PROP = "relay.snapshot"  # RowChange.props marker of a snapshot chunk (read by the codec)
 EXTRA_KEY = "snapshot"  # ResumePoint.extra key of the checkpoint
 Pos = tuple[tuple[str, int], int]  # (file_order(journal), offset): binlog positions in order
@@ -110,6 +118,7 @@ class Chunk:
     done: bool  # the table's last chunk
     ddls: int = 0  # the table's DDL count (``_Watch.ddls``) when ``spec`` was read
     redo: bool = False  # set instead of putting it: a DDL came in between, read it again
+    whole: bool = False  # the whole of a table without a usable key: any change in its window voids it
     emitted: threading.Event = field(default_factory=threading.Event)
 
 
@@ -121,6 +130,10 @@ class _Watch:
     changes: list[tuple[Pos, tuple[str | None, ...]]] = field(default_factory=list)
     key_index: dict[tuple[str, ...], tuple[int, ...] | None] = field(default_factory=dict)
     ddls: int = 0  # DDL statements on the table the parser has seen since the watch began
+    # The binlog end when the watch began: what the parser reads below it (a relay behind, or started
+    # from an old source.start) was written before the table's definition and rows were read, so it
+    # neither supersedes a row nor voids a chunk; not recording it keeps a long replay from piling up.
+    since: Pos | None = None
 
 
 class _RateLimit:
@@ -148,6 +161,20 @@ def state_rows(state: dict[str, Any]) -> int:
     if "rows" in state:
         return int(state["rows"])
     return sum(int(t["rows"]) for t in state.get("tables", {}).values())
+
+
+def read_percent(state: dict[str, Any]) -> float:
+    """How much of a snapshot is read: rows read over the rows expected (a table's estimate from
+    ``information_schema`` until it is done, then what it had); below 100 until every table is done."""
+    if state.get("done"):
+        return 100.0
+    tables: dict[str, Any] = state.get("tables", {})
+    read = sum(int(t["rows"]) for t in tables.values())
+    expected = sum(
+        int(t["rows"]) if t["done"] else max(int(t.get("estimated_rows") or 0), int(t["rows"]) + 1)
+        for t in tables.values()
+    )
+    return min(99.9, 100.0 * read / expected) if expected else 0.0
 
 
 def compacted(state: dict[str, Any]) -> dict[str, Any]:
@@ -224,21 +251,26 @@ class Snapshot:
         for name, t in self.state["tables"].items():
             if not t["done"]:
                 self._todo.put(name)
+        tables = self._todo.qsize()
         for i in range(min(self.config.parallelism, max(1, self._todo.qsize()))):
             th = threading.Thread(target=self._read_tables, name=f"snapshot-{i}", daemon=True)
             self._threads.append(th)
             th.start()
         log.info(
-            "snapshot %s: %d table(s) to read, %d reader(s)",
-            self.state["id"],
-            self._todo.qsize(),
-            len(self._threads),
+            "snapshot %s: %d table(s) to read, %d reader(s)", self.state["id"], tables, len(self._threads)
         )
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         for th in self._threads:
             th.join(timeout)
+
+    def moved_state(self) -> dict[str, Any]:
+        """The state of what was put, for the same snapshot on another server (after ``stop``): the
+        chunks read but not put are dropped (their watermarks are this server's binlog places)."""
+        with self._lock:
+            self._submitted = []
+            return copy.deepcopy(self.state)
 
     def cancel(self) -> dict[str, Any]:
         """Stop reading; chunks not yet put are dropped. Returns the state to save from now on."""
@@ -328,13 +360,14 @@ class Snapshot:
         except NoSuchTableError:
             self._skip(TableSpec(db, table, (), (), (), ""), after, "dropped or renamed")
             return
-        if not spec.key:
-            self._skip(spec, after, "no PRIMARY KEY and no UNIQUE key over NOT NULL columns")
-            return
         try:
-            self._read_chunks(conn, spec, after)
-        except pymysql.err.ProgrammingError as exc:
-            if mysql.error_code(exc) != ER_NO_SUCH_TABLE:
+            if spec.key:
+                self._read_chunks(conn, spec, after)
+            else:
+                self._read_whole(conn, spec)
+        except (NoSuchTableError, pymysql.err.ProgrammingError) as exc:
+            # Gone while read: its definition read again (after a DDL) finds nothing, or the SELECT fails.
+            if isinstance(exc, pymysql.err.ProgrammingError) and mysql.error_code(exc) != ER_NO_SUCH_TABLE:
                 raise
             self.unwatch(spec)
             self._skip(spec, after, "dropped or renamed")
@@ -346,7 +379,8 @@ class Snapshot:
         self._submit(Chunk(spec, (("", 0), 0), (("", 0), 0), [], after, True))
 
     def _read_chunks(self, conn: Any, spec: TableSpec, after: list[str | None] | None) -> None:
-        self.watch(spec)  # before the first low: every later change of the table is seen
+        # Before the first low: every later change of the table is seen.
+        self.watch(spec, since=_master_position(conn))
         ddls = -1  # read the definition again now: a DDL before the watch began is not counted
         where = str(self.state.get("where") or "")
         while not self._stop.is_set():
@@ -381,12 +415,65 @@ class Snapshot:
             after = last
             self._rate.take(len(rows))
 
-    def watch(self, spec: TableSpec, keep_changes: bool = False) -> None:
-        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs);
-        ``keep_changes``: a new definition of a watched table, what was recorded stays."""
+    def _read_whole(self, conn: Any, spec: TableSpec) -> None:
+        """A table without a PRIMARY KEY or a UNIQUE key over NOT NULL columns: its rows cannot be told
+        apart from the live changes of other rows with the same values, so they are read in ONE chunk
+        (at most ``keyless_max_rows``) inside one watermark window. If the binlog changes the table (or
+        its definition) between the start of that window and the chunk's place, the chunk is dropped
+        and the table read again; after ``KEYLESS_TRIES`` reads the snapshot stops, naming the table.
+        The rows are sorted by their text, so a read again at the same place gives the same records."""
+        where = str(self.state.get("where") or "")
+        limit = self.config.keyless_max_rows
+        for attempt in range(1, KEYLESS_TRIES + 1):
+            self.watch(spec, since=_master_position(conn))  # a fresh window: only later changes void it
+            spec = describe_table(conn, spec.db, spec.table, spec.estimated_rows)
+            if spec.key:  # a key was added meanwhile: read in key chunks
+                self._read_chunks(conn, spec, None)
+                return
+            low = _master_position(conn)
+            with conn.cursor() as cur:
+                cur.execute(spec.whole_query(limit + 1, where))
+                raw = cur.fetchall()
+            high = _master_position(conn)
+            if len(raw) > limit:
+                self.unwatch(spec)
+                raise SourceError(
+                    f"snapshot: table {spec.name} has no PRIMARY KEY and no UNIQUE key over NOT NULL "
+                    f"columns, so it is read in one chunk, and it has more than snapshot.keyless_max_rows "
+                    f"({limit}) rows: add a key, raise the setting, or leave the table out (filter.exclude)"
+                )
+            rows = sorted((spec.row_text(r) for r in raw), key=_row_order)
+            # ddls 0: the watch is fresh, so a DDL seen since (also one before the SELECT) voids it.
+            chunk = Chunk(spec, low, high, rows, None, True, 0, whole=True)
+            self._rows_read += len(rows)
+            self._submit(chunk)
+            while not chunk.emitted.wait(0.2):
+                if self._stop.is_set():
+                    return
+            if not chunk.redo:
+                self._rate.take(len(rows))
+                return
+            log.warning(
+                "snapshot: table %s (no usable key, read in one chunk) changed while it was read; "
+                "reading it again (read %d of %d)",
+                spec.name,
+                attempt,
+                KEYLESS_TRIES,
+            )
+        self.unwatch(spec)
+        raise SourceError(
+            f"snapshot: table {spec.name} has no PRIMARY KEY and no UNIQUE key over NOT NULL columns, so it "
+            f"is read in one chunk, and the binlog changed it during each of {KEYLESS_TRIES} reads: add a "
+            "key, snapshot it when it is quiet (`relay snapshot run`), or leave it out (filter.exclude)"
+        )
+
+    def watch(self, spec: TableSpec, keep_changes: bool = False, since: Pos | None = None) -> None:
+        """From now on the parser records the keys of ``spec`` the binlog changes (and its DDLs) at or
+        after ``since`` (None: the watch's before, else all); ``keep_changes``: a new definition of a
+        watched table, what was recorded stays."""
         with self._lock:
             old = self._watches.get((spec.db, spec.table))
-            w = _Watch(spec)
+            w = _Watch(spec, since=since if since is not None or old is None else old.since)
             if keep_changes and old is not None:
                 w.changes, w.ddls = old.changes, old.ddls
             self._watches[(spec.db, spec.table)] = w
@@ -420,10 +507,12 @@ class Snapshot:
                 w = self._watches.get((e.header.schema_name, e.header.table_name))
                 if w is None:
                     continue
+                at = position(e.header.logfile_name, e.header.logfile_offset)
+                if w.since is not None and at < w.since:
+                    continue
                 if rc.is_ddl:
                     w.ddls += 1  # chunks read under the old definition are read again
                     continue
-                at = position(e.header.logfile_name, e.header.logfile_offset)
                 index = _key_index(w, rc)
                 for row in rc.rows:
                     for image in (row.before, row.after):
@@ -454,9 +543,11 @@ class Snapshot:
         spec = chunk.spec
         w = self._watches.get((spec.db, spec.table))
         rows = chunk.rows
-        if w is not None and w.ddls != chunk.ddls:
+        if w is not None and (w.ddls != chunk.ddls or (chunk.whole and w.changes)):
             # A DDL between the definition this chunk was read under and its place: its rows have the
-            # old shape (or its place follows the DDL). Nothing is put; the reader reads it again.
+            # old shape (or its place follows the DDL). Or a change of a table read whole without a
+            # key: which of its rows it superseded cannot be told. Nothing is put; the reader reads
+            # it again.
             chunk.redo = True
             return None
         if w is not None:
@@ -504,6 +595,7 @@ class Snapshot:
             "skipped": dict(self.skipped),
             "rows": sum(int(t["rows"]) for t in tables.values()),
             "rows_per_second": round(rate, 1),
+            "percent": round(read_percent({"done": self.done, "tables": tables}), 1),
             "eta_seconds": None if self.done or rate <= 0 else round(remaining / rate, 1),
         }
 
@@ -556,6 +648,10 @@ def _chunk_entry(
     return entry
 
 
+def _row_order(row: tuple[str | None, ...]) -> tuple[tuple[bool, str], ...]:
+    return tuple((v is not None, v or "") for v in row)
+
+
 def _master_position(conn: Any) -> Pos:
     """The binlog end now (SHOW MASTER STATUS; SHOW BINARY LOG STATUS on MySQL >= 8.4)."""
     with conn.cursor() as cur:
@@ -569,6 +665,29 @@ def _master_position(conn: Any) -> Pos:
     journal = row[0].decode() if isinstance(row[0], bytes) else str(row[0])
     offset = int(row[1].decode() if isinstance(row[1], bytes) else row[1])
     return position(journal, offset)
+
+
+def check_where(source: SourceConfig, tables: list[str], where: str) -> str | None:
+    """Why ``where`` cannot select rows of every table in ``tables`` (``db.table``), or None: each is
+    asked ``SELECT 1 … WHERE (where) LIMIT 0`` first, so a bad condition is refused at the request
+    instead of stopping the snapshot (and the relay) at its first chunk."""
+    conn = mysql.connect(
+        source.host, source.port, source.user, source.password, tls=source.tls,
+        connect_timeout=source.connect_timeout, read_timeout=source.read_timeout,
+    )  # fmt: skip
+    try:
+        for name in tables:
+            db, table = name.split(".", 1)
+            qualified = f"{quote_name(db)}.{quote_name(table)}"
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT 1 FROM {qualified} WHERE ({where}) LIMIT 0")
+            except pymysql.err.MySQLError as exc:
+                text = exc.args[1] if len(exc.args) > 1 else str(exc)
+                return f"--where {where!r} fails on {name}: {text}"
+    finally:
+        conn.close()
+    return None
 
 
 def plan(

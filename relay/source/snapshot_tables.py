@@ -2,7 +2,7 @@
 
 Owned here: discovering the tables a snapshot covers (``information_schema``, filtered by the caller's
 ``captures(db, table)`` — the mapping and the sink filters), the key a table is read in chunks by (the
-PRIMARY KEY, else a UNIQUE key over NOT NULL columns, else none: the table is skipped and reported),
+PRIMARY KEY, else a UNIQUE key over NOT NULL columns, else none: the table is read in one chunk),
 the column metadata (``ColumnMeta``, built as a TABLE_MAP with full metadata would describe the
 column, so snapshot rows and binlog rows of a table share ``sqlType``/``mysqlType``/``pkNames``), the
 chunk ``SELECT`` and the conversion of its text-protocol values into canal's text forms (the same text
@@ -91,8 +91,9 @@ class TableSpec:
     def chunk_query(
         self, after: Sequence[str | None] | None, limit: int, where: str = ""
     ) -> tuple[str, list[Any]]:
-        """The SELECT of the chunk after key ``after`` (None: the first), ``limit`` rows, in key order."""
-        names = [quote_name(self.columns[i].name) for i in self.key]
+        """The SELECT of the chunk after key ``after`` (None: the first), ``limit`` rows, in key order.
+        Executed with ``params`` (also when empty): every ``%`` of the text is doubled, placeholders aside."""
+        names = [quote_name(self.columns[i].name).replace("%", "%%") for i in self.key]
         conds: list[str] = []
         params: list[Any] = []
         if after is not None:
@@ -103,12 +104,19 @@ class TableSpec:
                 params.extend(self.key_param(j, after[j]) for j in range(n + 1))
             conds.append("(" + " OR ".join(ors) + ")")
         if where:
-            conds.append(f"({where})")
-        sql = f"SELECT {self.select_list()} FROM {self.qualified}"
+            conds.append(f"({where.replace('%', '%%')})")
+        sql = f"SELECT {self.select_list()} FROM {self.qualified}".replace("%", "%%")
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         sql += " ORDER BY " + ", ".join(names) + f" LIMIT {int(limit)}"
         return sql, params
+
+    def whole_query(self, limit: int, where: str = "") -> str:
+        """The SELECT of a table without a usable key: every row (meeting ``where``), at most ``limit``."""
+        sql = f"SELECT {self.select_list()} FROM {self.qualified}"
+        if where:
+            sql += f" WHERE ({where})"
+        return sql + f" LIMIT {int(limit)}"
 
     def key_param(self, key_index: int, text: str | None) -> Any:
         """A key value's canal text as a query parameter compared exactly (never as a double)."""

@@ -66,6 +66,7 @@ def test_example_values_are_the_defaults() -> None:
         ({"snapshot": {"mode": "always"}}, "snapshot.mode"),
         ({"snapshot": {"chunk_rows": 0}}, "snapshot.chunk_rows"),
         ({"snapshot": {"parallelism": 0}}, "snapshot.parallelism"),
+        ({"snapshot": {"keyless_max_rows": 0}}, "snapshot.keyless_max_rows"),
         ({"snapshot": {"max_rows_per_second": -1}}, "snapshot.max_rows_per_second"),
     ],
 )
@@ -127,3 +128,24 @@ def test_the_transactional_id_is_per_instance() -> None:
     assert settings["transactional.id"] == "canal-relay-shop"
     assert settings["transaction.timeout.ms"] >= settings["message.timeout.ms"]
     assert settings["enable.idempotence"] is True and settings["acks"] == "all"
+
+
+# --- the schema history (issue 16) ------------------------------------------------------------------------
+
+
+def test_the_schema_history_is_on_by_default_and_kept_beside_every_position_backend() -> None:
+    from relay.wiring import schema_node
+
+    assert parse_config({}).schema.history == "auto"
+    for backend in ({"backend": "zookeeper"}, {"backend": "file"}):
+        assert parse_config({"positions": backend}).schema.history == "auto"
+    eos = {"kafka": {"transactions": True, "exactly_once": True}, "positions": {"backend": "kafka"}}
+    assert parse_config(eos).schema.topic == "relay.schema-history"
+    zk = parse_config({"instance": "shop", "positions": {"backend": "zookeeper"}, "ha": {"root": "/r"}})
+    assert schema_node(zk) == "/r/destinations/shop/schema"
+    with pytest.raises(ConfigError) as info:
+        parse_config({**eos, "schema": {"topic": ""}})
+    assert info.value.key == "schema.topic"
+    with pytest.raises(ConfigError) as info:
+        parse_config({"schema": {"history": "on"}})
+    assert info.value.key == "schema.history" and "auto" in info.value.problem

@@ -61,3 +61,46 @@ def test_the_history_answers_by_place(tmp_path: Path) -> None:
     assert len(again.catalog_at(("b.000002", 50)).tables[("d", "o")].columns) == 2
     with pytest.raises(Exception, match="no definitions as old"):
         again.catalog_at(("b.000001", 4))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE o ADD INDEX ix (id)",
+        "ALTER TABLE o RENAME INDEX ix TO iy",
+        "ALTER TABLE o FORCE",
+        "ALTER TABLE o ENGINE=InnoDB, ALGORITHM=INPLACE",
+        "ALTER TABLE o PARTITION BY HASH(id) PARTITIONS 4",
+        "ALTER TABLE d.o PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), "
+        "PARTITION p1 VALUES LESS THAN MAXVALUE)",
+        "ALTER TABLE `d`.`o` DROP PARTITION p0",
+        "ALTER TABLE o TRUNCATE PARTITION p0, p1",
+        "ALTER TABLE o REMOVE PARTITIONING",
+        "ALTER TABLE o DISCARD TABLESPACE",
+    ],
+)
+def test_statements_that_change_no_column_leave_the_table_as_it_is(sql: str) -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT PRIMARY KEY)", "d")
+    before = c.table("d", "o")
+    apply_ddl(c, sql, "d")
+    assert c.table("d", "o") == before
+
+
+def test_a_quoted_name_is_a_column_even_when_it_spells_a_keyword() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT PRIMARY KEY)", "d")
+    apply_ddl(c, "ALTER TABLE o ADD `partition` INT", "d")
+    t = c.table("d", "o")
+    assert t is not None and [col.name for col in t.columns] == ["id", "partition"]
+    with pytest.raises(UnappliedDdlError):  # partition options after another action: not guessed
+        apply_ddl(c, "ALTER TABLE o ADD COLUMN x INT, PARTITION BY HASH(id)", "d")
+
+
+def test_mariadb_if_exists_column_clauses_follow_what_the_table_has() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE o (id INT PRIMARY KEY, a INT)", "d")
+    apply_ddl(c, "ALTER TABLE o ADD COLUMN IF NOT EXISTS a INT, ADD COLUMN IF NOT EXISTS b INT", "d")
+    apply_ddl(c, "ALTER TABLE o DROP COLUMN IF EXISTS zz, DROP COLUMN IF EXISTS a", "d")
+    t = c.table("d", "o")
+    assert t is not None and [col.name for col in t.columns] == ["id", "b"]

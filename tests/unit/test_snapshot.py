@@ -71,6 +71,11 @@ def test_chunk_query_is_a_plain_keyset_select() -> None:
     assert sql.endswith("WHERE ((`id` > %s)) AND (status <> 'X') ORDER BY `id` LIMIT 100")
     assert params == [41]  # an int: never compared as a double
     assert spec.row_text([b"7", "NEW"]) == ("7", "NEW")
+    # A ``%`` in the condition stays one once the driver fills the placeholders in (with or without).
+    for after, params in ((None, ()), (["41"], (41,))):
+        sql, args = spec.chunk_query(after, 100, where="id % 3 = 0 AND status LIKE 'P%'")
+        assert tuple(args) == params
+        assert (sql % tuple(args)).endswith("(id % 3 = 0 AND status LIKE 'P%') ORDER BY `id` LIMIT 100")
 
 
 def _event(offset: int, size: int = 40) -> BinlogEvent:
@@ -204,7 +209,10 @@ def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
     assert state_rows(small) == state_rows(entry.checkpoint) == 1
     point = ResumePoint(FILE, 1000, extra={"snapshot": small})
     report = snapshot_report(None, ResumePoint.from_json(point.to_json()))
-    assert report["snapshot"] == "s1: done, 1/1 tables, 1 rows"
+    assert report["snapshot"] == "s1: done, 1/1 tables, 1 rows (100%)"
+    cancelled = compacted({**snap.state, "cancelled": True})
+    report = snapshot_report(None, ResumePoint(FILE, 1000, extra={"snapshot": cancelled}))
+    assert report["snapshot"] == "s1: cancelled, 1/1 tables, 1 rows (100%)"
 
 
 class _FakeInstance:
@@ -212,8 +220,12 @@ class _FakeInstance:
         self.asked: list[tuple[str, str]] = []
 
     def request_snapshot(self, only: Any, snapshot_id: str, where: str = "") -> str | None:
+        from relay.source.instance import NO_CAPTURED_TABLE
+
         self.asked.append((snapshot_id, where))
-        assert only("shop_03", "orders_07") and not only("shop_03", "other")
+        if not only("shop_03", "orders_07"):
+            return NO_CAPTURED_TABLE
+        assert not only("shop_03", "other")
         return None
 
     def cancel_snapshot(self) -> str | None:
@@ -233,6 +245,11 @@ def test_requests_from_the_cli_are_checked_then_carried_out(tmp_path: Any) -> No
         inst, mapping, {"id": "r2", "action": "run", "table": "shop.orders", "where": "1; DROP"}
     )
     assert not bad["accepted"] and "';'" in bad["reason"]
+    unknown = requests.handle(inst, mapping, {"id": "r6", "action": "run", "table": "shop.nothing"})
+    assert unknown["reason"] == (
+        "--table shop.nothing: no table of the server that mapping version 1 routes to it is kept by "
+        "filter.include/filter.exclude"
+    )
     assert (
         requests.handle(inst, mapping, {"id": "r3", "action": "cancel"})["reason"] == "no snapshot is running"
     )
@@ -241,3 +258,80 @@ def test_requests_from_the_cli_are_checked_then_carried_out(tmp_path: Any) -> No
     assert requests.take_request(path) is None
     path.write_text('{"id": "r5", "action": "cancel"}')
     assert requests.take_request(path) == {"id": "r5", "action": "cancel"} and not path.exists()
+
+
+def _keyless() -> TableSpec:
+    spec = _spec()
+    return TableSpec(spec.db, "events", spec.columns, spec.kinds, (), "", 3)
+
+
+def test_a_keyless_table_is_one_chunk_voided_by_any_change_of_the_table_in_its_window() -> None:
+    spec = _keyless()
+    assert (
+        spec.whole_query(101, "id > 1")
+        == "SELECT `id`, `status` FROM `shop_01`.`events` WHERE (id > 1) LIMIT 101"
+    )
+    snap = _snapshot(spec)
+    snap.watch(spec)
+    rows = [("1", "A"), ("1", "A"), ("2", None)]
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, None, True, whole=True)
+    snap._submit(chunk)
+    other = _rows_entry(1100, "orders_02", (RowImage(("9", "A"), ("9", "B")),))  # another table
+    snap.observe(_event(1100, 100), [other])
+    (entry,) = snap.due(False, None)  # nothing of the table changed: every row, duplicates too
+    rc = entry.store_value
+    assert isinstance(rc, RowChange) and [r.after for r in rc.rows] == rows
+    assert snap.state["tables"][spec.name]["done"] and not chunk.redo
+
+    snap = _snapshot(spec)
+    snap.watch(spec)
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, None, True, whole=True)
+    snap._submit(chunk)
+    mine = _rows_entry(1100, "events", (RowImage(("5", "A"), ("5", "B")),))  # a row not in the chunk
+    snap.observe(_event(1100, 100), [mine])
+    assert snap.due(False, None) == []  # which rows it superseded cannot be told: nothing is put
+    assert chunk.emitted.is_set() and chunk.redo and snap.state["tables"][spec.name]["chunks"] == 0
+
+
+def test_progress_is_a_share_of_the_estimated_rows_and_a_bar() -> None:
+    from relay.ops.snapshot import progress_bar
+    from relay.source.snapshot import read_percent
+
+    state = {
+        "id": "s",
+        "done": False,
+        "tables": {
+            "a.t1": {"rows": 300, "chunks": 3, "done": True, "estimated_rows": 250},  # done: its real rows
+            "a.t2": {"rows": 100, "chunks": 1, "done": False, "estimated_rows": 500},
+            "a.t3": {"rows": 700, "chunks": 7, "done": False, "estimated_rows": 600},  # past its estimate
+        },
+    }
+    assert read_percent(state) == 100.0 * 1100 / (300 + 500 + 701)
+    assert read_percent({**state, "done": True}) == 100.0
+    assert progress_bar(25.0, width=8) == "[##------]  25%"
+    assert progress_bar(100.0, width=4) == "[####] 100%"
+    assert progress_bar(0.0, width=4) == "[----]   0%"
+
+
+def test_changes_below_the_watch_start_neither_supersede_nor_void() -> None:
+    """What the parser reads below the binlog end at the watch's start (a relay behind, or replaying from
+    an old ``source.start``) was in the binlog before the table was read: not recorded."""
+    spec = _spec()
+    snap = _snapshot(spec)
+    snap.watch(spec, since=position(FILE, 1000))
+    chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A"), ("2", "B")], ["2"], False)
+    snap._submit(chunk)
+    old = _rows_entry(400, spec.table, (RowImage(("1", "X"), ("1", "A")),))  # history: before the watch
+    ddl = Entry(
+        Header(FILE, 500, 1, 0, 100, EventType.ALTER, spec.db, spec.table),
+        EntryType.ROWDATA,
+        RowChange(EventType.ALTER, is_ddl=True),
+        TxnContext(EntryPosition(FILE, 500)),
+    )
+    snap.observe(_event(400, 100), [old])
+    snap.observe(_event(500, 100), [ddl])
+    new = _rows_entry(1100, spec.table, (RowImage(("2", "B"), ("2", "C")),))  # after: supersedes key 2
+    snap.observe(_event(1100, 100), [new])
+    (entry,) = snap.due(False, None)
+    rc = entry.store_value
+    assert isinstance(rc, RowChange) and [r.after for r in rc.rows] == [("1", "A")] and not chunk.redo

@@ -112,6 +112,8 @@ def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
         else:
             Path(spec["profile_to"]).parent.mkdir(parents=True, exist_ok=True)
             sampler = [spy, "record", "--format", "raw", "--rate", "400", "--threads"]
+            if compiled_build():
+                sampler.append("--native")  # mypyc's functions are C: without it they vanish from stacks
             command = [*sampler, "-o", spec["profile_to"], "--", *command]
     with open(log, "a") as err:
         return subprocess.Popen(
@@ -123,6 +125,13 @@ def _popen(spec: dict[str, Any], log: Path) -> subprocess.Popen[str]:
             env=env,
             cwd=REPO_ROOT,
         )
+
+
+def compiled_build() -> bool:
+    """Whether the hot modules run compiled (``relay._native``)."""
+    from relay import _native
+
+    return _native.describe().startswith("compiled")
 
 
 def py_spy() -> str | None:

@@ -16,6 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 IDLE = ("wait (threading.py", "select (", "poll (", "_wait_for_tstate_lock", "sleep (", "get (queue.py")
+# With --native (compiled builds), waits end in libc: condition variables, futexes (the GIL's included),
+# poll; py-spy leaves most of those frames unresolved (``0x7f… (libc.so.6)``).
+NATIVE_IDLE = ("pthread_cond_", "futex", "epoll_wait", "nanosleep", "sem_wait", "sem_timedwait")
+
+
+def _idle(leaf: str) -> bool:
+    if any(leaf.startswith(i) or i in leaf for i in IDLE):
+        return True
+    if "(libc.so" in leaf and (leaf.startswith("0x") or leaf.startswith(NATIVE_IDLE)):
+        return True
+    return leaf.startswith(NATIVE_IDLE)
 
 
 @dataclass(frozen=True)
@@ -48,9 +59,9 @@ def collapsed_top(path: Path, limit: int = 15) -> tuple[list[Entry], float]:
             continue
         count = int(count_text)
         frames = stack.split(";")[1:]  # the first is the thread
-        if not frames or frames[0].startswith("_run_module_as_main"):
+        if not frames or "MainThread" in stack.split(";")[0] or frames[0].startswith("_run_module_as_main"):
             continue  # the worker's main thread: imports, building the relay, waiting for the end
-        if any(frames[-1].startswith(i) or i in frames[-1] for i in IDLE):
+        if _idle(frames[-1]):
             idle += count
             continue
         busy += count
