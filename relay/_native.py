@@ -29,7 +29,7 @@ import logging
 import os
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -88,26 +88,28 @@ def _read_manifest() -> dict[str, str] | None:
     return {str(k): str(v) for k, v in modules.items()}
 
 
+def decide(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]]:
+    """(mode, reason, compiled modules) for a process started with ``environ``; changes nothing."""
+    built = _read_manifest()
+    if environ.get(ENV_PURE, "") not in ("", "0"):
+        return "pure", f"{ENV_PURE}={environ[ENV_PURE]}", ()
+    if built is None:
+        return "pure", "not compiled: see scripts/build-compiled", ()
+    stale = sorted(str(_source(m).relative_to(_ROOT)) for m, d in built.items() if _digest(_source(m)) != d)
+    if stale:
+        return "pure", f"stale compiled modules: {', '.join(stale)} changed since scripts/build-compiled", ()
+    return "compiled", "", tuple(sorted(built))
+
+
 def install() -> None:
     """Decide the build (once per process); for the pure one, put the source finder first."""
     global mode, reason, compiled_modules
     if mode == "compiled" or any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         return
-    built = _read_manifest()
-    stale = sorted(
-        str(_source(m).relative_to(_ROOT))
-        for m, digest in (built or {}).items()
-        if _digest(_source(m)) != digest
-    )
-    if os.environ.get(ENV_PURE, "") not in ("", "0"):
-        reason = f"{ENV_PURE}={os.environ[ENV_PURE]}"
-    elif built is None:
-        reason = "not compiled: see scripts/build-compiled"
-    elif stale:
-        reason = f"stale compiled modules: {', '.join(stale)} changed since scripts/build-compiled"
-        log.warning("running pure Python: %s (run it again)", reason)
-    else:
-        mode, reason, compiled_modules = "compiled", "", tuple(sorted(built))
+    mode, reason, compiled_modules = decide(os.environ)
+    if mode == "compiled":
         return
+    if reason.startswith("stale"):
+        log.warning("running pure Python: %s (run it again)", reason)
     # Even with no (usable) manifest: extensions left by an interrupted or foreign build never load.
     sys.meta_path.insert(0, _SourceFinder())

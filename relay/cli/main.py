@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from types import FrameType
+from typing import Any
 
 from relay import __version__, _native
 from relay.canal.entry import Entry, EntryType, RowChange
@@ -213,12 +214,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep, orders=args.orders)
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and which build of the hot modules runs (``relay._native``), unwrapped."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kwargs.get("help"))
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"relay {__version__}\nhot modules: {_native.describe()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="relay",
         description="canal's binlog parser and ring store in Python; relays MySQL changes durably to Kafka.",
     )
-    parser.add_argument("--version", action="version", version=f"relay {__version__}, {_native.describe()}")
+    parser.add_argument("--version", action=_Version, help="show the version and which build runs, then exit")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )

@@ -60,8 +60,9 @@ def _run(code: str, cwd: Path, pure: bool) -> tuple[dict[str, object], str]:
 def test_golden_records_in_each_build(pure: bool) -> None:
     out, _ = _run(_GOLDEN, ROOT, pure)
     assert out["same"] is True
-    # Without the switch a subprocess runs the build this process runs (compiled where it was built).
-    want = "pure" if pure else _native.mode
+    # Without the switch: the build a process would run (compiled where it was built and is fresh), even
+    # when this one runs with RELAY_PURE_PYTHON=1 (scripts/test's second pass).
+    want = "pure" if pure else _native.decide({})[0]
     assert out["mode"] == want
     assert str(out["values"]).endswith(".py" if want == "pure" else EXT)
 
@@ -150,3 +151,16 @@ def test_an_extension_without_a_usable_manifest_is_never_loaded(copy: Path, mani
     out, _ = _run(_PROBE, copy, pure=False)
     assert out["mode"] == "pure" and str(out["values"]).endswith("values.py")
     assert out["describe"] == "pure Python (not compiled: see scripts/build-compiled)"
+
+
+def test_relay_version_says_which_build_runs() -> None:
+    env = os.environ | {_native.ENV_PURE: "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[1] == "hot modules: pure Python (RELAY_PURE_PYTHON=1)"
