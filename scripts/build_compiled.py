@@ -32,8 +32,8 @@ GROUP = "relay._compiled"  # the shared library: relay/_compiled__mypyc.<EXT_SUF
 
 # The per-row and per-record path, chosen by measurement (README, "Compiled against pure Python"). Left out:
 # relay.kafka.canal_protobuf (mypyc refuses its surrogate-range regex literal; canal-json is the default), and
-# the per-batch stages around the hot path (binlog source, instance, publisher, publish loop; adding them made
-# gcc fail on mypyc's generated C under -Werror, not investigated further).
+# the per-batch stages around the hot path (binlog source, instance, server, publish loop: adding them and
+# the publisher at once made gcc fail on the generated C under -Werror; not investigated further).
 MODULES = (
     "relay.binlog.charsets",
     "relay.binlog.events",

@@ -70,10 +70,11 @@ def test_golden_records_in_each_build(pure: bool) -> None:
 def test_the_switch_and_this_process_agree() -> None:
     import relay.binlog.values as v
 
-    if os.environ.get(_native.ENV_PURE, "") not in ("", "0"):
-        assert _native.mode == "pure" and v.__file__.endswith(".py")
-    elif _native.mode == "compiled":
+    assert (_native.mode, _native.reason, _native.compiled_modules) == _native.decide(os.environ)
+    if _native.mode == "compiled":
         assert v.__file__.endswith(EXT) and "relay.binlog.values" in _native.compiled_modules
+    else:
+        assert v.__file__.endswith(".py") and _native.compiled_modules == ()
 
 
 # -- staleness: on a copy of the package, with a stand-in "extension" that cannot be loaded ------------
