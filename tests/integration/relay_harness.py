@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -260,7 +260,17 @@ def wait_for(probe: Callable[[], bool], timeout: float, what: str, interval: flo
 
 
 class RelayProcess:
-    """``relay run -c CFG`` as a child process; its stderr (the log) appended to ``log_path``."""
+    """``relay run -c CFG`` as a child process; its stderr (the log) appended to ``log_path``.
+
+    Every process started is remembered until ``stop_started`` (called after each test by the fixture in
+    tests/conftest.py) makes sure none outlives the test that started it."""
+
+    live: ClassVar[list[RelayProcess]] = []
+
+    @classmethod
+    def stop_started(cls) -> None:
+        while cls.live:
+            cls.live.pop().stop()
 
     def __init__(self, cfg: Path, log_path: Path) -> None:
         from relay.config.load import load_config
@@ -283,6 +293,7 @@ class RelayProcess:
                 stderr=subprocess.STDOUT,
             )
         self.started = time.monotonic()
+        RelayProcess.live.append(self)
         return self
 
     @property

@@ -474,47 +474,55 @@ def test_a_failover_to_a_standby_without_full_metadata_continues_with_the_standb
         "failover": {"attempts": 2, "mode": "gtid"},
         "retry": {"initial": 0.2, "maximum": 0.5},
     })  # fmt: skip
-    relay = run.start()
-    execute(primary, [
-        "INSERT INTO shop_00.orders_00 VALUES (1, 'NEW', 1.25, 'a'), (2, 'NEW', 2.50, NULL)",
-        "ALTER TABLE shop_00.orders_00 ADD COLUMN extra INT AFTER status",
-        "UPDATE shop_00.orders_00 SET extra = id * 10, status = 'PAID'",
-        "ALTER TABLE shop_01.orders_01 RENAME COLUMN note TO memo",
-        "INSERT INTO shop_01.orders_01 VALUES (7, 'NEW', 7.75, 'm')",
-    ])  # fmt: skip
-    run.caught_up()
-    wait_for(lambda: caught_up(no_log_pair), 30, "the replica has every change of the primary")
-    no_log_pair.primary.process.stop()
-    promote(replica)
-    # On the promoted replica, after the switch: more DDL, read through the standby's own history.
-    execute(replica, [
-        "ALTER TABLE shop_00.orders_00 DROP COLUMN note, ADD COLUMN tag VARCHAR(8) FIRST",
-        "INSERT INTO shop_00.orders_00 VALUES ('t', 3, 'NEW', 30, 3.00)",
-        "ALTER TABLE shop_01.orders_01 CHANGE status state VARCHAR(20)",
-        "UPDATE shop_01.orders_01 SET state = 'SHIPPED', memo = 'm2' WHERE id = 7",
-        "DELETE FROM shop_00.orders_00 WHERE id = 2",
-        "UPDATE shop_00.orders_00 SET tag = CONCAT('x', id)",  # every row's last record: the last layout
-    ])  # fmt: skip
-    failover_log = "failing over to the standby"
-    wait_for(lambda: failover_log in relay.log() or not relay.alive(), 90, "the relay fails over")
-    assert relay.alive(), relay.log()[-4000:]
-    end = sequence(*binlog_end(replica), 0)
+    try:
+        relay = run.start()
+        execute(primary, [
+            "INSERT INTO shop_00.orders_00 VALUES (1, 'NEW', 1.25, 'a'), (2, 'NEW', 2.50, NULL)",
+            "ALTER TABLE shop_00.orders_00 ADD COLUMN extra INT AFTER status",
+            "UPDATE shop_00.orders_00 SET extra = id * 10, status = 'PAID'",
+            "ALTER TABLE shop_01.orders_01 RENAME COLUMN note TO memo",
+            "INSERT INTO shop_01.orders_01 VALUES (7, 'NEW', 7.75, 'm')",
+        ])  # fmt: skip
+        run.caught_up()
+        wait_for(lambda: caught_up(no_log_pair), 30, "the replica has every change of the primary")
+        no_log_pair.primary.process.stop()
+        promote(replica)
+        # On the promoted replica, after the switch: more DDL, read through the standby's own history.
+        execute(replica, [
+            "ALTER TABLE shop_00.orders_00 DROP COLUMN note, ADD COLUMN tag VARCHAR(8) FIRST",
+            "INSERT INTO shop_00.orders_00 VALUES ('t', 3, 'NEW', 30, 3.00)",
+            "ALTER TABLE shop_01.orders_01 CHANGE status state VARCHAR(20)",
+            "UPDATE shop_01.orders_01 SET state = 'SHIPPED', memo = 'm2' WHERE id = 7",
+            "DELETE FROM shop_00.orders_00 WHERE id = 2",
+            "UPDATE shop_00.orders_00 SET tag = CONCAT('x', id)",  # every row's last record: the last layout
+        ])  # fmt: skip
+        failover_log = "failing over to the standby"
+        wait_for(lambda: failover_log in relay.log() or not relay.alive(), 90, "the relay fails over")
+        assert relay.alive(), relay.log()[-4000:]
+        end = sequence(*binlog_end(replica), 0)
 
-    def on_standby_caught_up() -> bool:
-        text = relay.position()
-        point = ResumePoint.from_json(text) if text else None
-        done = point is not None and point.generation == 1 and sequence(point.journal, point.offset, 0) >= end
-        return done or not relay.alive()
+        def on_standby_caught_up() -> bool:
+            text = relay.position()
+            point = ResumePoint.from_json(text) if text else None
+            done = (
+                point is not None
+                and point.generation == 1
+                and sequence(point.journal, point.offset, 0) >= end
+            )
+            return done or not relay.alive()
 
-    wait_for(on_standby_caught_up, 60, "the relay publishes the standby's binlog to its end")
-    assert relay.alive(), relay.log()[-4000:]
-    messages = read_to_end(kafka_service.bootstrap_servers, run.topic)
-    got: dict[str, list[dict[str, str | None]]] = {}
-    for (table, _), row in latest_by_key(messages).items():
-        got.setdefault(table, []).append(row)
-    assert {t: sorted(rows, key=json.dumps) for t, rows in got.items()} == selected(replica, tables)
-    servers = {json.loads(line)["server"] for line in history_file(run).read_text().splitlines()}
-    assert servers == {"id:1", "id:2"}  # each server's records apart: their binlog places differ
+        wait_for(on_standby_caught_up, 60, "the relay publishes the standby's binlog to its end")
+        assert relay.alive(), relay.log()[-4000:]
+        messages = read_to_end(kafka_service.bootstrap_servers, run.topic)
+        got: dict[str, list[dict[str, str | None]]] = {}
+        for (table, _), row in latest_by_key(messages).items():
+            got.setdefault(table, []).append(row)
+        assert {t: sorted(rows, key=json.dumps) for t, rows in got.items()} == selected(replica, tables)
+        servers = {json.loads(line)["server"] for line in history_file(run).read_text().splitlines()}
+        assert servers == {"id:1", "id:2"}  # each server's records apart: their binlog places differ
+    finally:  # the relay still runs: never leave it behind
+        for proc in run.procs:
+            proc.stop()
 
 
 # --- HA takeover with the history in ZooKeeper ---------------------------------------------------------

@@ -1,0 +1,17 @@
+"""Integration tests' own fixtures (the services are in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.relay_harness import RelayProcess
+
+
+@pytest.fixture(autouse=True)
+def no_relay_outlives_its_test() -> Iterator[None]:
+    """Every ``relay run`` child a test started is gone after it, whatever the test did or failed to do:
+    a leftover relay would go on reading a test server and loading the machine for the rest of the session."""
+    yield
+    RelayProcess.stop_started()
