@@ -32,6 +32,7 @@ class MappingFields(Protocol):
     @property
     def topics(self) -> TopicSettings: ...
 
+
 CODECS = ("canal-json", "canal-protobuf")
 KEY_SHARD_NONE = "none"
 KEY_SHARD_PHYSICAL = "physical"
