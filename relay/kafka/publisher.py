@@ -293,6 +293,10 @@ class KafkaPublisher:
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "abort_transaction")
             if not isinstance(error, ProducerFatalError):
+                # The reason may already wait in the client (fenced by a successor): serve it first, so the
+                # relay stops for what happened (fenced: exit 3) rather than for the timeout it caused.
+                self.poll(0.5)
+            if self._fatal is None:
                 self._fatal = ProducerFatalError(
                     f"{error}: the open transaction's outcome is unknown; stopping (nothing of it is "
                     "acked; a restart's init_transactions aborts it)"
