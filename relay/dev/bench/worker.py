@@ -185,7 +185,10 @@ def warm_up(publisher: KafkaPublisher, timeout: float = 30.0) -> float:
     return time.monotonic() - began
 
 
-def _build_relay(spec: dict[str, Any], record_acks: bool) -> tuple[Any, AckRecorder | None, float]:
+def _build_relay(
+    spec: dict[str, Any], publisher_class: type[KafkaPublisher] = KafkaPublisher
+) -> tuple[Any, Any, float]:
+    """The relay of ``spec`` on a warmed-up ``publisher_class``: (relay, publisher, warm-up seconds)."""
     from mapping import parse_mapping
     from relay.config.load import parse_config
     from relay.wiring import build_relay, publisher_config
@@ -194,11 +197,9 @@ def _build_relay(spec: dict[str, Any], record_acks: bool) -> tuple[Any, AckRecor
     config = parse_config(relay_config_data(spec), base_dir=spec["workdir"])
     mapping = parse_mapping(relay_mapping())
     write_mapping_file(config.path(config.mapping.file))  # the relay reads the store again when it starts
-    settings = publisher_config(config, mapping)
-    recorder = AckRecorder(settings) if record_acks else None
-    publisher = recorder or KafkaPublisher(settings)
+    publisher = publisher_class(publisher_config(config, mapping))
     warm = warm_up(publisher)
-    return build_relay(config, mapping, publisher=publisher), recorder, warm
+    return build_relay(config, mapping, publisher=publisher), publisher, warm
 
 
 def _run_in_thread(relay: Any) -> tuple[threading.Thread, list[BaseException]]:
@@ -219,7 +220,7 @@ def _reached(point: Any, end: tuple[str, int]) -> bool:
 
 
 def relay_drain(spec: dict[str, Any]) -> None:
-    relay, _, warm = _build_relay(spec, record_acks=False)
+    relay, _, warm = _build_relay(spec)
     end = (spec["end"][0], int(spec["end"][1]))
     thread, errors = _run_in_thread(relay)
     launched = time.monotonic()
@@ -261,8 +262,7 @@ def relay_drain(spec: dict[str, Any]) -> None:
 
 
 def relay_live(spec: dict[str, Any]) -> None:
-    relay, recorder, _ = _build_relay(spec, record_acks=True)
-    assert recorder is not None
+    relay, recorder, _ = _build_relay(spec, AckRecorder)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread, errors = _run_in_thread(relay)
@@ -305,17 +305,10 @@ class BatchCapture(KafkaPublisher):
 
 def produce_only(spec: dict[str, Any]) -> None:
     from mapping import parse_mapping
-    from relay.config.load import parse_config
-    from relay.wiring import build_relay, publisher_config
+    from relay.wiring import publisher_config
 
-    Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
-    config = parse_config(relay_config_data(spec), base_dir=spec["workdir"])
-    mapping = parse_mapping(relay_mapping())
-    write_mapping_file(config.path(config.mapping.file))
-    settings = publisher_config(config, mapping)
-    capture = BatchCapture(settings)
-    warm_up(capture)
-    relay = build_relay(config, mapping, publisher=capture)
+    relay, capture, _ = _build_relay(spec, BatchCapture)
+    config = relay.config
     end = (spec["end"][0], int(spec["end"][1]))
     thread, errors = _run_in_thread(relay)
     thread.start()
@@ -331,7 +324,7 @@ def produce_only(spec: dict[str, Any]) -> None:
     records = sum(len(r) for _, r in batches)
 
     window = config.publish.max_inflight_batches
-    publisher = KafkaPublisher(settings)
+    publisher = KafkaPublisher(publisher_config(config, parse_mapping(relay_mapping())))  # the same settings
     warm_up(publisher)
     t0, cpu0 = time.monotonic(), cpu_seconds()
     for batch_id, batch in batches:
