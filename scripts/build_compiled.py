@@ -53,6 +53,7 @@ MODULES = (
     "relay.kafka.partitioner",
     "relay.kafka.publisher",
     "relay.kafka.records",
+    "relay.source.snapshot_rows",
 )
 
 

@@ -395,11 +395,8 @@ class Snapshot:
                 self.watch(spec, keep_changes=same_key)
             low = _master_position(conn)
             sql, params = spec.chunk_query(after, self.config.chunk_rows, where)
-            with conn.cursor() as cur:
-                cur.execute(sql, params)
-                raw = cur.fetchall()
+            rows = spec.read(conn, sql, params)
             high = _master_position(conn)
-            rows = [spec.row_text(r) for r in raw]
             last = list(spec.key_of(rows[-1])) if rows else after
             chunk = Chunk(spec, low, high, rows, last, len(rows) < self.config.chunk_rows, ddls)
             self._rows_read += len(rows)
@@ -431,9 +428,7 @@ class Snapshot:
                 self._read_chunks(conn, spec, None)
                 return
             low = _master_position(conn)
-            with conn.cursor() as cur:
-                cur.execute(spec.whole_query(limit + 1, where))
-                raw = cur.fetchall()
+            raw = spec.read(conn, spec.whole_query(limit + 1, where))
             high = _master_position(conn)
             if len(raw) > limit:
                 self.unwatch(spec)
@@ -442,7 +437,7 @@ class Snapshot:
                     f"columns, so it is read in one chunk, and it has more than snapshot.keyless_max_rows "
                     f"({limit}) rows: add a key, raise the setting, or leave the table out (filter.exclude)"
                 )
-            rows = sorted((spec.row_text(r) for r in raw), key=_row_order)
+            rows = sorted(raw, key=_row_order)
             # ddls 0: the watch is fresh, so a DDL seen since (also one before the SELECT) voids it.
             chunk = Chunk(spec, low, high, rows, None, True, 0, whole=True)
             self._rows_read += len(rows)

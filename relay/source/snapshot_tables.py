@@ -14,16 +14,26 @@ Runs on the snapshot reader threads (``relay.source.snapshot``), each on its own
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from relay.binlog import types as t
 from relay.binlog.events import ColumnMeta
-from relay.binlog.values import Instant
 from relay.errors import SourceError
+from relay.source.snapshot_rows import (
+    K_BINARY,
+    K_BIT,
+    K_DECIMAL,
+    K_DOUBLE,
+    K_FLOAT,
+    K_INT,
+    K_TEXT,
+    Row,
+    query_rows,
+)
 
 # DATA_TYPE → (type code as a TABLE_MAP writes it, how the meta is made, value kind)
 _INT_TYPES = {
@@ -35,10 +45,6 @@ _BLOBS = {
 }  # fmt: skip
 _TEMPORAL = {"datetime": t.DATETIME2, "timestamp": t.TIMESTAMP2, "time": t.TIME2}
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
-_F32 = struct.Struct("<f")
-
-# Value kinds: how a column's SELECT text becomes canal text, and a key's text a query parameter.
-K_TEXT, K_BINARY, K_INT, K_DECIMAL, K_FLOAT, K_DOUBLE, K_BIT = range(7)
 
 
 class NoSuchTableError(SourceError):
@@ -69,7 +75,7 @@ class TableSpec:
     def qualified(self) -> str:
         return f"{quote_name(self.db)}.{quote_name(self.table)}"
 
-    @property
+    @cached_property
     def timestamps(self) -> tuple[int, ...]:
         """Indexes of the TIMESTAMP columns: their instants are selected too (``select_list``)."""
         return tuple(i for i, c in enumerate(self.columns) if c.type_code in (t.TIMESTAMP, t.TIMESTAMP2))
@@ -133,38 +139,16 @@ class TableSpec:
             return text.encode("latin-1")
         return text
 
-    def row_text(self, raw: Sequence[Any]) -> tuple[str | None, ...]:
-        """One SELECT row (decoders off: str or bytes per value) in canal's text forms; a TIMESTAMP value
-        is an ``Instant`` that also holds its epoch microseconds (from the instants after the columns)."""
-        n = len(self.kinds)
-        out = [_text(kind, v) for kind, v in zip(self.kinds, raw[:n], strict=True)]
-        for i, seconds in zip(self.timestamps, raw[n:], strict=True):
-            text = out[i]
-            if text is None or seconds is None:
-                continue
-            value = Decimal(seconds.decode() if isinstance(seconds, bytes) else str(seconds))
-            if value == 0:  # the zero TIMESTAMP is no instant (as from the binlog)
-                continue
-            instant = Instant(text)
-            instant.micros = int(value * 1_000_000)
-            out[i] = instant
-        return tuple(out)
+    def read(self, conn: Any, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        """Run this table's SELECT ``sql`` (``params`` filled in as a cursor would) on ``conn``: its rows in
+        canal's text forms; a TIMESTAMP value is an ``Instant`` that also holds its epoch microseconds."""
+        if params is not None:
+            with conn.cursor() as cur:
+                sql = cur.mogrify(sql, params)
+        return query_rows(conn, sql, self.kinds, self.timestamps)
 
     def key_of(self, row: Sequence[str | None]) -> tuple[str | None, ...]:
         return tuple(row[i] for i in self.key)
-
-
-def _text(kind: int, value: Any) -> str | None:
-    if value is None:
-        return None
-    if kind == K_BINARY:
-        return value.decode("latin-1") if isinstance(value, bytes) else str(value)
-    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
-    if kind == K_DOUBLE:
-        return t.java_double(float(text))
-    if kind == K_FLOAT:
-        return t.java_float(_F32.unpack(_F32.pack(float(text)))[0])
-    return text
 
 
 def _string_meta(real: int, length: int) -> int:

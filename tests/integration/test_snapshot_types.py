@@ -62,11 +62,8 @@ def _snapshot_rows(service: MySQLService, schema: str) -> tuple[Any, dict[int, t
         with conn.cursor() as cur:
             cur.execute(f"SET SESSION time_zone = '{ZONE}'")  # the zone the binlog side renders in
         spec = describe_table(conn, schema, TABLE)
-        conn.decoders = {}
         sql, params = spec.chunk_query(None, 1000)
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = [spec.row_text(r) for r in cur.fetchall()]
+        rows = spec.read(conn, sql, params)
         return spec, {int(str(r[0])): r for r in rows}
     finally:
         conn.close()
