@@ -325,6 +325,9 @@ class TransactionPayloadEvent(BinlogEvent):
     events: tuple[BinlogEvent, ...]
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class OtherEvent(BinlogEvent):
     """An event the relay has no use for (INTVAR, ROWS_QUERY, ANNOTATE_ROWS, STOP, checkpoints …)."""
+
+    def __init__(self, header: EventHeader) -> None:
+        self.header = header

@@ -73,7 +73,10 @@ DDL_EVENT_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+# EntryPosition, TxnContext: values (equal and hashed by their fields, never changed once built); not
+# ``frozen``, because a frozen dataclass cannot have the explicit ``__init__`` that mypyc compiles (its
+# generated one stays interpreted: ~400 ns against ~50 ns, and one of each is built per transaction).
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class EntryPosition:
     """Where an entry sits in the source's binlog (canal's ``EntryPosition``).
 
@@ -86,8 +89,17 @@ class EntryPosition:
     gtid: str = ""
     timestamp: int = 0
 
+    def __init__(
+        self, journal: str, offset: int, server_id: int = 0, gtid: str = "", timestamp: int = 0
+    ) -> None:
+        self.journal = journal
+        self.offset = offset
+        self.server_id = server_id
+        self.gtid = gtid
+        self.timestamp = timestamp
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class TxnContext:
     """What every entry of one transaction shares: where the transaction starts and its GTID.
 
@@ -100,6 +112,14 @@ class TxnContext:
     gtid: str = ""
     gtid_set_before: str | None = None
     mariadb: bool = False
+
+    def __init__(
+        self, start: EntryPosition, gtid: str = "", gtid_set_before: str | None = None, mariadb: bool = False
+    ) -> None:
+        self.start = start
+        self.gtid = gtid
+        self.gtid_set_before = gtid_set_before
+        self.mariadb = mariadb
 
 
 @dataclass(init=False, slots=True)

@@ -79,11 +79,16 @@ class BuilderConfig:
     gtid_set: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class _Txn:
     ctx: TxnContext
     next_index: int = 0
     opened_by_gtid: bool = False  # MariaDB: the GTID event made the BEGIN
+
+    def __init__(self, ctx: TxnContext, next_index: int = 0, opened_by_gtid: bool = False) -> None:
+        self.ctx = ctx
+        self.next_index = next_index
+        self.opened_by_gtid = opened_by_gtid
 
 
 def _position(event: BinlogEvent, gtid: str = "") -> EntryPosition:

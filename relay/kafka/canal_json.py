@@ -119,12 +119,17 @@ def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
     return JsonTable(names, keys, object_format(keys), head, schema, physical, instants)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class JsonEntry:
-    """The JSON text shared by every row of one entry: everything but id, data, old, rowIndex, sequence."""
+    """The JSON text shared by every row of one entry: everything but id, data, old, rowIndex, sequence.
+    Built once per entry: an explicit ``__init__``, which mypyc compiles (a dataclass's stays interpreted)."""
 
     middle: str  # from ,"database" up to "data":[
     tail: str  # from ,"gtid" up to "rowIndex":
+
+    def __init__(self, middle: str, tail: str) -> None:
+        self.middle = middle
+        self.tail = tail
 
 
 def json_entry(table: JsonTable, server: str, entry: Entry, type_name: str) -> JsonEntry:
