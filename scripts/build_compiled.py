@@ -32,9 +32,10 @@ GROUP = "relay._compiled"  # the shared library: relay/_compiled__mypyc.<EXT_SUF
 
 # The per-row and per-record path, chosen by measurement (README, "Compiled against pure Python"). Left out:
 # relay.kafka.canal_protobuf (mypyc refuses its surrogate-range regex literal; canal-json is the default), and
-# the per-batch stages around the hot path (instance, server, publish loop: adding them and the publisher at
-# once made gcc fail on the generated C under -Werror; not investigated further). The binlog source is in: it
-# handles every event (W1: 53 -> 45 us CPU/row with it and the explicit __init__s of the per-transaction types).
+# the per-batch stages (server, publish loop). The binlog source and the instance's parser loop are in: every
+# event passes through them (W1: 53 -> ~40 us CPU/row with them and the explicit __init__s of the
+# per-transaction types). mypyc names a C struct field after its attribute with one more underscore, so an
+# attribute called ``_thread`` becomes ``__thread``, a GCC keyword: the C does not compile.
 MODULES = (
     "relay.binlog.charsets",
     "relay.binlog.events",
@@ -55,6 +56,7 @@ MODULES = (
     "relay.kafka.publisher",
     "relay.kafka.records",
     "relay.source.binlog_source",
+    "relay.source.instance",
     "relay.source.snapshot_rows",
 )
 

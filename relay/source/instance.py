@@ -115,7 +115,7 @@ class CanalInstance:
         self._writer: threading.Thread | None = None
         self._resume: dict[int, ResumePoint] = {}
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._parser_thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
         self._acked = threading.Condition(self._lock)  # the writer waits on it for a new acked point
@@ -161,10 +161,10 @@ class CanalInstance:
                 self.source.open(self.start_point)
                 self.failover.track(self.info, self.start_point)
         self._begin_snapshot(saved)  # on whichever server the parser reads
-        self._thread = threading.Thread(
+        self._parser_thread = threading.Thread(
             target=self._run_parser, name=f"parser-{self.config.name}", daemon=True
         )
-        self._thread.start()
+        self._parser_thread.start()
         self.started.set()
 
     @property
@@ -209,15 +209,15 @@ class CanalInstance:
         if self.snapshot is not None:
             self.snapshot.stop()
         self.store.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._parser_thread is not None:
+            self._parser_thread.join(timeout)
         self.source.close()
         if self.schema_history is not None:
             self.schema_history.close()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._parser_thread is not None and self._parser_thread.is_alive()
 
     @property
     def failure(self) -> BaseException | None:
