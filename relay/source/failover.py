@@ -166,6 +166,7 @@ class FingerprintSkip:
         self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
         self._matched_any = False  # some recorded transaction was matched whole (see the docstring)
+        self.preceding = 0  # unmatched transactions dropped before the first match (they precede it)
 
     def filter(self, entries: list[Entry]) -> list[Entry]:
         out: list[Entry] = []
@@ -193,8 +194,8 @@ class FingerprintSkip:
         if self._matched_any:
             self._state = "pass"
             return released
-        if released:
-            log.debug("failover: dropped %d re-read entries from before the first one put", len(released))
+        self.preceding += 1
+        log.debug("failover: dropped a re-read transaction from before the first one put")
         self._state = "drop"
         return []
 
@@ -242,7 +243,12 @@ class FingerprintSkip:
 
     def _finish(self, why: str) -> None:
         self.done, self._state = True, "pass"
-        log.info("failover: re-read changes dropped up to here (%s)", why)
+        log.info(
+            "failover: re-read changes dropped up to here (%s); %d unmatched transaction(s) dropped as "
+            "preceding the first one put",
+            why,
+            self.preceding,
+        )
 
 
 class GtidSkip:

@@ -130,7 +130,7 @@ def test_fingerprint_skip_drops_what_precedes_the_first_transaction_put_in_its_s
     for e in standby:
         out += skip.filter([e])
     assert values(out) == ["TRANSACTIONBEGIN", "new-in-the-same-second", "TRANSACTIONEND"]
-    assert skip.done
+    assert skip.done and skip.preceding == 3
 
 
 def test_standby_config_takes_the_masters_account_unless_given_and_master_retries_are_bounded() -> None:
