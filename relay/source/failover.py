@@ -141,11 +141,17 @@ class FingerprintSkip:
     standby's entries through its sink first), and by their changes only: a transaction touching kept
     and filtered tables looks the same on both servers. The entries of a standby transaction are held
     back while its changes match the start of some recorded transaction; a full match drops them, a
-    divergence (or its END coming first) releases them. The last recorded transaction
-    may be partial (the master died inside it): matching its recorded entries drops just those, and
-    everything after passes. A transaction older than the oldest one recorded is dropped: it was
-    published before, or precedes where the relay started. One newer than the newest recorded ends
-    the filtering.
+    divergence (or its END coming first) releases them — once some recorded transaction has been
+    matched. Before that, a transaction that matches none is dropped: the standby's binlog holds the
+    master's transactions in the master's order, so one that comes before the copy of every
+    transaction put precedes the first one put — it was published before, or precedes where the relay
+    started (its changes are in the snapshot, or were never asked for). Binlog times have a resolution
+    of one second, so "older than the oldest recorded" alone does not tell such a transaction in the
+    same second apart (a relay that started at the binlog end, e.g. for its initial snapshot, under
+    load). The last recorded transaction may be partial (the master died inside it): matching its
+    recorded entries drops just those, and everything after passes. A transaction older than the
+    oldest one recorded is dropped (the same reason). One newer than the newest recorded ends the
+    filtering.
     """
 
     def __init__(self, history: History) -> None:
@@ -159,6 +165,8 @@ class FingerprintSkip:
         self._matched = 0  # ROWDATA entries of the current transaction matched so far
         self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
+        self._matched_any = False  # some recorded transaction was matched whole (see the docstring)
+        self.preceding = 0  # unmatched transactions dropped before the first match (they precede it)
 
     def filter(self, entries: list[Entry]) -> list[Entry]:
         out: list[Entry] = []
@@ -178,12 +186,23 @@ class FingerprintSkip:
         if e.entry_type != EntryType.TRANSACTIONEND:
             return []
         released, self._held, self._matched = self._held, [], 0
-        self._state = "pass"
-        return released
+        return self._unmatched(released)
+
+    def _unmatched(self, released: list[Entry]) -> list[Entry]:
+        """The held entries of a standby transaction that matches no recorded one (and the rest of it):
+        new once a recorded transaction was matched; before that, it precedes the first one put."""
+        if self._matched_any:
+            self._state = "pass"
+            return released
+        self.preceding += 1
+        log.debug("failover: dropped a re-read transaction from before the first one put")
+        self._state = "drop"
+        return []
 
     def _begin(self, e: Entry) -> list[Entry]:
-        """A new standby transaction: what the previous one held matched only in part: it passes."""
-        released, self._held, self._matched = self._held, [], 0
+        """A new standby transaction: what the previous one held matched only in part: it matches none."""
+        released = self._unmatched(self._held) if self._held else []
+        self._held, self._matched = [], 0
         self._current = e.txn.start
         t = e.header.execute_time
         if self._finish_next:
@@ -204,10 +223,9 @@ class FingerprintSkip:
         self._candidates = [
             i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d
         ]
-        if not self._candidates:  # diverged: a new transaction after all
+        if not self._candidates:  # diverged: it matches none of the recorded transactions
             released, self._held, self._matched = [*self._held, e], [], 0
-            self._state = "pass"
-            return released
+            return self._unmatched(released)
         self._held.append(e)
         self._matched += 1
         full = next((i for i in self._candidates if len(hist[i].digests) == self._matched), None)
@@ -215,6 +233,7 @@ class FingerprintSkip:
             log.debug("failover: dropped %d re-read entries already put", len(self._held))
             matched = hist.pop(full)
             self._held, self._matched, self._state = [], 0, "drop"
+            self._matched_any = True
             if full == len(hist):  # that was the last one put: everything after it is new
                 if matched.closed:  # the rest of this transaction (its END) was put too
                     self._finish_next = True
@@ -224,7 +243,12 @@ class FingerprintSkip:
 
     def _finish(self, why: str) -> None:
         self.done, self._state = True, "pass"
-        log.info("failover: re-read changes dropped up to here (%s)", why)
+        log.info(
+            "failover: re-read changes dropped up to here (%s); %d unmatched transaction(s) dropped as "
+            "preceding the first one put",
+            why,
+            self.preceding,
+        )
 
 
 class GtidSkip:

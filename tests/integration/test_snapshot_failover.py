@@ -2,11 +2,16 @@
 GTID replication) and a real broker, with ``relay run`` as a child process.
 
 The relay snapshots a sharded table with existing rows under a workload of inserts, updates, deletes and
-key changes; half-way the primary dies, the relay fails over to the replica by GTID, and the snapshot
-goes on there from its checkpoint: the chunks read from the primary and put stay (placed in the primary's
+key changes; half-way the primary dies, the relay fails over to the replica — by GTID, or by timestamp
+(``source.failover.mode: timestamp``: the replica is re-read from the last change put minus the fallback
+interval, and what was already put is dropped by its changes' digests) — and the snapshot goes on there
+from its checkpoint: the chunks read from the primary and put stay (placed in the primary's
 binlog, generation 0), the rest is read from the replica with the replica's binlog as watermarks
 (generation 1). The replica is promoted and written to. The state rebuilt from the topic (partition
 offset order, per-key sequences growing, repeats byte-identical) equals SELECT on the promoted replica.
+By timestamp the re-read begins before the relay's start (the fallback interval is longer than the run),
+so the replica hands back the transactions just before it, in the same second as the first ones put:
+they must be dropped too (``FingerprintSkip``), or their stale rows sort after the newer ones.
 Every wait is a condition with a deadline.
 """
 
@@ -17,6 +22,8 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from relay.dev.services import KafkaService
 from relay.kafka.codec import GENERATION_SHIFT
@@ -46,13 +53,15 @@ def _acked(relay: RelayProcess) -> int:
     )
 
 
+@pytest.mark.parametrize("mode", ["gtid", "timestamp"])
 def test_failover_during_a_snapshot_continues_it_on_the_replica(
     pair: Pair,  # noqa: F811 - the fixture of test_failover
     kafka_service: KafkaService,
     tmp_path: Path,
+    mode: str,
 ) -> None:
     primary, replica = pair.primary.service, pair.replica.service
-    prefix = f"sf{time.monotonic_ns() % 10**7}"
+    prefix = f"sf{mode[0]}{time.monotonic_ns() % 10**7}"
     with contextlib.closing(primary.connect()) as conn:
         create_shards(conn, prefix, SHARDS, TABLES)
         existing = fill(conn, prefix, ROWS_PER_TABLE)
@@ -68,7 +77,7 @@ def test_failover_during_a_snapshot_continues_it_on_the_replica(
         extra={
             "source": {
                 "standby": {"host": replica.host, "port": replica.port},
-                "failover": {"attempts": 3, "mode": "gtid"},
+                "failover": {"attempts": 3, "mode": mode, "fallback_interval_seconds": 60.0},
                 "retry": {"initial": 0.2, "maximum": 0.5},
             },
             "snapshot": {
@@ -127,6 +136,8 @@ def test_failover_during_a_snapshot_continues_it_on_the_replica(
     assert "failing over to the standby" in log and "continues on the standby from its checkpoint" in log, (
         log[-3000:]
     )
+    if mode == "timestamp":  # the re-read overlap was compared with what was put, to its end
+        assert "re-read changes dropped up to here" in log, log[-3000:]
     with contextlib.closing(replica.connect()) as conn:
         expected = select_orders(conn, prefix, SHARDS, TABLES)
     state, _ = rebuild(records)

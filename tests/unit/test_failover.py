@@ -99,12 +99,38 @@ def test_fingerprint_skip_drops_what_was_put_and_passes_what_is_new() -> None:
 
 def test_fingerprint_skip_releases_a_transaction_that_only_starts_like_one_put() -> None:
     history = History(window_ms=60_000)
+    history.record(txn("master", 50, "", 5_000, ["x"]))
     history.record(txn("master", 100, "", 5_000, ["a", "b"]))
     history.record(txn("master", 200, "", 6_000, ["z"]))
     skip = FingerprintSkip(history)
+    assert values(skip.filter(txn("replica", 60, "", 5_000, ["x"]))) == []  # the first one put
     diverging = txn("replica", 120, "", 5_000, ["a", "other"])
     assert values(skip.filter(diverging)) == ["TRANSACTIONBEGIN", "a", "other", "TRANSACTIONEND"]
     assert not skip.done
+
+
+def test_fingerprint_skip_drops_what_precedes_the_first_transaction_put_in_its_second() -> None:
+    # The relay started at the master's binlog end (an initial snapshot) under load: the transactions
+    # just before its start have the same binlog time (seconds) as the first ones it put. The standby
+    # re-reads them; they are no change to publish (the snapshot has their rows), whether they look
+    # like nothing put or start like a transaction put.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 300, "", 5_000, ["a", "a2"]))
+    history.record(txn("master", 400, "", 5_000, ["b"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 100, "", 5_000, ["before-the-start"])
+        + txn("replica", 150, "", 5_000, ["a", "before-the-start-too"])
+        + txn("replica", 200, "", 5_000, [])  # an empty one
+        + txn("replica", 320, "", 5_000, ["a", "a2"])
+        + txn("replica", 420, "", 5_000, ["b"])
+        + txn("replica", 520, "", 5_000, ["new-in-the-same-second"])
+    )
+    out: list[Entry] = []
+    for e in standby:
+        out += skip.filter([e])
+    assert values(out) == ["TRANSACTIONBEGIN", "new-in-the-same-second", "TRANSACTIONEND"]
+    assert skip.done and skip.preceding == 3
 
 
 def test_standby_config_takes_the_masters_account_unless_given_and_master_retries_are_bounded() -> None:
@@ -145,8 +171,10 @@ def test_fingerprint_skip_compares_after_the_sink_a_transaction_touching_filtere
 
 def test_fingerprint_skip_passes_a_transaction_that_ends_short_of_the_one_put() -> None:
     history = History(window_ms=60_000)
+    history.record(txn("master", 50, "", 5_000, ["x"]))
     history.record(txn("master", 100, "", 5_000, ["a", "b"]))
     history.record(txn("master", 200, "", 6_000, ["z"]))
     skip = FingerprintSkip(history)
+    assert values(skip.filter(txn("replica", 60, "", 5_000, ["x"]))) == []  # the first one put
     shorter = txn("replica", 120, "", 5_000, ["a"])
     assert values(skip.filter(shorter)) == ["TRANSACTIONBEGIN", "a", "TRANSACTIONEND"]
