@@ -109,7 +109,7 @@ class KafkaSettings:
 @dataclass(frozen=True)
 class PublishSettings:
     batch_size: int = 1024
-    batch_wait_seconds: float = 0.01
+    batch_wait_seconds: float = 0.002
     max_inflight_batches: int = 8
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(initial=0.5, maximum=30.0))
     drain_seconds: float = 30.0
