@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from relay.binlog.events import RowsEvent
+from relay.common import mysql
 from relay.common.tls import TlsConfig
 from relay.config.sections import SourceConfig
 from relay.dev.programs import package_of
 from relay.errors import ConfigError, SourceError
 from relay.source.binlog_source import BinlogSource, StartPoint, inspect_server
 from relay.source.retention import RetentionProbe
+from relay.source.snapshot_tables import describe_table
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +58,10 @@ def tls_server(
     with conn.cursor() as cur:
         cur.execute("CREATE USER 'tls_relay'@'%' IDENTIFIED BY 'tls-pw-123' REQUIRE SSL")
         cur.execute("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'tls_relay'@'%'")
+        cur.execute("GRANT SELECT ON tl.* TO 'tls_relay'@'%'")  # what a snapshot reads
         cur.execute("CREATE DATABASE tl")
         cur.execute("CREATE TABLE tl.t (id INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE tl.big (id INT PRIMARY KEY, body MEDIUMTEXT)")
     conn.close()
     source = SourceConfig(
         host="127.0.0.1",
@@ -93,6 +97,31 @@ def test_queries_and_the_binlog_dump_run_over_verified_tls(
         src.close()
     retention = RetentionProbe(source).check(info.end[0])  # its queries and its short dump use TLS too
     assert retention.present
+
+
+def test_a_snapshot_chunk_is_read_over_tls(tls_server: tuple[Any, dict[str, Path], SourceConfig]) -> None:
+    """The snapshot's row reader reads the result packets off PyMySQL's socket itself: over TLS too, with
+    rows larger than a TLS record and than one protocol packet's worth of small reads."""
+    service, _, source = tls_server
+    rows = {i: chr(ord("a") + i % 26) * (i * 7_919 % 70_000) for i in range(1, 40)}
+    conn = service.connect()
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO tl.big VALUES (%s, %s)", list(rows.items()))
+    conn.close()
+    reader = mysql.connect(source.host, source.port, source.user, source.password, tls=source.tls)
+    try:
+        with reader.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            assert cur.fetchone()[1], "the snapshot connection is not encrypted"
+        spec = describe_table(reader, "tl", "big")
+        sql, params = spec.chunk_query(None, 1000)
+        got = spec.read(reader, sql, params)
+        with reader.cursor() as cur:  # PyMySQL goes on with the connection afterwards
+            cur.execute("SELECT COUNT(*) FROM tl.big")
+            assert cur.fetchone()[0] == len(rows)
+    finally:
+        reader.close()
+    assert {int(str(r[0])): r[1] for r in got} == rows
 
 
 def test_plain_text_is_refused_both_ways(
