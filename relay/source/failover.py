@@ -140,18 +140,20 @@ class FingerprintSkip:
     Both sides are compared after the sink (``History`` records what was put; the instance filters the
     standby's entries through its sink first), and by their changes only: a transaction touching kept
     and filtered tables looks the same on both servers. The entries of a standby transaction are held
-    back while its changes match the start of some recorded transaction; a full match drops them, a
-    divergence (or its END coming first) releases them — once some recorded transaction has been
-    matched. Before that, a transaction that matches none is dropped: the standby's binlog holds the
-    master's transactions in the master's order, so one that comes before the copy of every
-    transaction put precedes the first one put — it was published before, or precedes where the relay
-    started (its changes are in the snapshot, or were never asked for). Binlog times have a resolution
-    of one second, so "older than the oldest recorded" alone does not tell such a transaction in the
-    same second apart (a relay that started at the binlog end, e.g. for its initial snapshot, under
-    load). The last recorded transaction may be partial (the master died inside it): matching its
-    recorded entries drops just those, and everything after passes. A transaction older than the
-    oldest one recorded is dropped (the same reason). One newer than the newest recorded ends the
-    filtering.
+    back while its changes match the start of some recorded transaction. A recorded transaction that
+    was put whole (``closed``) is matched only when the standby transaction ends there too (its END, or
+    a statement that closes it, comes after the same number of changes): one that goes on past it is
+    another transaction. A match drops the held entries; a divergence (or its END coming first) releases
+    them — once some recorded transaction has been matched. Before that, a transaction that matches none
+    is dropped: the standby's binlog holds the master's transactions in the master's order, so one that
+    comes before the copy of every transaction put precedes the first one put — it was published before,
+    or precedes where the relay started (its changes are in the snapshot, or were never asked for).
+    Binlog times have a resolution of one second, so "older than the oldest recorded" alone does not
+    tell such a transaction in the same second apart (a relay that started at the binlog end, e.g. for
+    its initial snapshot, under load). The last recorded transaction may be partial (the master died
+    inside it, ``closed`` False): matching its recorded entries drops just those, and everything after
+    passes (the rest of that transaction included). A transaction older than the oldest one recorded is
+    dropped (the same reason). One newer than the newest recorded ends the filtering.
     """
 
     def __init__(self, history: History) -> None:
@@ -165,6 +167,9 @@ class FingerprintSkip:
         self._matched = 0  # ROWDATA entries of the current transaction matched so far
         self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
+        # A partial (not closed) recorded transaction whose every recorded change the current standby
+        # transaction matched: (its index, how many held entries those are).
+        self._partial: tuple[int, int] | None = None
         self._matched_any = False  # some recorded transaction was matched whole (see the docstring)
         self.preceding = 0  # unmatched transactions dropped before the first match (they precede it)
 
@@ -181,16 +186,14 @@ class FingerprintSkip:
 
     def _hold(self, e: Entry) -> list[Entry]:
         """BEGIN (or another entry without a change) of a transaction being matched: held with it; its
-        END while still matching ends it short of every recorded one: it is new, it passes."""
+        END decides (``_ended``)."""
         self._held.append(e)
-        if e.entry_type != EntryType.TRANSACTIONEND:
-            return []
-        released, self._held, self._matched = self._held, [], 0
-        return self._unmatched(released)
+        return self._ended() if e.closes_txn else []
 
     def _unmatched(self, released: list[Entry]) -> list[Entry]:
         """The held entries of a standby transaction that matches no recorded one (and the rest of it):
         new once a recorded transaction was matched; before that, it precedes the first one put."""
+        self._held, self._matched, self._partial = [], 0, None
         if self._matched_any:
             self._state = "pass"
             return released
@@ -200,12 +203,15 @@ class FingerprintSkip:
         return []
 
     def _begin(self, e: Entry) -> list[Entry]:
-        """A new standby transaction: what the previous one held matched only in part: it matches none."""
-        released = self._unmatched(self._held) if self._held else []
-        self._held, self._matched = [], 0
+        """A new standby transaction; the previous one, if still held, never closed: it matched a partial
+        recorded one, or none."""
+        released = self._settle([]) if self._held else []
+        self._held, self._matched, self._partial = [], 0, None
         self._current = e.txn.start
         t = e.header.execute_time
-        if self._finish_next:
+        if self.done:  # that was the last (partial) transaction put
+            pass
+        elif self._finish_next:
             self._finish("matched the last transaction put from the master")
         elif t > self.newest_ms:
             self._finish("a transaction newer than the last one put from the master")
@@ -220,26 +226,51 @@ class FingerprintSkip:
         k = self._matched
         d = digest(e)
         hist = self.history
-        self._candidates = [
-            i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d
-        ]
-        if not self._candidates:  # diverged: it matches none of the recorded transactions
-            released, self._held, self._matched = [*self._held, e], [], 0
-            return self._unmatched(released)
+        alive = [i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d]
+        if not alive:  # diverged: it goes on past (or differs from) every recorded transaction
+            return self._settle([e])
+        self._candidates = alive
         self._held.append(e)
         self._matched += 1
-        full = next((i for i in self._candidates if len(hist[i].digests) == self._matched), None)
-        if full is not None:
-            log.debug("failover: dropped %d re-read entries already put", len(self._held))
-            matched = hist.pop(full)
-            self._held, self._matched, self._state = [], 0, "drop"
-            self._matched_any = True
-            if full == len(hist):  # that was the last one put: everything after it is new
-                if matched.closed:  # the rest of this transaction (its END) was put too
-                    self._finish_next = True
-                else:  # the master died inside it: the rest of it is new
-                    self._finish("matched the last (partial) transaction put from the master")
+        partial = next(
+            (i for i in alive if not hist[i].closed and len(hist[i].digests) == self._matched), None
+        )
+        if partial is not None:
+            self._partial = (partial, len(self._held))
+        return self._ended() if e.closes_txn else []
+
+    def _ended(self) -> list[Entry]:
+        """The standby transaction closed (its last entry is held): it matches a closed recorded one with
+        as many changes, else a partial one it started with, else none."""
+        hist = self.history
+        full = next(
+            (i for i in self._candidates if hist[i].closed and len(hist[i].digests) == self._matched),
+            None,
+        )
+        if full is None:
+            return self._settle([])
+        log.debug("failover: dropped %d re-read entries already put", len(self._held))
+        hist.pop(full)
+        self._held, self._matched, self._partial, self._state = [], 0, None, "drop"
+        self._matched_any = True
+        if full == len(hist):  # that was the last one put: everything after it is new
+            self._finish_next = True
         return []
+
+    def _settle(self, rest: list[Entry]) -> list[Entry]:
+        """The held entries (and ``rest`` of the transaction) match no closed recorded transaction: drop
+        the changes a partial recorded one had put and pass the rest, or handle them as unmatched."""
+        if self._partial is None:
+            return self._unmatched([*self._held, *rest])
+        index, put = self._partial
+        released = [*self._held[put:], *rest]
+        log.debug("failover: dropped %d re-read entries of a transaction put in part", put)
+        self.history.pop(index)
+        self._held, self._matched, self._partial, self._state = [], 0, None, "pass"
+        self._matched_any = True
+        if index == len(self.history):  # the master died inside it: the rest of it is new
+            self._finish("matched the last (partial) transaction put from the master")
+        return released
 
     def _finish(self, why: str) -> None:
         self.done, self._state = True, "pass"

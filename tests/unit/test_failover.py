@@ -178,3 +178,71 @@ def test_fingerprint_skip_passes_a_transaction_that_ends_short_of_the_one_put() 
     assert values(skip.filter(txn("replica", 60, "", 5_000, ["x"]))) == []  # the first one put
     shorter = txn("replica", 120, "", 5_000, ["a"])
     assert values(skip.filter(shorter)) == ["TRANSACTIONBEGIN", "a", "TRANSACTIONEND"]
+
+
+def test_fingerprint_skip_passes_a_transaction_that_goes_on_past_a_closed_one_put() -> None:
+    # The standby's transaction starts with the changes of a recorded transaction that was put whole
+    # (its END too), then goes on: it is another transaction, new once something was matched. Matching
+    # it on its first change would drop the rest of it ("b"): a loss.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 50, "", 5_000, ["x"]))
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 60, "", 5_000, ["x"])  # the first one put
+        + txn("replica", 90, "", 5_000, ["a", "b"])  # goes on past the recorded ["a"]
+        + txn("replica", 120, "", 5_000, ["a"])  # the copy of the recorded ["a"]
+        + txn("replica", 220, "", 6_000, ["z"])  # the last one put
+        + txn("replica", 320, "", 6_000, ["new"])
+    )
+    out: list[Entry] = []
+    for e in standby:  # one entry at a time, as the parser hands them over
+        out += skip.filter([e])
+    assert values(out) == [
+        "TRANSACTIONBEGIN",
+        "a",
+        "b",
+        "TRANSACTIONEND",
+        "TRANSACTIONBEGIN",
+        "new",
+        "TRANSACTIONEND",
+    ]
+    assert skip.done and skip.preceding == 0
+
+
+def test_fingerprint_skip_before_any_match_drops_one_going_on_past_a_closed_one_put() -> None:
+    # Before the first match, a transaction that goes on past the first one put matches none: it
+    # precedes the first one put (the class's rule), like any other unmatched one there.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 90, "", 5_000, ["a", "before-the-start"])
+        + txn("replica", 120, "", 5_000, ["a"])
+        + txn("replica", 220, "", 5_000, ["new"])
+    )
+    assert values(skip.filter(standby)) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.done and skip.preceding == 1
+
+
+def test_fingerprint_skip_a_partial_last_one_put_drops_just_its_recorded_entries() -> None:
+    # The last recorded transaction is partial (the master died inside it, after "a"); a closed one
+    # with the same first change was put before it. The standby's copy of the closed one ends with it;
+    # the copy of the partial one goes on: its recorded change is dropped, the rest passes.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 5_000, ["a", "b", "c"])[:2])
+    skip = FingerprintSkip(history)
+    standby = txn("replica", 120, "", 5_000, ["a"]) + txn("replica", 220, "", 5_000, ["a", "b", "c"])
+    out: list[Entry] = []
+    for e in standby:
+        out += skip.filter([e])
+    assert values(out) == ["b", "c", "TRANSACTIONEND"]
+    assert skip.done
+    # A copy of the partial one that ends right after its recorded changes: just its END passes.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 200, "", 5_000, ["a", "b"])[:2])
+    skip = FingerprintSkip(history)
+    assert values(skip.filter(txn("replica", 220, "", 5_000, ["a"]))) == ["TRANSACTIONEND"]
+    assert skip.done
