@@ -282,6 +282,69 @@ class FingerprintSkip:
         )
 
 
+class StartBoundary:
+    """The timestamp fallback when nothing was put from the master's binlog since the relay started at
+    its end (no saved position; only snapshot chunks put, or nothing): there is no transaction put to
+    find the start by (``FingerprintSkip`` of nothing recorded would pass everything re-read, the
+    transactions before the start included), only the master's clock when the start was taken,
+    ``start_ms`` (``ServerInfo.now_ms``, read after the binlog end). The standby is re-read from
+    ``since_ms`` (``start_ms`` minus ``fallback_interval_seconds``); its transactions, after the sink:
+
+    - one whose binlog time is in a later second than ``start_ms`` ended after the start (a transaction
+      before the start committed before the clock was read, and its binlog time is not later than its
+      commit): from it on, everything passes (``done``);
+    - one older than ``since_ms`` ended before the start (no transaction runs longer than the fallback
+      interval, the timestamp fallback's assumption): dropped, like the transactions before it;
+    - one with a change in between may lie before or after the start, and time cannot tell: the relay
+      stops (``SourceError``) rather than drop a change it never published or publish one from before
+      its start (which would sort after its snapshot rows). Entries without a change (an empty
+      transaction the sink passes) are dropped.
+    """
+
+    def __init__(self, since_ms: int, start_ms: int, address: str) -> None:
+        self.since_ms, self.start_ms, self.address = since_ms, start_ms, address
+        self.done = False
+        self._current: EntryPosition | None = None
+        self._older = False  # the current standby transaction is older than since_ms
+        self.preceding = 0  # transactions dropped as older than since_ms
+
+    def filter(self, entries: list[Entry]) -> list[Entry]:
+        out: list[Entry] = []
+        for e in entries:
+            if not self.done and e.txn.start != self._current:
+                self._current = e.txn.start
+                t = e.header.execute_time
+                if t // 1000 > self.start_ms // 1000:
+                    self.done = True
+                    log.info(
+                        "failover: the first transaction after the relay's start (binlog time %d ms, start "
+                        "at %d ms); %d older transaction(s) dropped",
+                        t,
+                        self.start_ms,
+                        self.preceding,
+                    )
+                else:
+                    self._older = t < self.since_ms
+                    self.preceding += self._older
+            if self.done:
+                out.append(e)
+            elif e.entry_type == EntryType.ROWDATA and not self._older:
+                h = e.header
+                raise SourceError(
+                    f"failover to the standby {self.address}: the relay had read nothing from the master's "
+                    f"binlog since it started at its end (master clock {self.start_ms} ms, no saved "
+                    "position), "
+                    f"and the standby holds a change of {h.schema_name}.{h.table_name} at binlog time "
+                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), within "
+                    "source.failover.fallback_interval_seconds before that start: it may precede the start "
+                    "or follow it, and without GTIDs its place cannot be told by time. Not guessing: "
+                    "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new "
+                    "snapshot on the promoted standby (stop the relay, set source.host to it, remove the "
+                    "saved position, start with snapshot.mode when_needed)"
+                )
+        return out
+
+
 class GtidSkip:
     """Drops the first ``skip`` entries of the transaction ``gtid``: they were put before the switch."""
 
@@ -344,6 +407,9 @@ class Failover:
         self.enabled = has_standby(cfg)
         self.history: History | None = None
         self.gtids: GtidTracker | None = None
+        # The master as checked at the start and where reading it started (``track``): where the standby
+        # starts when nothing was put from the master's binlog since a start without a saved position.
+        self.began: tuple[ServerInfo, StartPoint] | None = None
         # With a schema history, a standby without binlog_row_metadata=FULL is accepted, and ``prepare``
         # (``open_standby``) gives its source the history's tracker before it streams.
         self.accept_schema_history = False
@@ -368,6 +434,7 @@ class Failover:
         without GTIDs), the GTID position on MariaDB."""
         if not self.enabled:
             return
+        self.began = (master, start)
         mode = self.config.failover.mode
         if mode == "timestamp" or (mode == "auto" and not master.gtid_executed):
             self.history = History(int(self.config.failover.fallback_interval_seconds * 1000))
@@ -432,9 +499,7 @@ class Failover:
     ) -> tuple[StartPoint, EntryFilter]:
         mode = self.config.failover.mode
         if after is None:
-            return StartPoint(
-                info.end[0], info.end[1], 0, None, "the standby's end (nothing read yet)"
-            ), GtidSkip("", 0)
+            return self._from_start(cfg, info)
         gtid_set = after.gtid_set
         if gtid_set is None and self.gtids is not None:
             gtid_set = self.gtids.position()
@@ -450,7 +515,56 @@ class Failover:
             )
             return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
         target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
-        journal, offset = find_by_timestamp(cfg, info, max(0, target))
+        journal, offset = self._at_time(cfg, info, target)
         history = self.history or History(0)
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
         return StartPoint(journal, offset, 0, None, reason), FingerprintSkip(history)
+
+    def _from_start(self, cfg: SourceConfig, info: ServerInfo) -> tuple[StartPoint, EntryFilter]:
+        """Nothing was put from the master's binlog since a start without a saved position (only snapshot
+        chunks, or nothing; or the master was unreachable at the start): the standby from the place that
+        corresponds to where the relay started on the master (``began``), or would have started
+        (``source.start``), never from the standby's end, which would skip what the relay had not read.
+        A start that has no such place on the standby stops the relay (``SourceError``)."""
+        mode, start = self.config.failover.mode, self.config.start
+        began = self.began
+        configured = bool(start.gtid or start.journal or start.timestamp is not None)
+        if began is None and not configured:
+            # Never read, and asked to start at the end: the relay starts now, on the standby.
+            reason = "the standby's end (the master was not reachable at the start, no source.start)"
+            return StartPoint(info.end[0], info.end[1], 0, None, reason), GtidSkip("", 0)
+        at = began[1].reason if began is not None else "source.start"
+        gtid_set = began[1].gtid_set if began is not None else (start.gtid or None)
+        if mode == "gtid" or (mode == "auto" and bool(info.gtid_executed) and gtid_set is not None):
+            if gtid_set is None:
+                raise SourceError(
+                    f"{cfg.address}: failover by GTID with nothing read from the master's binlog since the "
+                    f"relay started ({at}), and that start has no GTID set: set source.start.gtid (or "
+                    "source.failover.mode auto on servers without GTIDs)"
+                )
+            reason = f"GTID position {gtid_set}, where the relay started on the master ({at})"
+            return StartPoint("", 0, 0, gtid_set, reason), GtidSkip("", 0)
+        if start.gtid or start.journal:
+            raise SourceError(
+                f"{cfg.address}: failover by timestamp with nothing read from the master's binlog since the "
+                f"relay started at a configured place of the master ({at}), which has no time to find it by "
+                "on the standby: set source.start.timestamp instead, or switch by GTID (servers with GTIDs)"
+            )
+        if start.timestamp is not None:
+            # The same rule on the standby's copy of the master's binlog: the same first transaction.
+            journal, offset = self._at_time(cfg, info, start.timestamp)
+            reason = f"first transaction at or after {start.timestamp} ms ({journal}:{offset}), as the start"
+            return StartPoint(journal, offset, 0, None, reason), GtidSkip("", 0)
+        assert began is not None  # not configured: the master was read from its end
+        begun_ms = began[0].now_ms
+        target = begun_ms - int(self.config.failover.fallback_interval_seconds * 1000)
+        journal, offset = self._at_time(cfg, info, target)
+        reason = (
+            f"first transaction at or after {target} ms ({journal}:{offset}): the relay started at the "
+            f"master's end at {begun_ms} ms and read nothing since"
+        )
+        return StartPoint(journal, offset, 0, None, reason), StartBoundary(target, begun_ms, cfg.address)
+
+    def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
+        """The standby's first transaction at or after ``target_ms`` (its end when there is none)."""
+        return find_by_timestamp(cfg, info, max(0, target_ms))
