@@ -13,7 +13,13 @@ the standby that continues right after the last entry it put into the ring store
   transactions whose row changes match, entry for entry, the ones recently put from the master
   (``History`` + ``FingerprintSkip``, both on the same side of the sink's filters: what was put);
   once a transaction is newer than anything put, or the last one put has been matched, everything
-  passes.
+  passes;
+- with nothing put from the master's binlog since a start without a saved position (only snapshot
+  chunks, or nothing), where the relay started on the master (``Failover._from_start``): by GTID its
+  start's GTID set; by timestamp from the master's clock at the start minus the fallback interval
+  (``StartBoundary``: a change that time cannot place before or after the start stops the relay);
+  a configured master file and offset has no place on the standby: the relay stops. Never the
+  standby's end, which would skip what the relay had not read yet.
 
 Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
 with the master's), so the entries read from it carry the generation after the master's
