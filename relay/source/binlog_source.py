@@ -82,6 +82,10 @@ class ServerInfo:
     time_zone: str = ""
     # binlog_row_metadata as the server reports it ("" on servers without it, e.g. MySQL 5.7).
     row_metadata: str = "FULL"
+    # The server's clock (UNIX_TIMESTAMP(), whole seconds, in ms), read after ``end``: every transaction
+    # before ``end`` has a binlog time at or before it (the timestamp failover of a relay that read
+    # nothing since it started at the end: ``relay.source.failover.StartBoundary``).
+    now_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,11 @@ def inspect_server(cfg: SourceConfig, *, schema_history: bool = False) -> Server
         _refuse_unfit(cfg, var, schema_history)
         binlogs, status = _binlog_state(cfg, conn)
         gtid = var.get("gtid_binlog_pos", "") if mariadb else str(status[4] if len(status) > 4 else "")
-        offset = str(_query(conn, "SELECT TIME_FORMAT(TIMEDIFF(NOW(), UTC_TIMESTAMP()), '%H:%i')")[0][0])
+        # After the binlog status: its end is before this clock reading.
+        clock = _query(
+            conn, "SELECT TIME_FORMAT(TIMEDIFF(NOW(), UTC_TIMESTAMP()), '%H:%i'), UNIX_TIMESTAMP()"
+        )
+        offset, now = str(clock[0][0]), int(clock[0][1])
         return ServerInfo(
             version=version,
             mariadb=mariadb,
@@ -156,6 +164,7 @@ def inspect_server(cfg: SourceConfig, *, schema_history: bool = False) -> Server
             gtid_executed="".join(gtid.split()),
             time_zone=_server_zone(cfg, conn, var) if cfg.timezone == "server" else cfg.timezone,
             row_metadata=var.get("binlog_row_metadata", "").upper(),
+            now_ms=now * 1000,
         )
     except pymysql.err.MySQLError as exc:
         raise _translate(cfg, exc, "checking the server") from exc

@@ -13,7 +13,13 @@ the standby that continues right after the last entry it put into the ring store
   transactions whose row changes match, entry for entry, the ones recently put from the master
   (``History`` + ``FingerprintSkip``, both on the same side of the sink's filters: what was put);
   once a transaction is newer than anything put, or the last one put has been matched, everything
-  passes.
+  passes;
+- with nothing put from the master's binlog since a start without a saved position (only snapshot
+  chunks, or nothing), where the relay started on the master (``Failover._from_start``): by GTID its
+  start's GTID set; by timestamp from the master's clock at the start minus the fallback interval
+  (``StartBoundary``: a change that time cannot place before or after the start stops the relay);
+  a configured master file and offset has no place on the standby: the relay stops. Never the
+  standby's end, which would skip what the relay had not read yet.
 
 Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
 with the master's), so the entries read from it carry the generation after the master's
@@ -140,18 +146,20 @@ class FingerprintSkip:
     Both sides are compared after the sink (``History`` records what was put; the instance filters the
     standby's entries through its sink first), and by their changes only: a transaction touching kept
     and filtered tables looks the same on both servers. The entries of a standby transaction are held
-    back while its changes match the start of some recorded transaction; a full match drops them, a
-    divergence (or its END coming first) releases them — once some recorded transaction has been
-    matched. Before that, a transaction that matches none is dropped: the standby's binlog holds the
-    master's transactions in the master's order, so one that comes before the copy of every
-    transaction put precedes the first one put — it was published before, or precedes where the relay
-    started (its changes are in the snapshot, or were never asked for). Binlog times have a resolution
-    of one second, so "older than the oldest recorded" alone does not tell such a transaction in the
-    same second apart (a relay that started at the binlog end, e.g. for its initial snapshot, under
-    load). The last recorded transaction may be partial (the master died inside it): matching its
-    recorded entries drops just those, and everything after passes. A transaction older than the
-    oldest one recorded is dropped (the same reason). One newer than the newest recorded ends the
-    filtering.
+    back while its changes match the start of some recorded transaction. A recorded transaction that
+    was put whole (``closed``) is matched only when the standby transaction ends there too (its END, or
+    a statement that closes it, comes after the same number of changes): one that goes on past it is
+    another transaction. A match drops the held entries; a divergence (or its END coming first) releases
+    them — once some recorded transaction has been matched. Before that, a transaction that matches none
+    is dropped: the standby's binlog holds the master's transactions in the master's order, so one that
+    comes before the copy of every transaction put precedes the first one put — it was published before,
+    or precedes where the relay started (its changes are in the snapshot, or were never asked for).
+    Binlog times have a resolution of one second, so "older than the oldest recorded" alone does not
+    tell such a transaction in the same second apart (a relay that started at the binlog end, e.g. for
+    its initial snapshot, under load). The last recorded transaction may be partial (the master died
+    inside it, ``closed`` False): matching its recorded entries drops just those, and everything after
+    passes (the rest of that transaction included). A transaction older than the oldest one recorded is
+    dropped (the same reason). One newer than the newest recorded ends the filtering.
     """
 
     def __init__(self, history: History) -> None:
@@ -165,6 +173,9 @@ class FingerprintSkip:
         self._matched = 0  # ROWDATA entries of the current transaction matched so far
         self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
+        # A partial (not closed) recorded transaction whose every recorded change the current standby
+        # transaction matched: (its index, how many held entries those are).
+        self._partial: tuple[int, int] | None = None
         self._matched_any = False  # some recorded transaction was matched whole (see the docstring)
         self.preceding = 0  # unmatched transactions dropped before the first match (they precede it)
 
@@ -181,16 +192,14 @@ class FingerprintSkip:
 
     def _hold(self, e: Entry) -> list[Entry]:
         """BEGIN (or another entry without a change) of a transaction being matched: held with it; its
-        END while still matching ends it short of every recorded one: it is new, it passes."""
+        END decides (``_ended``)."""
         self._held.append(e)
-        if e.entry_type != EntryType.TRANSACTIONEND:
-            return []
-        released, self._held, self._matched = self._held, [], 0
-        return self._unmatched(released)
+        return self._ended() if e.closes_txn else []
 
     def _unmatched(self, released: list[Entry]) -> list[Entry]:
         """The held entries of a standby transaction that matches no recorded one (and the rest of it):
         new once a recorded transaction was matched; before that, it precedes the first one put."""
+        self._held, self._matched, self._partial = [], 0, None
         if self._matched_any:
             self._state = "pass"
             return released
@@ -200,12 +209,15 @@ class FingerprintSkip:
         return []
 
     def _begin(self, e: Entry) -> list[Entry]:
-        """A new standby transaction: what the previous one held matched only in part: it matches none."""
-        released = self._unmatched(self._held) if self._held else []
-        self._held, self._matched = [], 0
+        """A new standby transaction; the previous one, if still held, never closed: it matched a partial
+        recorded one, or none."""
+        released = self._settle([]) if self._held else []
+        self._held, self._matched, self._partial = [], 0, None
         self._current = e.txn.start
         t = e.header.execute_time
-        if self._finish_next:
+        if self.done:  # that was the last (partial) transaction put
+            pass
+        elif self._finish_next:
             self._finish("matched the last transaction put from the master")
         elif t > self.newest_ms:
             self._finish("a transaction newer than the last one put from the master")
@@ -220,26 +232,51 @@ class FingerprintSkip:
         k = self._matched
         d = digest(e)
         hist = self.history
-        self._candidates = [
-            i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d
-        ]
-        if not self._candidates:  # diverged: it matches none of the recorded transactions
-            released, self._held, self._matched = [*self._held, e], [], 0
-            return self._unmatched(released)
+        alive = [i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d]
+        if not alive:  # diverged: it goes on past (or differs from) every recorded transaction
+            return self._settle([e])
+        self._candidates = alive
         self._held.append(e)
         self._matched += 1
-        full = next((i for i in self._candidates if len(hist[i].digests) == self._matched), None)
-        if full is not None:
-            log.debug("failover: dropped %d re-read entries already put", len(self._held))
-            matched = hist.pop(full)
-            self._held, self._matched, self._state = [], 0, "drop"
-            self._matched_any = True
-            if full == len(hist):  # that was the last one put: everything after it is new
-                if matched.closed:  # the rest of this transaction (its END) was put too
-                    self._finish_next = True
-                else:  # the master died inside it: the rest of it is new
-                    self._finish("matched the last (partial) transaction put from the master")
+        partial = next(
+            (i for i in alive if not hist[i].closed and len(hist[i].digests) == self._matched), None
+        )
+        if partial is not None:
+            self._partial = (partial, len(self._held))
+        return self._ended() if e.closes_txn else []
+
+    def _ended(self) -> list[Entry]:
+        """The standby transaction closed (its last entry is held): it matches a closed recorded one with
+        as many changes, else a partial one it started with, else none."""
+        hist = self.history
+        full = next(
+            (i for i in self._candidates if hist[i].closed and len(hist[i].digests) == self._matched),
+            None,
+        )
+        if full is None:
+            return self._settle([])
+        log.debug("failover: dropped %d re-read entries already put", len(self._held))
+        hist.pop(full)
+        self._held, self._matched, self._partial, self._state = [], 0, None, "drop"
+        self._matched_any = True
+        if full == len(hist):  # that was the last one put: everything after it is new
+            self._finish_next = True
         return []
+
+    def _settle(self, rest: list[Entry]) -> list[Entry]:
+        """The held entries (and ``rest`` of the transaction) match no closed recorded transaction: drop
+        the changes a partial recorded one had put and pass the rest, or handle them as unmatched."""
+        if self._partial is None:
+            return self._unmatched([*self._held, *rest])
+        index, put = self._partial
+        released = [*self._held[put:], *rest]
+        log.debug("failover: dropped %d re-read entries of a transaction put in part", put)
+        self.history.pop(index)
+        self._held, self._matched, self._partial, self._state = [], 0, None, "pass"
+        self._matched_any = True
+        if index == len(self.history):  # the master died inside it: the rest of it is new
+            self._finish("matched the last (partial) transaction put from the master")
+        return released
 
     def _finish(self, why: str) -> None:
         self.done, self._state = True, "pass"
@@ -249,6 +286,69 @@ class FingerprintSkip:
             why,
             self.preceding,
         )
+
+
+class StartBoundary:
+    """The timestamp fallback when nothing was put from the master's binlog since the relay started at
+    its end (no saved position; only snapshot chunks put, or nothing): there is no transaction put to
+    find the start by (``FingerprintSkip`` of nothing recorded would pass everything re-read, the
+    transactions before the start included), only the master's clock when the start was taken,
+    ``start_ms`` (``ServerInfo.now_ms``, read after the binlog end). The standby is re-read from
+    ``since_ms`` (``start_ms`` minus ``fallback_interval_seconds``); its transactions, after the sink:
+
+    - one whose binlog time is in a later second than ``start_ms`` ended after the start (a transaction
+      before the start committed before the clock was read, and its binlog time is not later than its
+      commit): from it on, everything passes (``done``);
+    - one older than ``since_ms`` ended before the start (no transaction runs longer than the fallback
+      interval, the timestamp fallback's assumption): dropped, like the transactions before it;
+    - one with a change in between may lie before or after the start, and time cannot tell: the relay
+      stops (``SourceError``) rather than drop a change it never published or publish one from before
+      its start (which would sort after its snapshot rows). Entries without a change (an empty
+      transaction the sink passes) are dropped.
+    """
+
+    def __init__(self, since_ms: int, start_ms: int, address: str) -> None:
+        self.since_ms, self.start_ms, self.address = since_ms, start_ms, address
+        self.done = False
+        self._current: EntryPosition | None = None
+        self._older = False  # the current standby transaction is older than since_ms
+        self.preceding = 0  # transactions dropped as older than since_ms
+
+    def filter(self, entries: list[Entry]) -> list[Entry]:
+        out: list[Entry] = []
+        for e in entries:
+            if not self.done and e.txn.start != self._current:
+                self._current = e.txn.start
+                t = e.header.execute_time
+                if t // 1000 > self.start_ms // 1000:
+                    self.done = True
+                    log.info(
+                        "failover: the first transaction after the relay's start (binlog time %d ms, start "
+                        "at %d ms); %d older transaction(s) dropped",
+                        t,
+                        self.start_ms,
+                        self.preceding,
+                    )
+                else:
+                    self._older = t < self.since_ms
+                    self.preceding += self._older
+            if self.done:
+                out.append(e)
+            elif e.entry_type == EntryType.ROWDATA and not self._older:
+                h = e.header
+                raise SourceError(
+                    f"failover to the standby {self.address}: the relay had read nothing from the master's "
+                    f"binlog since it started at its end (master clock {self.start_ms} ms, no saved "
+                    "position), "
+                    f"and the standby holds a change of {h.schema_name}.{h.table_name} at binlog time "
+                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), within "
+                    "source.failover.fallback_interval_seconds before that start: it may precede the start "
+                    "or follow it, and without GTIDs its place cannot be told by time. Not guessing: "
+                    "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new "
+                    "snapshot on the promoted standby (stop the relay, set source.host to it, remove the "
+                    "saved position, start with snapshot.mode when_needed)"
+                )
+        return out
 
 
 class GtidSkip:
@@ -313,6 +413,9 @@ class Failover:
         self.enabled = has_standby(cfg)
         self.history: History | None = None
         self.gtids: GtidTracker | None = None
+        # The master as checked at the start and where reading it started (``track``): where the standby
+        # starts when nothing was put from the master's binlog since a start without a saved position.
+        self.began: tuple[ServerInfo, StartPoint] | None = None
         # With a schema history, a standby without binlog_row_metadata=FULL is accepted, and ``prepare``
         # (``open_standby``) gives its source the history's tracker before it streams.
         self.accept_schema_history = False
@@ -337,6 +440,7 @@ class Failover:
         without GTIDs), the GTID position on MariaDB."""
         if not self.enabled:
             return
+        self.began = (master, start)
         mode = self.config.failover.mode
         if mode == "timestamp" or (mode == "auto" and not master.gtid_executed):
             self.history = History(int(self.config.failover.fallback_interval_seconds * 1000))
@@ -401,9 +505,7 @@ class Failover:
     ) -> tuple[StartPoint, EntryFilter]:
         mode = self.config.failover.mode
         if after is None:
-            return StartPoint(
-                info.end[0], info.end[1], 0, None, "the standby's end (nothing read yet)"
-            ), GtidSkip("", 0)
+            return self._from_start(cfg, info)
         gtid_set = after.gtid_set
         if gtid_set is None and self.gtids is not None:
             gtid_set = self.gtids.position()
@@ -419,7 +521,56 @@ class Failover:
             )
             return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
         target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
-        journal, offset = find_by_timestamp(cfg, info, max(0, target))
+        journal, offset = self._at_time(cfg, info, target)
         history = self.history or History(0)
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
         return StartPoint(journal, offset, 0, None, reason), FingerprintSkip(history)
+
+    def _from_start(self, cfg: SourceConfig, info: ServerInfo) -> tuple[StartPoint, EntryFilter]:
+        """Nothing was put from the master's binlog since a start without a saved position (only snapshot
+        chunks, or nothing; or the master was unreachable at the start): the standby from the place that
+        corresponds to where the relay started on the master (``began``), or would have started
+        (``source.start``), never from the standby's end, which would skip what the relay had not read.
+        A start that has no such place on the standby stops the relay (``SourceError``)."""
+        mode, start = self.config.failover.mode, self.config.start
+        began = self.began
+        configured = bool(start.gtid or start.journal or start.timestamp is not None)
+        if began is None and not configured:
+            # Never read, and asked to start at the end: the relay starts now, on the standby.
+            reason = "the standby's end (the master was not reachable at the start, no source.start)"
+            return StartPoint(info.end[0], info.end[1], 0, None, reason), GtidSkip("", 0)
+        at = began[1].reason if began is not None else "source.start"
+        gtid_set = began[1].gtid_set if began is not None else (start.gtid or None)
+        if mode == "gtid" or (mode == "auto" and bool(info.gtid_executed) and gtid_set is not None):
+            if gtid_set is None:
+                raise SourceError(
+                    f"{cfg.address}: failover by GTID with nothing read from the master's binlog since the "
+                    f"relay started ({at}), and that start has no GTID set: set source.start.gtid (or "
+                    "source.failover.mode auto on servers without GTIDs)"
+                )
+            reason = f"GTID position {gtid_set}, where the relay started on the master ({at})"
+            return StartPoint("", 0, 0, gtid_set, reason), GtidSkip("", 0)
+        if start.gtid or start.journal:
+            raise SourceError(
+                f"{cfg.address}: failover by timestamp with nothing read from the master's binlog since the "
+                f"relay started at a configured place of the master ({at}), which has no time to find it by "
+                "on the standby: set source.start.timestamp instead, or switch by GTID (servers with GTIDs)"
+            )
+        if start.timestamp is not None:
+            # The same rule on the standby's copy of the master's binlog: the same first transaction.
+            journal, offset = self._at_time(cfg, info, start.timestamp)
+            reason = f"first transaction at or after {start.timestamp} ms ({journal}:{offset}), as the start"
+            return StartPoint(journal, offset, 0, None, reason), GtidSkip("", 0)
+        assert began is not None  # not configured: the master was read from its end
+        begun_ms = began[0].now_ms
+        target = begun_ms - int(self.config.failover.fallback_interval_seconds * 1000)
+        journal, offset = self._at_time(cfg, info, target)
+        reason = (
+            f"first transaction at or after {target} ms ({journal}:{offset}): the relay started at the "
+            f"master's end at {begun_ms} ms and read nothing since"
+        )
+        return StartPoint(journal, offset, 0, None, reason), StartBoundary(target, begun_ms, cfg.address)
+
+    def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
+        """The standby's first transaction at or after ``target_ms`` (its end when there is none)."""
+        return find_by_timestamp(cfg, info, max(0, target_ms))

@@ -380,7 +380,8 @@ class CanalInstance:
 
     # -- failover (parser thread) ----------------------------------------------------------------
     def _fail_over(self, cause: SourceUnavailableError) -> None:
-        """The master is gone: continue on the standby right after the last entry put.
+        """The master is gone: continue on the standby right after the last binlog entry put; with none
+        put since a start without a saved position, where that start was (``Failover._from_start``).
 
         See ``relay.source.failover``.
         """

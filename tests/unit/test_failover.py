@@ -16,8 +16,18 @@ from relay.canal.entry import (
     TxnContext,
 )
 from relay.canal.sink import Sink, SinkConfig
-from relay.config.sections import SourceConfig, StandbyConfig
-from relay.source.failover import FingerprintSkip, GtidSkip, History, master_config, standby_config
+from relay.config.sections import FailoverConfig, SourceConfig, StandbyConfig, StartConfig
+from relay.errors import SourceError
+from relay.source.binlog_source import ServerInfo, StartPoint, resolve_start
+from relay.source.failover import (
+    Failover,
+    FingerprintSkip,
+    GtidSkip,
+    History,
+    StartBoundary,
+    master_config,
+    standby_config,
+)
 
 
 def txn(server: str, offset: int, gtid: str, time_ms: int, rows: list[str], *, xid: str = "1") -> list[Entry]:
@@ -178,3 +188,191 @@ def test_fingerprint_skip_passes_a_transaction_that_ends_short_of_the_one_put() 
     assert values(skip.filter(txn("replica", 60, "", 5_000, ["x"]))) == []  # the first one put
     shorter = txn("replica", 120, "", 5_000, ["a"])
     assert values(skip.filter(shorter)) == ["TRANSACTIONBEGIN", "a", "TRANSACTIONEND"]
+
+
+def test_fingerprint_skip_passes_a_transaction_that_goes_on_past_a_closed_one_put() -> None:
+    # The standby's transaction starts with the changes of a recorded transaction that was put whole
+    # (its END too), then goes on: it is another transaction, new once something was matched. Matching
+    # it on its first change would drop the rest of it ("b"): a loss.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 50, "", 5_000, ["x"]))
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 60, "", 5_000, ["x"])  # the first one put
+        + txn("replica", 90, "", 5_000, ["a", "b"])  # goes on past the recorded ["a"]
+        + txn("replica", 120, "", 5_000, ["a"])  # the copy of the recorded ["a"]
+        + txn("replica", 220, "", 6_000, ["z"])  # the last one put
+        + txn("replica", 320, "", 6_000, ["new"])
+    )
+    out: list[Entry] = []
+    for e in standby:  # one entry at a time, as the parser hands them over
+        out += skip.filter([e])
+    assert values(out) == [
+        "TRANSACTIONBEGIN",
+        "a",
+        "b",
+        "TRANSACTIONEND",
+        "TRANSACTIONBEGIN",
+        "new",
+        "TRANSACTIONEND",
+    ]
+    assert skip.done and skip.preceding == 0
+
+
+def test_fingerprint_skip_before_any_match_drops_one_going_on_past_a_closed_one_put() -> None:
+    # Before the first match, a transaction that goes on past the first one put matches none: it
+    # precedes the first one put (the class's rule), like any other unmatched one there.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 90, "", 5_000, ["a", "before-the-start"])
+        + txn("replica", 120, "", 5_000, ["a"])
+        + txn("replica", 220, "", 5_000, ["new"])
+    )
+    assert values(skip.filter(standby)) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.done and skip.preceding == 1
+
+
+def test_fingerprint_skip_a_partial_last_one_put_drops_just_its_recorded_entries() -> None:
+    # The last recorded transaction is partial (the master died inside it, after "a"); a closed one
+    # with the same first change was put before it. The standby's copy of the closed one ends with it;
+    # the copy of the partial one goes on: its recorded change is dropped, the rest passes.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 5_000, ["a", "b", "c"])[:2])
+    skip = FingerprintSkip(history)
+    standby = txn("replica", 120, "", 5_000, ["a"]) + txn("replica", 220, "", 5_000, ["a", "b", "c"])
+    out: list[Entry] = []
+    for e in standby:
+        out += skip.filter([e])
+    assert values(out) == ["b", "c", "TRANSACTIONEND"]
+    assert skip.done
+    # A copy of the partial one that ends right after its recorded changes: just its END passes.
+    history = History(window_ms=60_000)
+    history.record(txn("master", 200, "", 5_000, ["a", "b"])[:2])
+    skip = FingerprintSkip(history)
+    assert values(skip.filter(txn("replica", 220, "", 5_000, ["a"]))) == ["TRANSACTIONEND"]
+    assert skip.done
+
+
+# --- nothing put from the master's binlog since a start without a saved position ---------------------
+
+
+def server(end: tuple[str, int], gtid: str, now_ms: int = 0) -> ServerInfo:
+    return ServerInfo(
+        version="10.11.6-MariaDB",
+        mariadb=True,
+        server_id=1,
+        server_uuid="",
+        time_zone_offset="+00:00",
+        binlogs=((end[0], end[1]),),
+        end=end,
+        gtid_executed=gtid,
+        now_ms=now_ms,
+    )
+
+
+MASTER = server(("mysql-bin.000120", 900), "0-1-50", now_ms=1_000_000_000)
+STANDBY = server(("replica-bin.000003", 5_000), "0-1-80")  # it has what the relay never read: 51..80
+
+
+class AtTime(Failover):
+    """``Failover`` whose standby binlog lookup by time is a table (the rest is the real policy)."""
+
+    def __init__(self, cfg: SourceConfig) -> None:
+        super().__init__(cfg)
+        self.asked: list[int] = []
+
+    def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
+        self.asked.append(target_ms)
+        return "replica-bin.000002", 4_000
+
+
+def started(mode: str, start: StartConfig | None = None, master: ServerInfo = MASTER) -> AtTime:
+    """A failover policy after the relay started on ``master`` without a saved position."""
+    cfg = SourceConfig(
+        host="m",
+        standby=StandbyConfig(host="r"),
+        failover=FailoverConfig(mode=mode, fallback_interval_seconds=60.0),
+        start=start or StartConfig(),
+    )
+    failover = AtTime(cfg)
+    if cfg.start.timestamp is not None:  # resolve_start would look it up on the master
+        begun = StartPoint(
+            "mysql-bin.000120", 4, 0, None, f"first transaction at or after {cfg.start.timestamp}"
+        )
+    else:
+        begun = resolve_start(cfg, master, None)
+    failover.track(master, begun)
+    return failover
+
+
+def test_nothing_read_yet_by_gtid_the_standby_continues_from_the_gtid_set_of_the_start() -> None:
+    # The relay started at the master's end (GTID position 0-1-50) and put nothing from its binlog (only
+    # snapshot chunks, or nothing) before the master died: the standby must stream after 0-1-50, not
+    # from its own end (0-1-80), which would skip 0-1-51..80.
+    for mode in ("gtid", "auto"):
+        failover = started(mode)
+        start, drop = failover._where(standby_config(failover.config), STANDBY, None)
+        assert (start.journal, start.gtid_set) == ("", "0-1-50"), mode
+        assert drop.done and not failover.asked
+
+
+def test_nothing_read_yet_by_timestamp_the_standby_is_read_from_the_start_minus_the_fallback() -> None:
+    failover = started("timestamp")
+    start, drop = failover._where(standby_config(failover.config), STANDBY, None)
+    since = MASTER.now_ms - 60_000
+    assert failover.asked == [since] and (start.journal, start.offset) == ("replica-bin.000002", 4_000)
+    assert isinstance(drop, StartBoundary)
+    older = txn("replica", 100, "", since - 1_000, ["long-before-the-start"])
+    empty = txn("replica", 150, "", MASTER.now_ms, [])  # no change: nothing to decide
+    assert values(drop.filter(older + empty)) == [] and not drop.done
+    after = txn("replica", 200, "", MASTER.now_ms + 1_000, ["after-the-start"])
+    again = txn("replica", 300, "", MASTER.now_ms, ["after-it-too"])  # an earlier time, later in the log
+    assert values(drop.filter(after + again)) == values(after + again)
+    assert drop.done and drop.preceding == 1
+
+
+def test_nothing_read_yet_by_timestamp_a_change_near_the_start_stops_the_relay() -> None:
+    # In the start's second, or within the fallback interval before it, a change may precede the start
+    # (the snapshot has it) or follow it (never published): time cannot tell, the relay stops.
+    for at in (MASTER.now_ms + 999, MASTER.now_ms - 30_000):
+        failover = started("timestamp")
+        _, drop = failover._where(standby_config(failover.config), STANDBY, None)
+        near = txn("replica", 100, "", at, ["near-the-start"])
+        assert values(drop.filter(near[:1])) == []  # its BEGIN: no change yet
+        try:
+            drop.filter(near[1:])
+        except SourceError as exc:
+            assert "may precede the start" in str(exc) and "snapshot" in str(exc)
+        else:
+            raise AssertionError(f"a change at {at} ms near the start at {MASTER.now_ms} ms passed")
+
+
+def test_nothing_read_yet_from_a_configured_start() -> None:
+    # source.start.timestamp: the standby's first transaction at or after it, as on the master; all new.
+    failover = started("timestamp", StartConfig(timestamp=123_000))
+    start, drop = failover._where(standby_config(failover.config), STANDBY, None)
+    assert failover.asked == [123_000] and start.journal == "replica-bin.000002" and drop.done
+    # source.start.gtid: that set, by GTID.
+    failover = started("auto", StartConfig(gtid="0-1-40"))
+    start, drop = failover._where(standby_config(failover.config), STANDBY, None)
+    assert start.gtid_set == "0-1-40" and drop.done
+    # A master file and offset: no place on the standby by time, no GTID set: stop, never skip.
+    for mode in ("gtid", "timestamp", "auto"):
+        failover = started(mode, StartConfig(journal="mysql-bin.000120", offset=4))
+        try:
+            failover._where(standby_config(failover.config), STANDBY, None)
+        except SourceError as exc:
+            assert "nothing read from the master's binlog since the relay started" in str(exc), exc
+        else:
+            raise AssertionError(f"{mode}: a failover from a configured master file did not stop")
+
+
+def test_master_unreachable_at_the_first_start_without_source_start_begins_at_the_standbys_end() -> None:
+    cfg = SourceConfig(host="m", standby=StandbyConfig(host="r"))
+    start, drop = Failover(cfg)._where(standby_config(cfg), STANDBY, None)
+    assert (start.journal, start.offset) == STANDBY.end and drop.done
