@@ -253,7 +253,7 @@ class KafkaPublisher:
         if self.failed() is not None:
             return False
         try:
-            self._producer.commit_transaction(self._control_timeout())
+            self._commit_transaction()
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "commit_transaction")
             for handle in self._inflight:
@@ -267,6 +267,26 @@ class KafkaPublisher:
             handle.committed = True
         log.debug("%s: transaction of batches %s committed", last.label, self.batch_ids())
         return True
+
+    def _commit_transaction(self) -> None:
+        """``commit_transaction``, called again while it fails retriably (librdkafka: "retry call to
+        resume", e.g. a timeout: the commit may still be under way, and an abort then conflicts with it),
+        up to the delivery timeout; what it raises then, or any other error, is the caller's."""
+        deadline = time.monotonic() + self._config.delivery_timeout_s
+        while True:
+            try:
+                self._producer.commit_transaction(self._control_timeout())
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if (
+                    not err.retriable()
+                    or err.txn_requires_abort()
+                    or err.fatal()
+                    or time.monotonic() >= deadline
+                ):
+                    raise
+                log.warning("commit_transaction: %s; calling it again to resume", _describe(err))
 
     def _await_delivery(self, last: BatchHandle) -> None:
         deadline = time.monotonic() + self._config.delivery_timeout_s

@@ -20,6 +20,7 @@ Every wait is a condition with a deadline.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -312,6 +313,7 @@ def test_a_relay_frozen_past_its_session_publishes_nothing_after_losing_leadersh
     try:
         _, epoch_b = read_position_node(zk, cluster.layout.position)
         resumed_at = len(a.log_path.read_bytes())
+        resumed_wall = time.time()
         a.signal(signal.SIGCONT)
         assert a.wait(30) == 3, a.log()[-3000:]  # fenced: LeadershipError, exit status 3
         grown = writer.changes + 300
@@ -321,7 +323,13 @@ def test_a_relay_frozen_past_its_session_publishes_nothing_after_losing_leadersh
 
         after = a.log_path.read_bytes()[resumed_at:].decode(errors="replace")
         assert "no longer the active relay" in after, after[-3000:]
-        sent = [line for line in after.splitlines() if ": sent " in line or "acked, position" in line]
+        # A line the relay had stamped before it froze may reach the file only after SIGCONT (stopped
+        # between formatting and writing it): the stamp says when the send or ack happened.
+        sent = [
+            line
+            for line in after.splitlines()
+            if (": sent " in line or "acked, position" in line) and _stamp(line) >= resumed_wall
+        ]
         assert not sent, f"relay-0 sent or acked after it was resumed: {sent[:5]}"
         point, epoch = read_position_node(zk, cluster.layout.position)
         assert epoch == epoch_b, "the position was written by another epoch than relay-1's"
@@ -331,6 +339,12 @@ def test_a_relay_frozen_past_its_session_publishes_nothing_after_losing_leadersh
         zk.close()
     repeats = cluster.assert_complete(records, changes)
     print(f"SIGSTOP: {changes} row changes, {len(records)} records, {repeats} exact repeats")
+
+
+def _stamp(line: str) -> float:
+    """The wall-clock time of a relay log line (``%(asctime)s``: local time, milliseconds after a comma)."""
+    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.timestamp()
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

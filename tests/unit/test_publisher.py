@@ -450,11 +450,23 @@ def test_an_extra_record_goes_into_the_transaction_before_the_commit() -> None:
     assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
 
 
-def test_a_failed_commit_aborts_the_transaction_and_keeps_the_producer() -> None:
+def test_a_commit_that_times_out_is_called_again_to_resume_not_aborted() -> None:
+    """librdkafka: a retriable commit error ("retry call to resume") means the commit may still be under
+    way; an abort then conflicts with it and leaves the outcome unknown. The commit is called again."""
     h = TxnHarness()
     h.pub.send(1, [rec(b"a")])
     h.deliver_all()
     h.producer.fail_commit = KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True)
+    assert h.pub.commit()
+    assert h.producer.calls[-2:] == ["commit", "commit"] and "abort" not in h.producer.calls
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
+
+
+def test_a_failed_commit_aborts_the_transaction_and_keeps_the_producer() -> None:
+    h = TxnHarness()
+    h.pub.send(1, [rec(b"a")])
+    h.deliver_all()
+    h.producer.fail_commit = KafkaError(KafkaError._TIMED_OUT, "scripted", txn_requires_abort=True)
     assert not h.pub.commit()
     failed = h.pub.failed()
     assert failed is not None and isinstance(failed.error, PublishError) and failed.error.retriable
