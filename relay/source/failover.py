@@ -13,13 +13,18 @@ the standby that continues right after the last entry it put into the ring store
   transactions whose row changes match, entry for entry, the ones recently put from the master
   (``History`` + ``FingerprintSkip``, both on the same side of the sink's filters: what was put);
   once a transaction is newer than anything put, or the last one put has been matched, everything
-  passes;
+  passes. Where the standby's oldest binlog begins after that time (``locate_by_timestamp``: files
+  purged), only a match proves that it holds everything after the last one put: ending the filtering
+  without one stops the relay;
 - with nothing put from the master's binlog since a start without a saved position (only snapshot
   chunks, or nothing), where the relay started on the master (``Failover._from_start``): by GTID its
   start's GTID set; by timestamp from the master's clock at the start minus the fallback interval
   (``StartBoundary``: a change that time cannot place before or after the start stops the relay);
   a configured master file and offset has no place on the standby: the relay stops. Never the
   standby's end, which would skip what the relay had not read yet.
+
+A place found by time alone (a start) on a standby whose oldest binlog begins after the target time
+stops the relay too: what lay between may have been purged.
 
 Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
 with the master's), so the entries read from it carry the generation after the master's
@@ -49,7 +54,15 @@ from relay.canal.entry import Entry, EntryPosition, EntryType, RowChange
 from relay.config.sections import SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, find_by_timestamp, resolve_start
+from relay.source.binlog_source import (
+    BinlogSource,
+    ServerInfo,
+    StartPoint,
+    TimeLocation,
+    locate_by_timestamp,
+    resolve_start,
+    uncovered_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +175,13 @@ class FingerprintSkip:
     dropped (the same reason). One newer than the newest recorded ends the filtering.
     """
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, *, covered: bool = True, address: str = "") -> None:
         self.history = list(history.txns)
+        # False: the standby's binlog may have lost (purged) transactions before the first one it holds
+        # (``locate_by_timestamp``); only a match proves that it holds the copy of one put and,
+        # being gap-free from there, everything after it. Ending the filtering without a match stops
+        # the relay (``_finish``): what comes then may follow a gap.
+        self.covered, self.address = covered, address
         self.oldest_ms = self.history[0].time_ms if self.history else 0
         self.newest_ms = self.history[-1].time_ms if self.history else 0
         self.done = not self.history
@@ -279,6 +297,18 @@ class FingerprintSkip:
         return released
 
     def _finish(self, why: str) -> None:
+        if not self.covered and not self._matched_any:
+            last = self.history[-1] if self.history else None
+            raise SourceError(
+                f"failover to the standby {self.address}: its oldest binlog begins after the re-read's "
+                "start (the last change put minus source.failover.fallback_interval_seconds), and it "
+                f"reached {why} without holding the copy of any transaction put from the master (the "
+                f"last one put: binlog time {last.time_ms if last else 0} ms): transactions after it may "
+                "have been purged from the standby's binlog. Not guessing: switch by GTID (servers with "
+                "GTIDs, source.failover.mode auto or gtid), or take a new snapshot on the promoted "
+                "standby (stop the relay, set source.host to it, remove the saved position, start with "
+                "snapshot.mode when_needed)"
+            )
         self.done, self._state = True, "pass"
         log.info(
             "failover: re-read changes dropped up to here (%s); %d unmatched transaction(s) dropped as "
@@ -521,10 +551,16 @@ class Failover:
             )
             return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
         target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
-        journal, offset = self._at_time(cfg, info, target)
-        history = self.history or History(0)
+        # The standby's binlog may begin after the target (purged): then only a match of a transaction
+        # put proves it holds everything after it (FingerprintSkip's ``covered``).
+        where = self._locate(cfg, info, target)
+        journal, offset = where.journal, where.offset
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
-        return StartPoint(journal, offset, 0, None, reason), FingerprintSkip(history)
+        if not where.covered:
+            reason += f" (the standby's binlog begins after it: {where.oldest})"
+        history = self.history or History(0)
+        drop = FingerprintSkip(history, covered=where.covered, address=cfg.address)
+        return StartPoint(journal, offset, 0, None, reason), drop
 
     def _from_start(self, cfg: SourceConfig, info: ServerInfo) -> tuple[StartPoint, EntryFilter]:
         """Nothing was put from the master's binlog since a start without a saved position (only snapshot
@@ -572,5 +608,20 @@ class Failover:
         return StartPoint(journal, offset, 0, None, reason), StartBoundary(target, begun_ms, cfg.address)
 
     def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
-        """The standby's first transaction at or after ``target_ms`` (its end when there is none)."""
-        return find_by_timestamp(cfg, info, max(0, target_ms))
+        """The standby's first transaction at or after ``target_ms`` (its end when there is none); a stop
+        where its binlog may have lost (purged) transactions at or after the target."""
+        where = self._locate(cfg, info, max(0, target_ms))
+        if not where.covered:
+            raise uncovered_error(cfg, where, max(0, target_ms), FAILOVER_REMEDY)
+        return where.journal, where.offset
+
+    def _locate(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> TimeLocation:
+        """The standby's binlog searched by time (``locate_by_timestamp``; a table in unit tests)."""
+        return locate_by_timestamp(cfg, info, max(0, target_ms))
+
+
+FAILOVER_REMEDY = (
+    "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new snapshot on "
+    "the promoted standby (stop the relay, set source.host to it, remove the saved position, start with "
+    "snapshot.mode when_needed)"
+)
