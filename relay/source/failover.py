@@ -16,6 +16,11 @@ the standby that continues right after the last entry it put into the ring store
   passes. Where the standby's oldest binlog begins after that time (``locate_by_timestamp``: files
   purged), only a match proves that it holds everything after the last one put: ending the filtering
   without one stops the relay;
+- by timestamp with nothing put from the master's binlog since a start from a saved position (a
+  restart, then the master died; or it was down at the restart), nothing was recorded to match: the
+  standby from the saved point's time minus the fallback interval (``SavedBoundary``: a change within
+  the fallback interval either side of that time may precede the point or follow it, and stops the
+  relay); a saved point without a binlog time (after a snapshot chunk) stops it at once;
 - with nothing put from the master's binlog since a start without a saved position (only snapshot
   chunks, or nothing), where the relay started on the master (``Failover._from_start``): by GTID its
   start's GTID set; by timestamp from the master's clock at the start minus the fallback interval
@@ -23,8 +28,8 @@ the standby that continues right after the last entry it put into the ring store
   a configured master file and offset has no place on the standby: the relay stops. Never the
   standby's end, which would skip what the relay had not read yet.
 
-A place found by time alone (a start) on a standby whose oldest binlog begins after the target time
-stops the relay too: what lay between may have been purged.
+A place found by time alone (a start, a saved point with nothing put since) on a standby whose oldest
+binlog begins after the target time stops the relay too: what lay between may have been purged.
 
 Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
 with the master's), so the entries read from it carry the generation after the master's
@@ -337,6 +342,8 @@ class StartBoundary:
       transaction the sink passes) are dropped.
     """
 
+    place = "the start"  # what the standby is re-read to find (errors, logs)
+
     def __init__(self, since_ms: int, start_ms: int, address: str) -> None:
         self.since_ms, self.start_ms, self.address = since_ms, start_ms, address
         self.done = False
@@ -353,8 +360,9 @@ class StartBoundary:
                 if t // 1000 > self.start_ms // 1000:
                     self.done = True
                     log.info(
-                        "failover: the first transaction after the relay's start (binlog time %d ms, start "
-                        "at %d ms); %d older transaction(s) dropped",
+                        "failover: the first transaction after %s (binlog time %d ms, later than %d ms); "
+                        "%d older transaction(s) dropped",
+                        self.place,
                         t,
                         self.start_ms,
                         self.preceding,
@@ -367,18 +375,58 @@ class StartBoundary:
             elif e.entry_type == EntryType.ROWDATA and not self._older:
                 h = e.header
                 raise SourceError(
-                    f"failover to the standby {self.address}: the relay had read nothing from the master's "
-                    f"binlog since it started at its end (master clock {self.start_ms} ms, no saved "
-                    "position), "
+                    f"failover to the standby {self.address}: {self.situation()}, "
                     f"and the standby holds a change of {h.schema_name}.{h.table_name} at binlog time "
-                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), within "
-                    "source.failover.fallback_interval_seconds before that start: it may precede the start "
-                    "or follow it, and without GTIDs its place cannot be told by time. Not guessing: "
+                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), between {self.since_ms} "
+                    f"and {self.start_ms} ms (source.failover.fallback_interval_seconds): it may precede "
+                    f"{self.place} or follow it, and without GTIDs its place cannot be told by time. "
+                    "Not guessing: "
                     "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new "
                     "snapshot on the promoted standby (stop the relay, set source.host to it, remove the "
                     "saved position, start with snapshot.mode when_needed)"
                 )
         return out
+
+    def situation(self) -> str:
+        return (
+            "the relay had read nothing from the master's binlog since it started at its end (master "
+            f"clock {self.start_ms} ms, no saved position)"
+        )
+
+
+class SavedBoundary(StartBoundary):
+    """The timestamp fallback when nothing was put from the master's binlog since the relay started from
+    a saved position (a restart, then the master died before anything more was put; or the master was
+    down at the restart): ``FingerprintSkip`` has nothing recorded to find the saved point by, so it
+    would pass everything re-read, and the last ``fallback_interval_seconds`` before the point would
+    be published again under the next generation (new identities that sort after the originals and
+    after snapshot rows of the same keys). What is known is the saved point's binlog time ``T`` (the
+    last entry published, whole seconds). A binlog time is taken when a statement starts, before its
+    commit, and the binlog is in commit order, so times are not monotonic; with the timestamp
+    fallback's assumption (no transaction runs longer than the fallback interval ``F``), the last
+    transaction published committed in ``[T, T + F]``:
+
+    - one that follows the saved point committed after it: its time is at least ``T - F``, so one older
+      than ``T - F`` precedes the point (it was published): dropped;
+    - one that precedes it committed before it: its time is at most ``T + F``, so one in a later second
+      than ``T + F`` follows the point: from it on, everything passes;
+    - one with a change in between may precede the point or follow it (even in ``T``'s second): the
+      relay stops (``SourceError``) rather than drop a change never published or publish one again.
+
+    This is ``StartBoundary``'s rule with ``[T - F, T + F]`` for the start's ``[start - F, start]``.
+    """
+
+    place = "the saved position"
+
+    def __init__(self, saved: ResumePoint, fallback_ms: int, address: str) -> None:
+        super().__init__(saved.timestamp - fallback_ms, saved.timestamp + fallback_ms, address)
+        self.saved = saved
+
+    def situation(self) -> str:
+        return (
+            "the relay had put nothing from the master's binlog since it started from its saved position "
+            f"({self.saved}, binlog time {self.saved.timestamp} ms)"
+        )
 
 
 class GtidSkip:
@@ -550,6 +598,8 @@ class Failover:
                 f", skipping {after.skip} entries of {after.gtid}" if after.skip else ""
             )
             return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
+        if self.history is None or not self.history.txns:
+            return self._from_saved(cfg, info, after)
         target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
         # The standby's binlog may begin after the target (purged): then only a match of a transaction
         # put proves it holds everything after it (FingerprintSkip's ``covered``).
@@ -558,8 +608,33 @@ class Failover:
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
         if not where.covered:
             reason += f" (the standby's binlog begins after it: {where.oldest})"
-        history = self.history or History(0)
-        drop = FingerprintSkip(history, covered=where.covered, address=cfg.address)
+        drop = FingerprintSkip(self.history, covered=where.covered, address=cfg.address)
+        return StartPoint(journal, offset, 0, None, reason), drop
+
+    def _from_saved(
+        self, cfg: SourceConfig, info: ServerInfo, after: ResumePoint
+    ) -> tuple[StartPoint, EntryFilter]:
+        """By timestamp with nothing put from the master's binlog since the relay started from the saved
+        position ``after`` (nothing recorded to match): the standby from the point's time minus the
+        fallback interval, placed by time alone (``SavedBoundary``), or a stop where it cannot be."""
+        if after.timestamp <= 0:
+            raise SourceError(
+                f"failover to the standby {cfg.address} by timestamp: the relay had put nothing from the "
+                f"master's binlog since it started from its saved position {after}, and that position "
+                "has no binlog time (it was saved after a snapshot chunk, or set by an operator): its "
+                "place on the standby cannot be found by time, and reading from an earlier place would "
+                "publish changes again, a later one skip some. Not guessing: switch by GTID (servers "
+                "with GTIDs, source.failover.mode auto or gtid), or take a new snapshot on the promoted "
+                "standby (stop the relay, set source.host to it, remove the saved position, start with "
+                "snapshot.mode when_needed)"
+            )
+        fallback_ms = int(self.config.failover.fallback_interval_seconds * 1000)
+        drop = SavedBoundary(after, fallback_ms, cfg.address)
+        journal, offset = self._at_time(cfg, info, drop.since_ms)
+        reason = (
+            f"first transaction at or after {drop.since_ms} ms ({journal}:{offset}): the relay started from "
+            f"its saved position {after} (binlog time {after.timestamp} ms) and put nothing since"
+        )
         return StartPoint(journal, offset, 0, None, reason), drop
 
     def _from_start(self, cfg: SourceConfig, info: ServerInfo) -> tuple[StartPoint, EntryFilter]:

@@ -25,6 +25,7 @@ from relay.source.failover import (
     FingerprintSkip,
     GtidSkip,
     History,
+    SavedBoundary,
     StartBoundary,
     master_config,
     standby_config,
@@ -434,7 +435,7 @@ def test_failover_by_timestamp_on_a_purged_standby() -> None:
     _, drop = failover._where(standby_config(failover.config), STANDBY, saved)
     assert isinstance(drop, FingerprintSkip) and not drop.covered
     # Placed by time alone (a start, a saved position with nothing put since): a stop at once.
-    for after in (None,):
+    for after in (None, saved):
         failover = started("timestamp")
         failover.begun = MASTER.now_ms // 1000
         try:
@@ -445,3 +446,75 @@ def test_failover_by_timestamp_on_a_purged_standby() -> None:
             assert f"begun at {MASTER.now_ms // 1000 * 1000} ms" in message and "snapshot" in message
         else:
             raise AssertionError(f"{after}: a start past a possible gap on the standby")
+
+
+# --- a saved position with nothing put from the master's binlog since --------------------------------
+
+SAVED = ResumePoint("mysql-bin.000120", 700, timestamp=900_000_000, generation=3)
+
+
+def saved_then_failover(master_reachable: bool) -> AtTime:
+    """The relay restarted from ``SAVED`` (by timestamp): the master read and then dead before anything
+    more was put, or not reachable at the restart (``CanalInstance._switch(saved)``)."""
+    cfg = SourceConfig(
+        host="m",
+        standby=StandbyConfig(host="r"),
+        failover=FailoverConfig(mode="timestamp", fallback_interval_seconds=60.0),
+    )
+    failover = AtTime(cfg)
+    if master_reachable:
+        failover.track(MASTER, resolve_start(cfg, MASTER, SAVED))
+    return failover
+
+
+def test_saved_position_nothing_put_since_drops_what_precedes_it_and_passes_what_follows() -> None:
+    t = SAVED.timestamp
+    for reachable in (True, False):
+        failover = saved_then_failover(reachable)
+        start, drop = failover._where(standby_config(failover.config), STANDBY, SAVED)
+        assert failover.asked == [t - 60_000] and start.journal == "replica-bin.000002", reachable
+        older = txn("replica", 100, "", t - 61_000, ["published-before-the-saved-point"])
+        empty = txn("replica", 150, "", t, [])
+        assert values(drop.filter(older + empty)) == [] and not drop.done
+        later = txn("replica", 200, "", t + 61_000, ["after-the-saved-point"])
+        again = txn("replica", 300, "", t, ["after-it-too"])  # an earlier time, later in the log
+        assert values(drop.filter(later + again)) == values(later + again)
+        assert drop.done
+
+
+def test_saved_position_nothing_put_since_a_change_time_cannot_place_stops_the_relay() -> None:
+    # Binlog times are statement starts, not commits: within the fallback interval either side of the
+    # saved point's time (its own second included), a change may precede the point (published: again
+    # it would be a duplicate under a new identity) or follow it (never published).
+    t = SAVED.timestamp
+    for reachable in (True, False):
+        for at in (t - 60_000, t - 1_000, t, t + 999, t + 60_999):
+            failover = saved_then_failover(reachable)
+            _, drop = failover._where(standby_config(failover.config), STANDBY, SAVED)
+            near = txn("replica", 100, "", at, ["near-the-saved-point"])
+            assert values(drop.filter(near[:1])) == []
+            try:
+                drop.filter(near[1:])
+            except SourceError as exc:
+                message = str(exc)
+                assert "may precede the saved position" in message and str(SAVED) in message, message
+                assert "GTID" in message and "snapshot" in message
+            else:
+                raise AssertionError(f"a change at {at} ms near the saved point at {t} ms passed")
+    assert isinstance(drop, SavedBoundary)
+
+
+def test_saved_position_without_a_binlog_time_stops_the_failover() -> None:
+    # Acked snapshot chunks left the saved point (a chunk has no binlog time: timestamp 0): reading the
+    # standby from its oldest transaction would publish everything again. Stop, saying what to do.
+    chunk = ResumePoint("mysql-bin.000120", 700, timestamp=0, generation=1)
+    for reachable in (True, False):
+        failover = saved_then_failover(reachable)
+        try:
+            failover._where(standby_config(failover.config), STANDBY, chunk)
+        except SourceError as exc:
+            message = str(exc)
+            assert "no binlog time" in message and str(chunk) in message and "snapshot" in message, message
+        else:
+            raise AssertionError("a failover from a saved point without a time did not stop")
+        assert not failover.asked
