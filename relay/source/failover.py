@@ -177,7 +177,7 @@ class FingerprintSkip:
     its initial snapshot, under load). The last recorded transaction may be partial (the master died
     inside it, ``closed`` False): matching its recorded entries drops just those, and everything after
     passes (the rest of that transaction included). A transaction older than the oldest one recorded is
-    dropped (the same reason). One newer than the newest recorded ends the filtering.
+    dropped (the same reason). One newer than every recorded one (by binlog time) ends the filtering.
     """
 
     def __init__(self, history: History, *, covered: bool = True, address: str = "") -> None:
@@ -188,7 +188,9 @@ class FingerprintSkip:
         # the relay (``_finish``): what comes then may follow a gap.
         self.covered, self.address = covered, address
         self.oldest_ms = self.history[0].time_ms if self.history else 0
-        self.newest_ms = self.history[-1].time_ms if self.history else 0
+        # The newest binlog time put, not the last one's: binlog times are statement starts, so one put
+        # before the last can be newer (it started later and committed first); its copy must be matched.
+        self.newest_ms = max((t.time_ms for t in self.history), default=0)
         self.done = not self.history
         self._current: EntryPosition | None = None
         self._state = "pass"  # of the current standby transaction: match, pass or drop
@@ -243,7 +245,7 @@ class FingerprintSkip:
         elif self._finish_next:
             self._finish("matched the last transaction put from the master")
         elif t > self.newest_ms:
-            self._finish("a transaction newer than the last one put from the master")
+            self._finish("a transaction newer than every one put from the master")
         elif t < self.oldest_ms:
             self._state = "drop"
         else:

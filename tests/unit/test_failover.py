@@ -518,3 +518,26 @@ def test_saved_position_without_a_binlog_time_stops_the_failover() -> None:
         else:
             raise AssertionError("a failover from a saved point without a time did not stop")
         assert not failover.asked
+
+
+def test_fingerprint_skip_matches_a_transaction_put_with_a_later_time_than_the_last_one_put() -> None:
+    # Binlog times are statement starts: "z" started first and committed last, so the transaction put
+    # before it ("y") has a later time. The standby's copy of "y" is newer than the last one put, yet
+    # it was put: it must be matched and dropped, not end the filtering (which published "y" and "z"
+    # again under the standby's generation).
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 7_000, ["y"]))
+    history.record(txn("master", 300, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 120, "", 5_000, ["a"])
+        + txn("replica", 220, "", 7_000, ["y"])
+        + txn("replica", 320, "", 6_000, ["z"])
+        + txn("replica", 420, "", 8_000, ["new"])
+    )
+    out: list[Entry] = []
+    for e in standby:
+        out += skip.filter([e])
+    assert values(out) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.done
