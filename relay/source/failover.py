@@ -13,13 +13,23 @@ the standby that continues right after the last entry it put into the ring store
   transactions whose row changes match, entry for entry, the ones recently put from the master
   (``History`` + ``FingerprintSkip``, both on the same side of the sink's filters: what was put);
   once a transaction is newer than anything put, or the last one put has been matched, everything
-  passes;
+  passes. Where the standby's oldest binlog begins after that time (``locate_by_timestamp``: files
+  purged), only a match proves that it holds everything after the last one put: ending the filtering
+  without one stops the relay;
+- by timestamp with nothing put from the master's binlog since a start from a saved position (a
+  restart, then the master died; or it was down at the restart), nothing was recorded to match: the
+  standby from the saved point's time minus the fallback interval (``SavedBoundary``: a change within
+  the fallback interval either side of that time may precede the point or follow it, and stops the
+  relay); a saved point without a binlog time (after a snapshot chunk) stops it at once;
 - with nothing put from the master's binlog since a start without a saved position (only snapshot
   chunks, or nothing), where the relay started on the master (``Failover._from_start``): by GTID its
   start's GTID set; by timestamp from the master's clock at the start minus the fallback interval
   (``StartBoundary``: a change that time cannot place before or after the start stops the relay);
   a configured master file and offset has no place on the standby: the relay stops. Never the
   standby's end, which would skip what the relay had not read yet.
+
+A place found by time alone (a start, a saved point with nothing put since) on a standby whose oldest
+binlog begins after the target time stops the relay too: what lay between may have been purged.
 
 Generations: the standby's binlog is another history (its file numbers and offsets have nothing to do
 with the master's), so the entries read from it carry the generation after the master's
@@ -49,7 +59,15 @@ from relay.canal.entry import Entry, EntryPosition, EntryType, RowChange
 from relay.config.sections import SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, find_by_timestamp, resolve_start
+from relay.source.binlog_source import (
+    BinlogSource,
+    ServerInfo,
+    StartPoint,
+    TimeLocation,
+    locate_by_timestamp,
+    resolve_start,
+    uncovered_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +177,20 @@ class FingerprintSkip:
     its initial snapshot, under load). The last recorded transaction may be partial (the master died
     inside it, ``closed`` False): matching its recorded entries drops just those, and everything after
     passes (the rest of that transaction included). A transaction older than the oldest one recorded is
-    dropped (the same reason). One newer than the newest recorded ends the filtering.
+    dropped (the same reason). One newer than every recorded one (by binlog time) ends the filtering.
     """
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, *, covered: bool = True, address: str = "") -> None:
         self.history = list(history.txns)
+        # False: the standby's binlog may have lost (purged) transactions before the first one it holds
+        # (``locate_by_timestamp``); only a match proves that it holds the copy of one put and,
+        # being gap-free from there, everything after it. Ending the filtering without a match stops
+        # the relay (``_finish``): what comes then may follow a gap.
+        self.covered, self.address = covered, address
         self.oldest_ms = self.history[0].time_ms if self.history else 0
-        self.newest_ms = self.history[-1].time_ms if self.history else 0
+        # The newest binlog time put, not the last one's: binlog times are statement starts, so one put
+        # before the last can be newer (it started later and committed first); its copy must be matched.
+        self.newest_ms = max((t.time_ms for t in self.history), default=0)
         self.done = not self.history
         self._current: EntryPosition | None = None
         self._state = "pass"  # of the current standby transaction: match, pass or drop
@@ -220,7 +245,7 @@ class FingerprintSkip:
         elif self._finish_next:
             self._finish("matched the last transaction put from the master")
         elif t > self.newest_ms:
-            self._finish("a transaction newer than the last one put from the master")
+            self._finish("a transaction newer than every one put from the master")
         elif t < self.oldest_ms:
             self._state = "drop"
         else:
@@ -279,6 +304,18 @@ class FingerprintSkip:
         return released
 
     def _finish(self, why: str) -> None:
+        if not self.covered and not self._matched_any:
+            last = self.history[-1] if self.history else None
+            raise SourceError(
+                f"failover to the standby {self.address}: its oldest binlog begins after the re-read's "
+                "start (the last change put minus source.failover.fallback_interval_seconds), and it "
+                f"reached {why} without holding the copy of any transaction put from the master (the "
+                f"last one put: binlog time {last.time_ms if last else 0} ms): transactions after it may "
+                "have been purged from the standby's binlog. Not guessing: switch by GTID (servers with "
+                "GTIDs, source.failover.mode auto or gtid), or take a new snapshot on the promoted "
+                "standby (stop the relay, set source.host to it, remove the saved position, start with "
+                "snapshot.mode when_needed)"
+            )
         self.done, self._state = True, "pass"
         log.info(
             "failover: re-read changes dropped up to here (%s); %d unmatched transaction(s) dropped as "
@@ -307,6 +344,8 @@ class StartBoundary:
       transaction the sink passes) are dropped.
     """
 
+    place = "the start"  # what the standby is re-read to find (errors, logs)
+
     def __init__(self, since_ms: int, start_ms: int, address: str) -> None:
         self.since_ms, self.start_ms, self.address = since_ms, start_ms, address
         self.done = False
@@ -323,8 +362,9 @@ class StartBoundary:
                 if t // 1000 > self.start_ms // 1000:
                     self.done = True
                     log.info(
-                        "failover: the first transaction after the relay's start (binlog time %d ms, start "
-                        "at %d ms); %d older transaction(s) dropped",
+                        "failover: the first transaction after %s (binlog time %d ms, later than %d ms); "
+                        "%d older transaction(s) dropped",
+                        self.place,
                         t,
                         self.start_ms,
                         self.preceding,
@@ -337,18 +377,58 @@ class StartBoundary:
             elif e.entry_type == EntryType.ROWDATA and not self._older:
                 h = e.header
                 raise SourceError(
-                    f"failover to the standby {self.address}: the relay had read nothing from the master's "
-                    f"binlog since it started at its end (master clock {self.start_ms} ms, no saved "
-                    "position), "
+                    f"failover to the standby {self.address}: {self.situation()}, "
                     f"and the standby holds a change of {h.schema_name}.{h.table_name} at binlog time "
-                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), within "
-                    "source.failover.fallback_interval_seconds before that start: it may precede the start "
-                    "or follow it, and without GTIDs its place cannot be told by time. Not guessing: "
+                    f"{h.execute_time} ms ({h.logfile_name}:{h.logfile_offset}), between {self.since_ms} "
+                    f"and {self.start_ms} ms (source.failover.fallback_interval_seconds): it may precede "
+                    f"{self.place} or follow it, and without GTIDs its place cannot be told by time. "
+                    "Not guessing: "
                     "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new "
                     "snapshot on the promoted standby (stop the relay, set source.host to it, remove the "
                     "saved position, start with snapshot.mode when_needed)"
                 )
         return out
+
+    def situation(self) -> str:
+        return (
+            "the relay had read nothing from the master's binlog since it started at its end (master "
+            f"clock {self.start_ms} ms, no saved position)"
+        )
+
+
+class SavedBoundary(StartBoundary):
+    """The timestamp fallback when nothing was put from the master's binlog since the relay started from
+    a saved position (a restart, then the master died before anything more was put; or the master was
+    down at the restart): ``FingerprintSkip`` has nothing recorded to find the saved point by, so it
+    would pass everything re-read, and the last ``fallback_interval_seconds`` before the point would
+    be published again under the next generation (new identities that sort after the originals and
+    after snapshot rows of the same keys). What is known is the saved point's binlog time ``T`` (the
+    last entry published, whole seconds). A binlog time is taken when a statement starts, before its
+    commit, and the binlog is in commit order, so times are not monotonic; with the timestamp
+    fallback's assumption (no transaction runs longer than the fallback interval ``F``), the last
+    transaction published committed in ``[T, T + F]``:
+
+    - one that follows the saved point committed after it: its time is at least ``T - F``, so one older
+      than ``T - F`` precedes the point (it was published): dropped;
+    - one that precedes it committed before it: its time is at most ``T + F``, so one in a later second
+      than ``T + F`` follows the point: from it on, everything passes;
+    - one with a change in between may precede the point or follow it (even in ``T``'s second): the
+      relay stops (``SourceError``) rather than drop a change never published or publish one again.
+
+    This is ``StartBoundary``'s rule with ``[T - F, T + F]`` for the start's ``[start - F, start]``.
+    """
+
+    place = "the saved position"
+
+    def __init__(self, saved: ResumePoint, fallback_ms: int, address: str) -> None:
+        super().__init__(saved.timestamp - fallback_ms, saved.timestamp + fallback_ms, address)
+        self.saved = saved
+
+    def situation(self) -> str:
+        return (
+            "the relay had put nothing from the master's binlog since it started from its saved position "
+            f"({self.saved}, binlog time {self.saved.timestamp} ms)"
+        )
 
 
 class GtidSkip:
@@ -520,11 +600,44 @@ class Failover:
                 f", skipping {after.skip} entries of {after.gtid}" if after.skip else ""
             )
             return StartPoint("", 0, 0, gtid_set, reason), GtidSkip(after.gtid, after.skip)
+        if self.history is None or not self.history.txns:
+            return self._from_saved(cfg, info, after)
         target = after.timestamp - int(self.config.failover.fallback_interval_seconds * 1000)
-        journal, offset = self._at_time(cfg, info, target)
-        history = self.history or History(0)
+        # The standby's binlog may begin after the target (purged): then only a match of a transaction
+        # put proves it holds everything after it (FingerprintSkip's ``covered``).
+        where = self._locate(cfg, info, target)
+        journal, offset = where.journal, where.offset
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
-        return StartPoint(journal, offset, 0, None, reason), FingerprintSkip(history)
+        if not where.covered:
+            reason += f" (the standby's binlog begins after it: {where.oldest})"
+        drop = FingerprintSkip(self.history, covered=where.covered, address=cfg.address)
+        return StartPoint(journal, offset, 0, None, reason), drop
+
+    def _from_saved(
+        self, cfg: SourceConfig, info: ServerInfo, after: ResumePoint
+    ) -> tuple[StartPoint, EntryFilter]:
+        """By timestamp with nothing put from the master's binlog since the relay started from the saved
+        position ``after`` (nothing recorded to match): the standby from the point's time minus the
+        fallback interval, placed by time alone (``SavedBoundary``), or a stop where it cannot be."""
+        if after.timestamp <= 0:
+            raise SourceError(
+                f"failover to the standby {cfg.address} by timestamp: the relay had put nothing from the "
+                f"master's binlog since it started from its saved position {after}, and that position "
+                "has no binlog time (it was saved after a snapshot chunk, or set by an operator): its "
+                "place on the standby cannot be found by time, and reading from an earlier place would "
+                "publish changes again, a later one skip some. Not guessing: switch by GTID (servers "
+                "with GTIDs, source.failover.mode auto or gtid), or take a new snapshot on the promoted "
+                "standby (stop the relay, set source.host to it, remove the saved position, start with "
+                "snapshot.mode when_needed)"
+            )
+        fallback_ms = int(self.config.failover.fallback_interval_seconds * 1000)
+        drop = SavedBoundary(after, fallback_ms, cfg.address)
+        journal, offset = self._at_time(cfg, info, drop.since_ms)
+        reason = (
+            f"first transaction at or after {drop.since_ms} ms ({journal}:{offset}): the relay started from "
+            f"its saved position {after} (binlog time {after.timestamp} ms) and put nothing since"
+        )
+        return StartPoint(journal, offset, 0, None, reason), drop
 
     def _from_start(self, cfg: SourceConfig, info: ServerInfo) -> tuple[StartPoint, EntryFilter]:
         """Nothing was put from the master's binlog since a start without a saved position (only snapshot
@@ -572,5 +685,20 @@ class Failover:
         return StartPoint(journal, offset, 0, None, reason), StartBoundary(target, begun_ms, cfg.address)
 
     def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
-        """The standby's first transaction at or after ``target_ms`` (its end when there is none)."""
-        return find_by_timestamp(cfg, info, max(0, target_ms))
+        """The standby's first transaction at or after ``target_ms`` (its end when there is none); a stop
+        where its binlog may have lost (purged) transactions at or after the target."""
+        where = self._locate(cfg, info, max(0, target_ms))
+        if not where.covered:
+            raise uncovered_error(cfg, where, max(0, target_ms), FAILOVER_REMEDY)
+        return where.journal, where.offset
+
+    def _locate(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> TimeLocation:
+        """The standby's binlog searched by time (``locate_by_timestamp``; a table in unit tests)."""
+        return locate_by_timestamp(cfg, info, max(0, target_ms))
+
+
+FAILOVER_REMEDY = (
+    "switch by GTID (servers with GTIDs, source.failover.mode auto or gtid), or take a new snapshot on "
+    "the promoted standby (stop the relay, set source.host to it, remove the saved position, start with "
+    "snapshot.mode when_needed)"
+)

@@ -388,7 +388,7 @@ def test_event_headers_carry_the_session_timestamp(timeline_server: MySQLService
 @pytest.mark.parametrize(
     ("target", "expected"),
     [
-        ((0, 0), "first"),
+        ((0, 0), "uncovered"),  # before the server's binlog began: what preceded it cannot be told
         ((1, 500), "b1"),  # between the groups of files 1 and 2
         ((3, 0), "b1"),  # the second file 2 ends and file 3 starts with
         ((4, 0), "c2"),  # inside file 3
@@ -405,10 +405,13 @@ def test_timestamp_start_is_the_first_transaction_at_or_after_it(
     target_ms = 0 if target == (0, 0) else (base + seconds) * 1000 + ms
     cfg = source_config(timeline_server, start=StartConfig(timestamp=target_ms))
     info = inspect_server(cfg)
-    found = find_by_timestamp(cfg, info, target_ms)
-    if expected == "first":
-        assert found == timeline.first_txn
+    if expected == "uncovered":
+        with pytest.raises(SourceError, match=f"first transaction at or after {target_ms} ms cannot be told"):
+            find_by_timestamp(cfg, info, target_ms)
+        with pytest.raises(SourceError, match="cannot be told"):
+            resolve_start(cfg, info, None)
         return
+    found = find_by_timestamp(cfg, info, target_ms)
     if expected == "end":
         assert found == info.end
         return
@@ -417,6 +420,36 @@ def test_timestamp_start_is_the_first_transaction_at_or_after_it(
     gtid, change = stream_first(cfg, resolve_start(cfg, info, None))
     assert (gtid.gtid, gtid.header.log_file, row_id(change)) == (txn.gtid, txn.file, txn.id)
     assert gtid.header.timestamp * 1000 >= target_ms
+
+
+def test_a_time_before_the_oldest_binlog_after_a_purge_stops_instead_of_skipping(
+    mysql_server_factory: Callable[..., MySQLService],
+) -> None:
+    # A transaction at the target, then a new binlog file begun 2 s later, a transaction 2 s after that,
+    # and the first file purged (times chosen with SET TIMESTAMP, which the new file's first event takes
+    # too, as a rotation would at that second): the first transaction at or after the target is gone.
+    svc = mysql_server_factory()
+    base = int(time.time()) + 100
+    with contextlib.closing(svc.connect()) as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE pg")
+        cur.execute("CREATE TABLE pg.t (id INT PRIMARY KEY)")
+        purged = insert(cur, "pg.t", 1, base)
+        cur.execute(f"SET TIMESTAMP = {base + 2}")
+        cur.execute("FLUSH BINARY LOGS")
+        kept = insert(cur, "pg.t", 2, base + 4)
+        available = purge_to(cur, kept.file)
+    assert available[0] == kept.file and purged.file not in available
+    cfg = source_config(svc)
+    info = inspect_server(cfg)
+    for target_ms in (base * 1000, (base + 2) * 1000):  # the file was begun in the second of the latter
+        with pytest.raises(SourceError) as raised:
+            find_by_timestamp(cfg, info, target_ms)
+        message = str(raised.value)
+        assert cfg.address in message and f"at or after {target_ms} ms" in message, message
+        assert f"{kept.file}, was begun at {(base + 2) * 1000} ms" in message, message
+        assert f"first transaction is at {(base + 4) * 1000} ms" in message and "purged" in message, message
+    # After the file's first second: it was begun before the target, nothing at or after it is missing.
+    assert find_by_timestamp(cfg, info, (base + 3) * 1000) == (kept.file, kept.start)
 
 
 def test_a_gtid_start_survives_a_connection_lost_before_any_transaction(stream_server: MySQLService) -> None:

@@ -18,12 +18,14 @@ from relay.canal.entry import (
 from relay.canal.sink import Sink, SinkConfig
 from relay.config.sections import FailoverConfig, SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceError
-from relay.source.binlog_source import ServerInfo, StartPoint, resolve_start
+from relay.positions.store import ResumePoint
+from relay.source.binlog_source import ServerInfo, StartPoint, TimeLocation, begun_before, resolve_start
 from relay.source.failover import (
     Failover,
     FingerprintSkip,
     GtidSkip,
     History,
+    SavedBoundary,
     StartBoundary,
     master_config,
     standby_config,
@@ -280,15 +282,22 @@ STANDBY = server(("replica-bin.000003", 5_000), "0-1-80")  # it has what the rel
 
 
 class AtTime(Failover):
-    """``Failover`` whose standby binlog lookup by time is a table (the rest is the real policy)."""
+    """``Failover`` whose standby binlog lookup by time is a table (the rest is the real policy).
 
-    def __init__(self, cfg: SourceConfig) -> None:
+    ``begun``: the second the standby's oldest binlog was begun; a target at or before it is not
+    ``covered`` (transactions at or after the target may have been purged)."""
+
+    def __init__(self, cfg: SourceConfig, begun: int = 0) -> None:
         super().__init__(cfg)
         self.asked: list[int] = []
+        self.begun = begun
 
-    def _at_time(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> tuple[str, int]:
+    def _locate(self, cfg: SourceConfig, info: ServerInfo, target_ms: int) -> TimeLocation:
         self.asked.append(target_ms)
-        return "replica-bin.000002", 4_000
+        covered = begun_before(target_ms, self.begun)
+        return TimeLocation(
+            "replica-bin.000002", 4_000, covered, "replica-bin.000002", self.begun, self.begun
+        )
 
 
 def started(mode: str, start: StartConfig | None = None, master: ServerInfo = MASTER) -> AtTime:
@@ -376,3 +385,159 @@ def test_master_unreachable_at_the_first_start_without_source_start_begins_at_th
     cfg = SourceConfig(host="m", standby=StandbyConfig(host="r"))
     start, drop = Failover(cfg)._where(standby_config(cfg), STANDBY, None)
     assert (start.journal, start.offset) == STANDBY.end and drop.done
+
+
+# --- a standby whose binlog may have been purged after the target ------------------------------------
+
+
+def test_a_binlog_file_begun_in_the_targets_second_does_not_cover_it() -> None:
+    # A transaction purged with the file before has a binlog time at most the next file's first second.
+    assert begun_before(5_001, 5) and begun_before(6_000, 5)
+    assert not begun_before(5_000, 5) and not begun_before(4_000, 5) and not begun_before(5_000, None)
+
+
+def test_fingerprint_skip_on_a_purged_standby_stops_unless_it_holds_a_copy_of_one_put() -> None:
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 6_000, ["b"]))
+    # The standby's binlog begins after the re-read's start, and its first transaction is newer than
+    # the last one put: what followed the last one put may have been purged. Stop, never pass it.
+    skip = FingerprintSkip(history, covered=False, address="r:3306")
+    try:
+        skip.filter(txn("replica", 300, "", 9_000, ["after-a-gap?"]))
+    except SourceError as exc:
+        assert "r:3306" in str(exc) and "purged" in str(exc) and "GTID" in str(exc), exc
+    else:
+        raise AssertionError("a standby transaction after a possible gap passed")
+    # Same second as the last one put, not its copy, no copy before it: dropped as preceding the first
+    # one put (the covered rule) only if a copy follows; the next newer transaction stops the relay.
+    skip = FingerprintSkip(history, covered=False, address="r:3306")
+    assert values(skip.filter(txn("replica", 300, "", 6_000, ["c"]))) == []
+    try:
+        skip.filter(txn("replica", 400, "", 7_000, ["d"]))
+    except SourceError:
+        pass
+    else:
+        raise AssertionError("no copy of a transaction put, yet the standby's transactions passed")
+    # It holds the copy of the last one put (the first one was purged): gap-free from there, exact.
+    skip = FingerprintSkip(history, covered=False, address="r:3306")
+    standby = txn("replica", 300, "", 6_000, ["b"]) + txn("replica", 400, "", 7_000, ["new"])
+    assert values(skip.filter(standby)) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.done
+
+
+def test_failover_by_timestamp_on_a_purged_standby() -> None:
+    saved = ResumePoint("mysql-bin.000120", 900, timestamp=MASTER.now_ms)
+    # With transactions put: FingerprintSkip, told that the standby's binlog begins after the target.
+    failover = started("timestamp")
+    failover.begun = MASTER.now_ms // 1000
+    failover.record(txn("master", 900, "", MASTER.now_ms, ["a"]))
+    _, drop = failover._where(standby_config(failover.config), STANDBY, saved)
+    assert isinstance(drop, FingerprintSkip) and not drop.covered
+    # Placed by time alone (a start, a saved position with nothing put since): a stop at once.
+    for after in (None, saved):
+        failover = started("timestamp")
+        failover.begun = MASTER.now_ms // 1000
+        try:
+            failover._where(standby_config(failover.config), STANDBY, after)
+        except SourceError as exc:
+            message = str(exc)
+            assert "replica-bin.000002" in message and str(MASTER.now_ms - 60_000) in message, message
+            assert f"begun at {MASTER.now_ms // 1000 * 1000} ms" in message and "snapshot" in message
+        else:
+            raise AssertionError(f"{after}: a start past a possible gap on the standby")
+
+
+# --- a saved position with nothing put from the master's binlog since --------------------------------
+
+SAVED = ResumePoint("mysql-bin.000120", 700, timestamp=900_000_000, generation=3)
+
+
+def saved_then_failover(master_reachable: bool) -> AtTime:
+    """The relay restarted from ``SAVED`` (by timestamp): the master read and then dead before anything
+    more was put, or not reachable at the restart (``CanalInstance._switch(saved)``)."""
+    cfg = SourceConfig(
+        host="m",
+        standby=StandbyConfig(host="r"),
+        failover=FailoverConfig(mode="timestamp", fallback_interval_seconds=60.0),
+    )
+    failover = AtTime(cfg)
+    if master_reachable:
+        failover.track(MASTER, resolve_start(cfg, MASTER, SAVED))
+    return failover
+
+
+def test_saved_position_nothing_put_since_drops_what_precedes_it_and_passes_what_follows() -> None:
+    t = SAVED.timestamp
+    for reachable in (True, False):
+        failover = saved_then_failover(reachable)
+        start, drop = failover._where(standby_config(failover.config), STANDBY, SAVED)
+        assert failover.asked == [t - 60_000] and start.journal == "replica-bin.000002", reachable
+        older = txn("replica", 100, "", t - 61_000, ["published-before-the-saved-point"])
+        empty = txn("replica", 150, "", t, [])
+        assert values(drop.filter(older + empty)) == [] and not drop.done
+        later = txn("replica", 200, "", t + 61_000, ["after-the-saved-point"])
+        again = txn("replica", 300, "", t, ["after-it-too"])  # an earlier time, later in the log
+        assert values(drop.filter(later + again)) == values(later + again)
+        assert drop.done
+
+
+def test_saved_position_nothing_put_since_a_change_time_cannot_place_stops_the_relay() -> None:
+    # Binlog times are statement starts, not commits: within the fallback interval either side of the
+    # saved point's time (its own second included), a change may precede the point (published: again
+    # it would be a duplicate under a new identity) or follow it (never published).
+    t = SAVED.timestamp
+    for reachable in (True, False):
+        for at in (t - 60_000, t - 1_000, t, t + 999, t + 60_999):
+            failover = saved_then_failover(reachable)
+            _, drop = failover._where(standby_config(failover.config), STANDBY, SAVED)
+            near = txn("replica", 100, "", at, ["near-the-saved-point"])
+            assert values(drop.filter(near[:1])) == []
+            try:
+                drop.filter(near[1:])
+            except SourceError as exc:
+                message = str(exc)
+                assert "may precede the saved position" in message and str(SAVED) in message, message
+                assert "GTID" in message and "snapshot" in message
+            else:
+                raise AssertionError(f"a change at {at} ms near the saved point at {t} ms passed")
+    assert isinstance(drop, SavedBoundary)
+
+
+def test_saved_position_without_a_binlog_time_stops_the_failover() -> None:
+    # Acked snapshot chunks left the saved point (a chunk has no binlog time: timestamp 0): reading the
+    # standby from its oldest transaction would publish everything again. Stop, saying what to do.
+    chunk = ResumePoint("mysql-bin.000120", 700, timestamp=0, generation=1)
+    for reachable in (True, False):
+        failover = saved_then_failover(reachable)
+        try:
+            failover._where(standby_config(failover.config), STANDBY, chunk)
+        except SourceError as exc:
+            message = str(exc)
+            assert "no binlog time" in message and str(chunk) in message and "snapshot" in message, message
+        else:
+            raise AssertionError("a failover from a saved point without a time did not stop")
+        assert not failover.asked
+
+
+def test_fingerprint_skip_matches_a_transaction_put_with_a_later_time_than_the_last_one_put() -> None:
+    # Binlog times are statement starts: "z" started first and committed last, so the transaction put
+    # before it ("y") has a later time. The standby's copy of "y" is newer than the last one put, yet
+    # it was put: it must be matched and dropped, not end the filtering (which published "y" and "z"
+    # again under the standby's generation).
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, ["a"]))
+    history.record(txn("master", 200, "", 7_000, ["y"]))
+    history.record(txn("master", 300, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history)
+    standby = (
+        txn("replica", 120, "", 5_000, ["a"])
+        + txn("replica", 220, "", 7_000, ["y"])
+        + txn("replica", 320, "", 6_000, ["z"])
+        + txn("replica", 420, "", 8_000, ["new"])
+    )
+    out: list[Entry] = []
+    for e in standby:
+        out += skip.filter([e])
+    assert values(out) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.done
