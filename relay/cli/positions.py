@@ -55,7 +55,8 @@ def add_positions_parser(sub: Any) -> None:
         help="move the instance to another position (only while no relay is active)",
         description="Exactly one of: --file [--offset] (the start of a transaction, e.g. from "
         "`relay entries` or SHOW BINLOG EVENTS), --gtid (start after this executed GTID set), "
-        "--timestamp (the first transaction at or after this ISO time or epoch milliseconds).",
+        "--timestamp (the first transaction at or after this ISO time or epoch milliseconds; refused when "
+        "the server's binlog, purged, no longer reaches back to it).",
     )
     put.add_argument("-c", "--config", required=True, help="the relay's config file")
     where = put.add_mutually_exclusive_group(required=True)
