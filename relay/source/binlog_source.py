@@ -341,8 +341,12 @@ def _check_same_server(cfg: SourceConfig, info: ServerInfo, saved: ResumePoint) 
         )
 
 
-# A second replication connection (the pre-scan of a transaction too large to hold) must not share the
-# relay's replica server id: the server would close the first connection with the same id.
+# Every other replication connection — the pre-scan of a transaction too large to hold, the short reads
+# that locate a time or a GTID set and find DDL for the schema history — uses another replica server id
+# than the relay's dump: a second connection with the same id makes the server end the first one (a
+# `relay positions set --timestamp` would cut a running relay's dump), and a dump opened right after a
+# connection with its id closed waits for the server to end that old dump thread (MariaDB: 100 ms
+# before the first event, at every start).
 SIDE_SERVER_ID_BIT = 1 << 31
 
 
@@ -384,10 +388,10 @@ def _transactions(
 
     A transaction starts at its GTID event (MySQL >= 5.7 writes an anonymous one without GTIDs;
     MariaDB always writes one); a server without them starts it with BEGIN or a DDL query.
-    Uses our own server id: ``resolve_start`` runs before the source's own dump is open.
+    Uses the side server id (``SIDE_SERVER_ID_BIT``).
     """
     end = (file_order(info.end[0]), info.end[1])
-    with BinlogStream(_stream_config(cfg, info)) as stream:
+    with BinlogStream(_stream_config(cfg, info, side=True)) as stream:
         stream.open_at(journal, 4)
         in_txn = False
         while True:
@@ -438,7 +442,7 @@ def begun_before(target_ms: int, first_event_s: int | None) -> bool:
 def _first_event_time(cfg: SourceConfig, info: ServerInfo, journal: str) -> int | None:
     """The time (s) of the first event written to ``journal`` (its FORMAT_DESCRIPTION, written when the
     file was begun)."""
-    with BinlogStream(_stream_config(cfg, info)) as stream:
+    with BinlogStream(_stream_config(cfg, info, side=True)) as stream:
         stream.open_at(journal, 4)
         while True:
             event = stream.read(timeout=cfg.read_timeout)

@@ -60,6 +60,9 @@ from relay.source.snapshot import (
 
 log = logging.getLogger(__name__)
 
+# The parser is at the binlog end (``_idle``: a caught-up point is saved at once) when this passes
+# with no event and nothing held back.
+IDLE_SECONDS = 0.01
 PUT_BURST = 256  # most entries put into the store in one call
 NO_CAPTURED_TABLE = "no captured table matches"  # request_snapshot's answer when no table is left
 
@@ -111,6 +114,9 @@ class CanalInstance:
         self.last_acked: ResumePoint | None = None  # after the last acked batch (written, or about to be)
         self.save_failure: BaseException | None = None  # what stopped the position writer, if anything
         self._saved_at = 0.0  # time.monotonic() of the last position write
+        # The parser waited a whole poll at the binlog end with nothing held back (set by the parser).
+        self._idle = False
+        self._caught_up_saved_at = 0.0  # time.monotonic() of the last write of a caught-up point
         self._save_lock = threading.Lock()  # one write at a time; taken before ``_lock``, never after
         self._writer: threading.Thread | None = None
         self._resume: dict[int, ResumePoint] = {}
@@ -249,7 +255,10 @@ class CanalInstance:
                     # after what closed before is published; a restart continues from the checkpoint.
                     raise snap.failure
                 try:
-                    wait = 0.0 if pending and not holding else self.config.poll_seconds
+                    if pending and not holding:
+                        wait = 0.0  # put what is buffered as soon as reading would have to wait
+                    else:  # a short first wait tells the binlog end (``_idle``) early
+                        wait = self.config.poll_seconds if self._idle else IDLE_SECONDS
                     if snap is not None and snap.active:
                         wait = min(wait, 0.005)  # a chunk waits for the parser to reach its watermark
                     event = self.source.read(wait)
@@ -272,7 +281,12 @@ class CanalInstance:
                         pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
                     if not holding:
                         pending = self._put(pending)
+                        if wait > 0 and not self._idle:  # silent for a whole wait: at the binlog end
+                            self._idle = True
+                            with self._acked:
+                                self._acked.notify()  # the writer may now write the last acked point
                     continue
+                self._idle = False
                 if isinstance(event, QueryEvent):
                     self.statements.check(event)  # raises for statement-logged DML (stop)
                 entries = builder.build(event)
@@ -470,9 +484,9 @@ class CanalInstance:
 
     def ack(self, *batch_ids: int) -> ResumePoint:
         """Acknowledge batches (the oldest outstanding ones, in order; Kafka has every record of them)
-        and save the resume point after the last — at once, or, when the last write is younger than
-        ``save_interval_seconds``, by a later ``save_pending``: under load one write covers many acks.
-        A crash before that write re-publishes those batches (byte-identical records), never skips."""
+        and have the resume point after the last saved (``_write_acked``): under load one write covers
+        many acks. A crash before that write re-publishes those batches (byte-identical records), never
+        skips."""
         if not batch_ids:
             raise ServerError("no batch to acknowledge")
         with self._lock:
@@ -515,26 +529,47 @@ class CanalInstance:
             self._writer.start()
 
     def _write_acked(self) -> None:
-        """The position writer: the newest acked point, at most once per ``save_interval_seconds``.
+        """The position writer: the newest acked point, at most once per ``save_interval_seconds``
+        while the relay is behind; a point that leaves it caught up (the parser waiting at the binlog end,
+        nothing in the store, no batch outstanding) is written at once, at most once per interval too —
+        so at most two writes per interval, and the saved position is current as soon as a backlog is
+        through.
 
         Under load many acks share one write; a crash loses at most the acks since the last write, and
         the relay then re-publishes those batches (byte-identical records) — it never skips one. A write
         that fails is kept in ``save_failure`` (the publish loop raises it) and ends the writer.
         """
         interval = self.config.save_interval_seconds
-        while not self._stopping.is_set():
+        while True:
             with self._acked:
-                while self.last_acked is self.last_saved and not self._stopping.is_set():
-                    self._acked.wait(1.0)
-            pause = self._saved_at + interval - time.monotonic()
-            if pause > 0 and self._stopping.wait(pause):
-                return  # stopping: the caller writes what is pending (save_pending)
+                while not self._stopping.is_set():
+                    if self.last_acked is self.last_saved:
+                        self._acked.wait(1.0)
+                        continue
+                    caught_up = self._caught_up()
+                    since = self._caught_up_saved_at if caught_up else self._saved_at
+                    pause = since + interval - time.monotonic()
+                    if pause <= 0:
+                        break
+                    self._acked.wait(pause)  # a later ack, or the parser reaching the end, notifies
+                if self._stopping.is_set():
+                    return  # stopping: the caller writes what is pending (save_pending)
             try:
                 self.save_pending()
             except BaseException as exc:
                 self.save_failure = exc
                 log.error("instance %s: could not save the position: %s", self.config.name, exc)
                 return
+            if caught_up:
+                self._caught_up_saved_at = self._saved_at
+
+    def _caught_up(self) -> bool:
+        """The last acked point is all there is (under ``_lock``): the parser waits at the binlog end,
+        the store holds nothing not taken, no batch is outstanding."""
+        if not self._idle or self._resume:
+            return False
+        put, got, _ = self.store.sequences
+        return put == got
 
     def publish_under(self, mapping_version: int) -> ResumePoint | None:
         """From now on batches are published under ``mapping_version``; with nothing outstanding, the

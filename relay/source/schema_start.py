@@ -175,7 +175,7 @@ def gtid_start_place(cfg: SourceConfig, info: ServerInfo, gtid_set: str) -> Plac
         raise _translate(cfg, exc, "reading the binlog end") from exc
     finally:
         conn.close()
-    config = dataclasses.replace(_stream_config(cfg, info), decode_rows=False)
+    config = dataclasses.replace(_stream_config(cfg, info, side=True), decode_rows=False)
     with contextlib.closing(BinlogStream(config)) as stream:
         stream.open_at_gtid(gtid_set)
         while True:
@@ -197,7 +197,7 @@ def ddls_between(
     found: list[Ddl] = []
     # Rows are not decoded: an image the relay will refuse later (a session's binlog_row_image=MINIMAL)
     # must stop it where it is read, with its own message, not here.
-    config = dataclasses.replace(_stream_config(cfg, info), decode_rows=False)
+    config = dataclasses.replace(_stream_config(cfg, info, side=True), decode_rows=False)
     with contextlib.closing(BinlogStream(config)) as stream:
         stream.open_at(*start)
         while True:

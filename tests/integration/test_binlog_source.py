@@ -36,8 +36,10 @@ from relay.source.binlog_source import (
     StartPoint,
     find_by_timestamp,
     inspect_server,
+    locate_by_timestamp,
     resolve_start,
 )
+from relay.source.schema_start import ddls_between, gtid_start_place
 
 _server_ids = itertools.count(52000)
 FAST_RETRY = RetryPolicy(initial=0.05, maximum=0.5, jitter=0.0, deadline=30.0)
@@ -450,6 +452,38 @@ def test_a_time_before_the_oldest_binlog_after_a_purge_stops_instead_of_skipping
         assert f"first transaction is at {(base + 4) * 1000} ms" in message and "purged" in message, message
     # After the file's first second: it was begun before the target, nothing at or after it is missing.
     assert find_by_timestamp(cfg, info, (base + 3) * 1000) == (kept.file, kept.start)
+
+
+def test_lookups_beside_a_streaming_source_leave_its_dump_alone(stream_server: MySQLService) -> None:
+    """The short reads that locate a time or a GTID set and find DDL for the schema history (at start, in
+    a failover, from ``relay positions set --timestamp`` while the relay runs) use the side server id: a
+    replication connection with the dump's own id would make the server end the dump."""
+    execute(
+        stream_server,
+        "CREATE DATABASE IF NOT EXISTS lk",
+        "CREATE TABLE IF NOT EXISTS lk.t (id INT PRIMARY KEY)",
+    )
+    cfg = source_config(stream_server)
+    info = inspect_server(cfg)
+    source = BinlogSource(cfg)
+    try:
+        source.open(StartPoint(*info.end, 0))
+        with contextlib.closing(stream_server.connect()) as conn, conn.cursor() as cur:
+            first = insert(cur, "lk.t", 1)
+        read_through(source.read, (first.file, first.end))
+        dump = source.connection_id
+        assert dump is not None and dump in dump_threads(stream_server)
+        locate_by_timestamp(cfg, info, first.timestamp * 1000)
+        gtid_start_place(cfg, info, str(execute(stream_server, "SELECT @@global.gtid_binlog_pos")[0][0]))
+        ddls_between(cfg, info, info.end, (first.file, first.end))
+        with contextlib.closing(stream_server.connect()) as conn, conn.cursor() as cur:
+            second = insert(cur, "lk.t", 2)
+        events = read_through(source.read, (second.file, second.end))
+        assert source.connection_id == dump, "the dump was ended and reopened"
+        assert dump in dump_threads(stream_server)
+        assert [row_id(e) for e in events if isinstance(e, ev.RowsEvent)] == [2]
+    finally:
+        source.close()
 
 
 def test_a_gtid_start_survives_a_connection_lost_before_any_transaction(stream_server: MySQLService) -> None:

@@ -291,3 +291,51 @@ def test_acks_share_position_writes_and_stop_writes_the_last_acked_point(
     # every point written is one that was acked, in ack order: never ahead of Kafka, never backwards
     indexes = [acked.index(p) for p in store.written]
     assert indexes == sorted(indexes)
+
+
+def test_a_point_that_catches_up_is_written_without_waiting_for_the_interval(
+    mysql_service: Any, two_schemas: tuple[str, str], tmp_path: Path
+) -> None:
+    """Behind, acks share a write per ``save_interval_seconds``; the ack that leaves the relay caught up
+    (the parser waiting at the binlog end, nothing in the store, nothing outstanding) is written at once,
+    while the instance runs on (not by the stop)."""
+    a, b = two_schemas
+    conn = mysql_service.connect()
+    start = master_position(conn)
+    scripted_workload(conn, a, b)
+    store = CountingStore(tmp_path / "pos.json")
+    instance = CanalInstance(
+        InstanceConfig(
+            source=source_config(mysql_service, start, 7105),
+            store=StoreConfig(buffer_size=16, batch_mode="ITEMSIZE", ddl_isolation=True),
+            sink=SinkConfig(filter=f"{a}\\..*", empty_transaction_interval_ms=3_600_000),
+            save_interval_seconds=600.0,  # far longer than the test: only caught-up points are written
+        ),
+        store,
+    )
+    instance.start()
+    acked: list[ResumePoint] = []
+    expected = len(expected_entries(a))
+    got = 0
+    deadline = time.monotonic() + 60
+    try:
+        while got < expected:
+            assert time.monotonic() < deadline, f"only {got} of {expected} entries arrived"
+            message = instance.get_without_ack(2, timeout=0.5)
+            if message.entries:
+                got += len(message.entries)
+                acked.append(instance.ack(message.batch_id))
+        assert instance.store.sequences[0] == instance.store.sequences[1]  # nothing left to take
+        while not store.written or store.written[-1] != acked[-1]:
+            assert time.monotonic() < deadline, (
+                f"the caught-up point {acked[-1]} was not written (written: {store.written})"
+            )
+            time.sleep(0.01)
+        assert instance.running
+        assert store.load() == acked[-1]
+    finally:
+        instance.stop()
+    # at most: the first point (nothing written before), the first caught-up point, the last one
+    assert len(store.written) <= 3
+    indexes = [acked.index(p) for p in store.written]
+    assert indexes == sorted(indexes)
