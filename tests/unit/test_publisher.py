@@ -43,21 +43,11 @@ class Produced:
     headers: list[tuple[str, bytes]]
     on_delivery: Callback
 
-    def message(self) -> SimpleNamespace:
-        """What the client's delivery report carries: the record as produced (-1: not placed)."""
-        return SimpleNamespace(
-            topic=lambda: self.topic,
-            partition=lambda: self.partition,
-            key=lambda: self.key,
-            value=lambda: self.value,
-            headers=lambda: list(self.headers) or None,
-        )
-
     def deliver(self) -> None:
-        self.on_delivery(None, self.message())
+        self.on_delivery(None, SimpleNamespace(partition=lambda: self.partition))
 
     def fail(self, code: int, fatal: bool = False) -> None:
-        self.on_delivery(KafkaError(code, "scripted", fatal=fatal), self.message())
+        self.on_delivery(KafkaError(code, "scripted", fatal=fatal), None)
 
 
 @dataclass
