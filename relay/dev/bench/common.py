@@ -72,6 +72,15 @@ class Context:
     progress: Progress
     conn: Any
     next_server_id: int = 7100
+    # Restarts the embedded broker empty (and sets ``kafka``); None when the broker was given (--kafka).
+    fresh_broker: Callable[[], str] | None = None
+
+    def renew_broker(self) -> None:
+        """An empty embedded broker for the next measured run: Tansu keeps every record in memory and
+        slows as it holds more (one full run took W4's produce-only ceiling from 55k to 22k rows/s), so
+        each run would otherwise be measured against what the runs before it left behind."""
+        if self.fresh_broker is not None:
+            self.kafka = self.fresh_broker()
 
     def server_id(self) -> int:
         self.next_server_id += 1

@@ -71,11 +71,45 @@ class BenchReport:
 # ---- services ----------------------------------------------------------------------------------------
 
 
+class _EmbeddedBroker:
+    """The bench's own Tansu broker, restarted empty on request with the bench's topics created again."""
+
+    def __init__(self, work: Path, topics: list[str]) -> None:
+        self.work = work
+        self.topics = topics
+        self.running: Any = None
+        self.starts = 0
+
+    def start(self) -> str:
+        from relay.dev.services import StartOptions, start_kafka
+
+        self.stop()
+        self.starts += 1
+        self.running = start_kafka(StartOptions(self.work / f"kafka-{self.starts}"))
+        bootstrap = str(self.running.service.bootstrap_servers)
+        create_topics(bootstrap, self.topics)
+        return bootstrap
+
+    def stop(self) -> None:
+        if self.running is not None:
+            running, self.running = self.running, None
+            with contextlib.suppress(RelayError):
+                running.stop(remove_dir=True)
+
+
+def bench_topics(options: BenchOptions) -> list[str]:
+    tables = [wl.WORKLOADS[n].table for n in options.workloads]
+    return [f"bench.{t}" for t in tables] + [f"naive.{t}" for t in tables] + ["bench.ddl", "bench.warmup"]
+
+
 @contextlib.contextmanager
-def _services(options: BenchOptions, work: Path, progress: Progress) -> Iterator[tuple[Any, str, list[Any]]]:
-    from relay.dev.services import MySQLService, StartOptions, start_kafka, start_mysql
+def _services(
+    options: BenchOptions, work: Path, progress: Progress
+) -> Iterator[tuple[Any, str, _EmbeddedBroker | None]]:
+    from relay.dev.services import MySQLService, StartOptions, start_mysql
 
     started: list[Any] = []
+    broker: _EmbeddedBroker | None = None
     try:
         if options.mysql:
             mysql = MySQLService.parse(options.mysql).with_server_info()
@@ -85,12 +119,15 @@ def _services(options: BenchOptions, work: Path, progress: Progress) -> Iterator
             mysql = started[-1].service
         if options.kafka:
             kafka = options.kafka
+            create_topics(kafka, bench_topics(options))
         else:
             progress("starting the Tansu broker …")
-            started.append(start_kafka(StartOptions(work / "kafka")))
-            kafka = started[-1].service.bootstrap_servers
-        yield mysql, kafka, started
+            broker = _EmbeddedBroker(work, bench_topics(options))
+            kafka = broker.start()
+        yield mysql, kafka, broker
     finally:
+        if broker is not None:
+            broker.stop()
         for running in reversed(started):
             with contextlib.suppress(RelayError):
                 running.stop(remove_dir=True)
@@ -129,6 +166,7 @@ def _measure_backlog(
         profile: dict[str, Any] = (
             {"profile_to": str(Path(o.profile) / f"{name}-{rep}.txt")} if o.profile else {}
         )
+        ctx.renew_broker()
         r = run_worker(
             ctx,
             "relay-drain",
@@ -150,7 +188,9 @@ def _measure_backlog(
             line += " [µs/row by thread: " + ", ".join(f"{k} {v:.0f}" for k, v in threads.items()) + "]"
         if o.baselines:
             s = run_worker(ctx, "stock-parse", start=start, end=end)
+            ctx.renew_broker()
             n = run_worker(ctx, "naive-relay", start=start, end=end)
+            ctx.renew_broker()
             c = run_worker(
                 ctx,
                 "produce-only",
@@ -209,6 +249,7 @@ def _measure_latency(ctx: Context, name: str) -> Latency:
     instance = f"{name.lower()}-live-{time.monotonic_ns() % 10**6}"
     ack_file = ctx.work / f"{instance}.acks.json"
     start = wl.master_position(ctx.conn)
+    ctx.renew_broker()
     live = LiveWorker(
         ctx, start=start, instance=instance, workdir=str(ctx.work / instance), ack_file=str(ack_file)
     )
@@ -271,20 +312,17 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
     work = Path(tempfile.mkdtemp(prefix="relay-bench-"))
     notes: list[str] = []
     try:
-        with _services(options, work, progress) as (mysql, kafka, _started):
+        with _services(options, work, progress) as (mysql, kafka, broker):
             conn = mysql.connect()
             try:
-                ctx = Context(options, mysql, kafka, work, progress, conn)
+                fresh = broker.start if broker is not None else None
+                ctx = Context(options, mysql, kafka, work, progress, conn, fresh_broker=fresh)
                 wl.create_schema(conn, list(options.workloads))
-                tables = [wl.WORKLOADS[n].table for n in options.workloads]
-                create_topics(
-                    kafka,
-                    [f"bench.{t}" for t in tables]
-                    + [f"naive.{t}" for t in tables]
-                    + ["bench.ddl", "bench.warmup"],
-                )
                 results = [run_workload(ctx, name) for name in options.workloads]
-                snapshot = run_snapshot(ctx, options.snapshot_rows) if options.snapshot_rows > 0 else None
+                snapshot = None
+                if options.snapshot_rows > 0:
+                    ctx.renew_broker()
+                    snapshot = run_snapshot(ctx, options.snapshot_rows)
                 stall = None
                 if options.stall_mb > 0 and mysql.flavor != "mariadb":
                     notes.append("stall not measured: its backlog is written with MariaDB's sequence engine")
