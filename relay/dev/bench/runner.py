@@ -186,6 +186,8 @@ def _measure_backlog(
         threads = r.get("thread_cpu_us_per_row") or {}
         if threads:
             line += " [µs/row by thread: " + ", ".join(f"{k} {v:.0f}" for k, v in threads.items()) + "]"
+        if "gc_collections" in r:
+            line += f" [cycle collector: {r['gc_collections']} runs, {r['gc_seconds'] * 1000:.0f} ms]"
         if o.baselines:
             s = run_worker(ctx, "stock-parse", start=start, end=end)
             ctx.renew_broker()

@@ -19,6 +19,7 @@ Output: JSON lines on stdout (``ready``, ``progress``, ``result``), read by ``re
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -219,6 +220,22 @@ def _reached(point: Any, end: tuple[str, int]) -> bool:
     return point is not None and point.skip == 0 and (point.journal, point.offset) >= end
 
 
+class GcClock:
+    """Wall time spent in the cycle collector while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.collections += 1
+
+
 def relay_drain(spec: dict[str, Any]) -> None:
     relay, _, warm = _build_relay(spec)
     end = (spec["end"][0], int(spec["end"][1]))
@@ -233,6 +250,8 @@ def relay_drain(spec: dict[str, Any]) -> None:
             raise SystemExit(f"relay did not start: {errors[0] if errors else 'no error'}")
     marks = {"t0": time.monotonic(), "cpu0": cpu_seconds()}
     threads0 = thread_cpu()
+    collector = GcClock()
+    gc.callbacks.append(collector)
     while not _reached(relay.instance.last_saved, end):
         if errors or not thread.is_alive():
             raise SystemExit(f"relay stopped: {errors[0] if errors else 'no error'}")
@@ -241,6 +260,7 @@ def relay_drain(spec: dict[str, Any]) -> None:
         time.sleep(0.01)
     t1, cpu1 = time.monotonic(), cpu_seconds()
     threads1 = thread_cpu()
+    gc.callbacks.remove(collector)
     rows = relay.stats.rows_published
     relay.stop()
     thread.join(30)
@@ -258,6 +278,8 @@ def relay_drain(spec: dict[str, Any]) -> None:
             if spent - threads0.get(name, 0.0) > 0
         },
         peak_rss_mb=memory_mb()[1],
+        gc_seconds=collector.seconds,
+        gc_collections=collector.collections,
     )
 
 
