@@ -28,10 +28,12 @@ def add_bench_parser(subparsers: Any) -> None:
         "workload's binlog backlog once (W1 single-row INSERT/UPDATE/DELETE, W2 100-row INSERT "
         "transactions, W3 1,000-row UPDATEs, W4 ~4 KB rows), and on that same binlog measures: the relay "
         "end to end (rows/s until Kafka acknowledged every row and the position is saved), the stock "
-        "reader parse-only and a naive relay (stock reader -> JSON -> produce -> flush per transaction), "
-        "each --repeat times in a fresh process (the table shows medians); then latency commit -> Kafka "
-        "ack at a fixed offered rate, and the relay's peak RSS while a dedicated broker is SIGSTOPped "
-        "under a large backlog. Cleans up everything it started.",
+        "reader parse-only, a naive relay (stock reader -> JSON -> produce -> flush per transaction) and "
+        "the produce-only ceiling (the relay's records, pre-encoded), each --repeat times in a fresh "
+        "process (the table shows medians); then latency commit -> Kafka ack at a fixed offered rate, "
+        "and the relay's peak RSS while a dedicated broker is SIGSTOPped under a large backlog. The "
+        "embedded broker is restarted empty before every measured Kafka run (it slows as it holds "
+        "more); a --kafka broker is used as it is. Cleans up everything it started.",
     )
     bench.add_argument(
         "--quick", action="store_true", help="small backlogs, 1 repetition, 128 MB stall (~1 min)"
