@@ -128,6 +128,10 @@ class Relay:
         self.mapping = mapping
         # HA: the leadership, which also fences the ZooKeeper position store's writes (relay.ha).
         self.leadership = parts.leadership
+        # The wall time the last fence check passed (HA only). The send and ack log lines carry it: a
+        # process can be frozen between a check and what it allows, so a line stamped after a resume
+        # may stand for a step its leadership allowed before the freeze.
+        self._fence_passed = 0.0
         self.positions = parts.positions
         self.instance = parts.instance
         self.publisher = parts.publisher
@@ -191,6 +195,11 @@ class Relay:
         """Before every send and every ack: raise ``LeadershipError`` once this process may not lead."""
         if self.leadership is not None:
             self.leadership.check()
+            self._fence_passed = time.time()
+
+    def _fence_note(self) -> str:
+        """For the send and ack log lines: when the fence check that allowed the step passed (HA)."""
+        return "" if self.leadership is None else f" (fence passed at {self._fence_passed:.3f})"
 
     def _ha_status(self) -> dict[str, object]:
         lead = self.leadership
@@ -357,7 +366,14 @@ class Relay:
         self.publisher.send(batch_id, records, where)
         for observer in self._observers:
             observer.batch_sent(batch_id)
-        log.debug("batch %d (%s): sent %d records (%d rows)", batch_id, where, len(records), rows)
+        log.debug(
+            "batch %d (%s): sent %d records (%d rows)%s",
+            batch_id,
+            where,
+            len(records),
+            rows,
+            self._fence_note(),
+        )
 
     def _ack_delivered(self) -> int:
         done: list[BatchHandle] = self.publisher.completed_prefix()
@@ -370,7 +386,13 @@ class Relay:
                 observer.batch_acked(handle.batch_id)
             records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
             self.stats.acked(records, rows, str(point), last_ms)
-            log.debug("%s: %d records delivered; acked, position %s saved", handle.label, records, point)
+            log.debug(
+                "%s: %d records delivered; acked, position %s saved%s",
+                handle.label,
+                records,
+                point,
+                self._fence_note(),
+            )
         return len(done)
 
     # -- hot reload ------------------------------------------------------------------------------
