@@ -366,14 +366,15 @@ class Relay:
         self.publisher.send(batch_id, records, where)
         for observer in self._observers:
             observer.batch_sent(batch_id)
-        log.debug(
-            "batch %d (%s): sent %d records (%d rows)%s",
-            batch_id,
-            where,
-            len(records),
-            rows,
-            self._fence_note(),
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "batch %d (%s): sent %d records (%d rows)%s",
+                batch_id,
+                where,
+                len(records),
+                rows,
+                self._fence_note(),
+            )
 
     def _ack_delivered(self) -> int:
         done: list[BatchHandle] = self.publisher.completed_prefix()
@@ -386,13 +387,14 @@ class Relay:
                 observer.batch_acked(handle.batch_id)
             records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
             self.stats.acked(records, rows, str(point), last_ms)
-            log.debug(
-                "%s: %d records delivered; acked, position %s saved%s",
-                handle.label,
-                records,
-                point,
-                self._fence_note(),
-            )
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s: %d records delivered; acked, position %s saved%s",
+                    handle.label,
+                    records,
+                    point,
+                    self._fence_note(),
+                )
         return len(done)
 
     # -- hot reload ------------------------------------------------------------------------------
