@@ -52,6 +52,8 @@ def describe() -> str:
 
 
 def _source(module: str) -> Path:
+    if module.endswith(".c"):  # a C helper (scripts/build_compiled.py C_MODULES): its C source
+        return _ROOT / (module[:-2].replace(".", "/") + ".c")
     return _ROOT / (module.replace(".", "/") + ".py")
 
 
@@ -77,7 +79,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 
 def _read_manifest() -> dict[str, str] | None:
-    """The compiled modules and their source hashes; None when nothing usable was built."""
+    """The compiled modules and their source hashes (C helpers: of their ``.c`` source, under their name +
+    ``.c``); None when nothing usable was built."""
     try:
         doc = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -85,7 +88,10 @@ def _read_manifest() -> dict[str, str] | None:
     modules = doc.get("modules") if isinstance(doc, dict) else None
     if not isinstance(modules, dict) or doc.get("ext_suffix") != sysconfig.get_config_var("EXT_SUFFIX"):
         return None
-    return {str(k): str(v) for k, v in modules.items()}
+    helpers = doc.get("c_modules", {})
+    if not isinstance(helpers, dict):
+        return None
+    return {str(k): str(v) for k, v in modules.items()} | {f"{k}.c": str(v) for k, v in helpers.items()}
 
 
 def decide(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]]:
@@ -98,7 +104,7 @@ def decide(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]]:
     stale = sorted(str(_source(m).relative_to(_ROOT)) for m, d in built.items() if _digest(_source(m)) != d)
     if stale:
         return "pure", f"stale compiled modules: {', '.join(stale)} changed since scripts/build-compiled", ()
-    return "compiled", "", tuple(sorted(built))
+    return "compiled", "", tuple(sorted(m for m in built if not m.endswith(".c")))
 
 
 def install() -> None:

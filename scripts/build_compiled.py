@@ -4,10 +4,12 @@
 
 The modules in ``MODULES`` are compiled together as one mypyc group (their calls to each other are
 native calls) into extension modules beside their sources (``relay/binlog/values.cpython-*.so`` …) and
-one shared library ``relay/_compiled__mypyc.cpython-*.so``. The build then writes ``relay/_compiled.json``:
-the modules and the SHA-256 of each one's source. ``relay._native`` (imported by ``relay/__init__.py``)
-uses the extensions only while every listed source still has its recorded hash; otherwise, and with
-``RELAY_PURE_PYTHON=1``, every listed module is imported from its ``.py`` file. The pure-Python source is
+one shared library ``relay/_compiled__mypyc.cpython-*.so``; the hand-written C helpers in ``C_MODULES``
+(``relay/kafka/_jsontext.c``) are built beside them. The build then writes ``relay/_compiled.json``: the
+modules and the SHA-256 of each one's source (``c_modules``: of each C helper's). ``relay._native``
+(imported by ``relay/__init__.py``) uses the extensions only while every listed source still has its
+recorded hash; otherwise, and with ``RELAY_PURE_PYTHON=1``, every listed module is imported from its
+``.py`` file (and the C helpers are not used). The pure-Python source is
 the truth; the extensions are a cache of it.
 
 Nothing is rebuilt when the manifest already matches the sources, this script, mypy's version and the
@@ -61,6 +63,15 @@ MODULES = (
 )
 
 
+# C helpers with no Python source of their own: the modules that use them take their Python path whenever
+# the relay runs pure (relay._native). relay.kafka._jsontext: a canal-json row's ``data`` object as bytes.
+C_MODULES = ("relay.kafka._jsontext",)
+
+
+def c_source_of(module: str) -> Path:
+    return ROOT / (module.replace(".", "/") + ".c")
+
+
 def source_of(module: str) -> Path:
     return ROOT / (module.replace(".", "/") + ".py")
 
@@ -81,6 +92,7 @@ def wanted_manifest(modules: tuple[str, ...]) -> dict[str, object]:
         "mypy": mypy.version.__version__,
         "builder": sha256(Path(__file__)),
         "modules": {m: sha256(source_of(m)) for m in modules},
+        "c_modules": {m: sha256(c_source_of(m)) for m in C_MODULES},
     }
 
 
@@ -90,7 +102,8 @@ def up_to_date(want: dict[str, object], modules: tuple[str, ...]) -> bool:
     except (OSError, ValueError):
         return False
     shared = ROOT / (GROUP.replace(".", "/") + "__mypyc" + str(want["ext_suffix"]))
-    return have == want and shared.exists() and all(extension_of(m).exists() for m in modules)
+    built = (*modules, *C_MODULES)
+    return have == want and shared.exists() and all(extension_of(m).exists() for m in built)
 
 
 def clean() -> None:
@@ -103,7 +116,7 @@ def clean() -> None:
 
 def build(modules: tuple[str, ...]) -> None:
     from mypyc.build import mypycify
-    from setuptools import Distribution
+    from setuptools import Distribution, Extension
 
     clean()  # a half-replaced set of extensions must never be loaded: the manifest comes last
     os.chdir(ROOT)
@@ -114,7 +127,11 @@ def build(modules: tuple[str, ...]) -> None:
             group_name=GROUP,
             target_dir=tmp,  # mypyc's generated C
         )
-        dist = Distribution({"name": "canal-relay-compiled", "ext_modules": extensions})
+        helpers = [
+            Extension(m, [str(c_source_of(m).relative_to(ROOT))], extra_compile_args=["-O3"])
+            for m in C_MODULES
+        ]
+        dist = Distribution({"name": "canal-relay-compiled", "ext_modules": [*extensions, *helpers]})
         cmd = dist.get_command_obj("build_ext")
         cmd.inplace = True
         cmd.build_temp = tmp
@@ -142,7 +159,10 @@ def main(argv: list[str]) -> int:
     build(modules)
     # The hashes taken before the build: a source edited while it ran reads as stale afterwards.
     MANIFEST.write_text(json.dumps(want, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"build-compiled: {len(modules)} modules compiled in {time.monotonic() - started:.0f} s")
+    print(
+        f"build-compiled: {len(modules)} modules and {len(C_MODULES)} C helper compiled in "
+        f"{time.monotonic() - started:.0f} s"
+    )
     return 0
 
 

@@ -41,11 +41,12 @@ appears only on snapshot reads (``snapshot_row_text``, right after ``sequence``)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mapping.model import Route
+from relay import _native
 from relay.binlog.events import ColumnMeta
 from relay.binlog.rows import Instant
 from relay.canal.entry import Entry, RowChange
@@ -57,6 +58,19 @@ _dumps_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 # pre-encoded ``"name":`` fragments and one call per value, the same text as ``dumps(dict)`` without
 # building a dict and an encoder per row (the encoder's set-up cost more than the values).
 _quote = json.encoder.encode_basestring
+
+# The C helper (relay/kafka/_jsontext.c, built with the compiled modules): a row's ``data`` object straight
+# to UTF-8 bytes, the same bytes as ``object_text(...).encode()``; None where it is not built or the relay
+# runs pure Python (RELAY_PURE_PYTHON=1), and then ``object_text`` alone builds every row.
+ObjectBytes = Callable[[tuple[bytes, ...], Sequence[str | None]], bytes | None]
+object_bytes: ObjectBytes | None = None
+if _native.mode == "compiled":
+    try:
+        from relay.kafka._jsontext import object_bytes as _object_bytes
+
+        object_bytes = _object_bytes
+    except ImportError:  # an interrupted build: the Python path
+        pass
 
 
 def _field(name: str, value: Any) -> str:
@@ -88,6 +102,9 @@ class JsonTable:
     schema: str  # ,"sql":"","sqlType":{…},"mysqlType":{…},"data":[
     physical: str  # "database":…,"table":…  (inside the source block)
     instants: tuple[tuple[int, str], ...] = ()  # (index, ``"name":``) of the TIMESTAMP columns
+    # ``keys`` as UTF-8, for ``object_bytes``; None where a name does not encode (the Python path then
+    # raises as it always did)
+    key_bytes: tuple[bytes, ...] | None = None
 
 
 def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
@@ -116,7 +133,11 @@ def json_table(route: Route, columns: Sequence[ColumnMeta]) -> JsonTable:
     instants = tuple(
         (i, keys[i]) for i, c in enumerate(columns) if c.mysql_type.lower().startswith("timestamp")
     )
-    return JsonTable(names, keys, object_format(keys), head, schema, physical, instants)
+    try:
+        key_bytes: tuple[bytes, ...] | None = tuple(k.encode() for k in keys)
+    except UnicodeEncodeError:
+        key_bytes = None
+    return JsonTable(names, keys, object_format(keys), head, schema, physical, instants, key_bytes)
 
 
 @dataclass(init=False, slots=True)
@@ -189,6 +210,23 @@ def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str, 
     return (
         f'{{"id":{sequence}{je.middle}{data}],"old":{old}{je.tail}{row_index}}},"sequence":{sequence}{extra}}}'
     ).encode()
+
+
+def row_bytes(
+    middle: bytes, tail: bytes, sequence: int, row_index: int, data: bytes, old: str, extra: str = ""
+) -> bytes:
+    """``row_text`` from the ``data`` object already as UTF-8 (``object_bytes``) and the entry's
+    ``middle`` and ``tail`` encoded once: the same bytes, without encoding the whole row again."""
+    return b'{"id":%d%b%b],"old":%b%b%d},"sequence":%d%b}' % (
+        sequence,
+        middle,
+        data,
+        old.encode(),
+        tail,
+        row_index,
+        sequence,
+        extra.encode(),
+    )
 
 
 def snapshot_row_text(je: JsonEntry, sequence: int, data: str, extra: str = "") -> bytes:

@@ -460,6 +460,11 @@ class RecordEncoder:
         tombstones = plan.compact and rc.event_type == EventType.DELETE
         out: list[Record] = []
         in_payload = entry.payload_index >= 0
+        # The C helper where built (canal_json.object_bytes): the row's bytes without a str of it first.
+        key_bytes = table.key_bytes
+        fast = codec_json.object_bytes if key_bytes is not None else None
+        middle: bytes | None = None
+        tail = b""
         for i, row in enumerate(rc.rows):
             seq = first if in_payload else first + i
             part = row_part(entry, i) if in_payload else None
@@ -502,7 +507,13 @@ class RecordEncoder:
                 else "null"
             )
             extra = codec_json.instants_text(table, image) if table.instants else ""
-            value = row_text(je, seq, i, object_text(data_format, image), old, extra)
+            data = fast(key_bytes, image) if fast is not None and key_bytes is not None else None
+            if data is None:
+                value = row_text(je, seq, i, object_text(data_format, image), old, extra)
+            else:
+                if middle is None:  # once per entry, and only where the C helper runs
+                    middle, tail = je.middle.encode(), je.tail.encode()
+                value = codec_json.row_bytes(middle, tail, seq, i, data, old, extra)
             if part is not None:
                 value = _with_part(value, part)
             out.append(Record(topic, None, key_of(plan, image), value, (*headers, *_identity(seq, part))))

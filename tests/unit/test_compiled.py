@@ -165,3 +165,57 @@ def test_relay_version_says_which_build_runs() -> None:
         check=True,
     )
     assert done.stdout.splitlines()[1] == "hot modules: pure Python (RELAY_PURE_PYTHON=1)"
+
+
+# -- the C helper (relay/kafka/_jsontext.c) --------------------------------------------------------------
+
+
+def test_the_c_helper_is_used_exactly_when_the_build_is_compiled() -> None:
+    from relay.kafka import canal_json
+
+    assert (canal_json.object_bytes is not None) == (_native.mode == "compiled")
+
+
+def test_the_c_helper_gives_the_bytes_of_the_python_path() -> None:
+    """Every one-byte character in every position, NULLs, str subclasses (TIMESTAMP instants) and odd
+    column names: ``object_bytes`` == ``object_text(...).encode()``; text of wider characters is left to
+    the Python path (None)."""
+    import random
+
+    from relay.binlog.values import Instant
+    from relay.kafka import canal_json as cj
+
+    helper = pytest.importorskip("relay.kafka._jsontext")  # built by scripts/build-compiled
+    names = ["id", "naïve", "x%y", 'q"uote', "c\\d", "\x01ctl"]
+    keys = tuple(f"{cj.dumps(n)}:" for n in names)
+    form, key_bytes = cj.object_format(keys), tuple(k.encode() for k in keys)
+    every = "".join(chr(i) for i in range(256))
+    instant = Instant("2026-01-01 00:00:00")
+    instant.micros = 1_767_225_600_000_000
+    rnd = random.Random(17)
+    pool: list[str | None] = [None, "", every, every[::-1], 'a"b\\c\n\r\t\b\f\x00\x1f\x7f\x80\xff', instant]
+    pool += ["".join(chr(rnd.randrange(256)) for _ in range(rnd.randrange(40))) for _ in range(500)]
+    for _ in range(2000):
+        values = [rnd.choice(pool) for _ in keys]
+        want = cj.object_text(form, values).encode()
+        assert helper.object_bytes(key_bytes, values) == want
+        assert helper.object_bytes(key_bytes, tuple(values)) == want
+    for wide in ("中文", "\ud800", "\U0001f600"):
+        assert helper.object_bytes(key_bytes, [wide, None, "", "", "", ""]) is None
+    assert helper.object_bytes((), ()) == b"{}"
+    with pytest.raises(ValueError):
+        helper.object_bytes(key_bytes, ["too few"])
+
+
+def test_an_edited_c_helper_makes_the_whole_set_pure(copy: Path) -> None:
+    _manifest(copy)
+    path = copy / "relay" / "_compiled.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    helper = copy / "relay" / "kafka" / "_jsontext.c"
+    doc["c_modules"] = {"relay.kafka._jsontext": hashlib.sha256(helper.read_bytes()).hexdigest()}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    edited = helper.read_text(encoding="utf-8") + "\n/* edited after the build */\n"
+    helper.write_text(edited, encoding="utf-8")
+    out, stderr = _run(_PROBE, copy, pure=False)
+    assert out["mode"] == "pure" and "stale compiled modules: relay/kafka/_jsontext.c" in str(out["describe"])
+    assert "relay/kafka/_jsontext.c" in stderr

@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def object_bytes(keys: tuple[bytes, ...], values: Sequence[str | None]) -> bytes | None: ...
