@@ -64,8 +64,9 @@ MODULES = (
 
 
 # C helpers with no Python source of their own: the modules that use them take their Python path whenever
-# the relay runs pure (relay._native). relay.kafka._jsontext: a canal-json row's ``data`` object as bytes.
-C_MODULES = ("relay.kafka._jsontext",)
+# the relay runs pure (relay._native). relay.kafka._jsontext: a canal-json row's ``data`` object as bytes;
+# relay.binlog._rowimage: a row image's values as canal's text.
+C_MODULES = ("relay.binlog._rowimage", "relay.kafka._jsontext")
 
 
 def c_source_of(module: str) -> Path:
@@ -160,7 +161,7 @@ def main(argv: list[str]) -> int:
     # The hashes taken before the build: a source edited while it ran reads as stale afterwards.
     MANIFEST.write_text(json.dumps(want, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(
-        f"build-compiled: {len(modules)} modules and {len(C_MODULES)} C helper compiled in "
+        f"build-compiled: {len(modules)} modules and {len(C_MODULES)} C helpers compiled in "
         f"{time.monotonic() - started:.0f} s"
     )
     return 0

@@ -114,16 +114,19 @@ def _latin1(raw: bytes) -> str:
     return codecs.charmap_decode(raw, "strict", _LATIN1_TABLE)[0]
 
 
-def _iso8859_1(raw: bytes) -> str:
+def iso8859_1(raw: bytes) -> str:
+    """One character per byte: canal's text of binary values (and of columns of unknown charset)."""
     return raw.decode("latin-1")
+
+
+def utf8(raw: bytes) -> str:
+    """UTF-8 text; "replace" only matters for bytes a server never stores. One function for every
+    UTF-8 charset: the C row reader (relay/binlog/_rowimage.c) recognises it and decodes in C."""
+    return raw.decode("utf-8", "replace")
 
 
 def _codec_decoder(codec: str) -> Decoder:
     if codec == "utf-8":
-        # The hot path: a bound C call, "replace" only matters for bytes a server never stores.
-        def utf8(raw: bytes) -> str:
-            return raw.decode("utf-8", "replace")
-
         return utf8
 
     def decode(raw: bytes) -> str:
@@ -138,7 +141,7 @@ def _make(name: str) -> Charset:
     elif name in _CODEC and name != "binary":
         decode = _codec_decoder(_CODEC[name])
     else:
-        decode = _iso8859_1
+        decode = iso8859_1
     return Charset(name, _MAXLEN.get(name, 1), decode)
 
 

@@ -26,14 +26,17 @@ from datetime import UTC, tzinfo
 
 from mypy_extensions import mypyc_attr
 
+from relay import _native
 from relay.binlog import jsonb, jsondiff
 from relay.binlog import types as t
 from relay.binlog.events import DELETE, INSERT, UPDATE, ColumnMeta, RowImage, TableMapEvent
 from relay.binlog.values import (
     INLINE_DECODERS,
     Instant,
+    NativeStep,
     TimestampZone,
     ValueDecoder,
+    native_step,
     value_decoder,
     vector_text,
 )
@@ -53,15 +56,32 @@ Values = tuple[str | None, ...]
 ImageReader = Callable[[bytes, int], tuple[Values, int]]
 _MAX_READERS = 64  # compiled readers per (plan, columns present): one per distinct null bitmap seen
 
+# The C row reader (relay/binlog/_rowimage.c, built with the compiled modules): ``Reader(steps, ncols)``
+# reads a whole image in C, calling the Python decoders only for the types it leaves to them. None where
+# it is not built or the relay runs pure Python: the readers generated below then read every image.
+CSteps = tuple[tuple[int, int, int, int, object, ValueDecoder], ...]  # (index, op, a, b, obj, decoder)
+C_READER: Callable[[CSteps, int], ImageReader] | None = None
+if _native.mode == "compiled":
+    try:
+        from relay.binlog._rowimage import Reader as _CReader
+
+        C_READER = _CReader
+    except ImportError:  # an interrupted build: the Python readers
+        pass
+
 
 class _Plan:
     """The prebuilt decoders of one table map, the step lists per columns-present bitmap, and the
     image readers per columns-present bitmap (each with its compiled readers per null bitmap)."""
 
-    __slots__ = ("by_bitmap", "decoders", "full", "ncols", "readers")
+    __slots__ = ("by_bitmap", "decoders", "full", "native", "ncols", "readers")
 
     def __init__(self, columns: tuple[ColumnMeta, ...], zone: TimestampZone) -> None:
         self.decoders = tuple(value_decoder(c, zone) for c in columns)
+        # What the C reader does per column (``values.native_step``); () without it.
+        self.native: tuple[NativeStep, ...] = (
+            tuple(native_step(c) for c in columns) if C_READER is not None else ()
+        )
         self.ncols = len(columns)
         self.full = (1 << self.ncols) - 1
         self.by_bitmap: dict[int, Steps] = {self.full: tuple(enumerate(self.decoders))}
@@ -250,8 +270,12 @@ def _incomplete(
 
 
 def _image_reader(plan: _Plan, present: int) -> ImageReader:
-    """Reads one row image (null bitmap included) with the compiled reader of its null bitmap."""
+    """Reads one row image (null bitmap included): in C where built, else with the generated reader of
+    its null bitmap."""
     steps = plan.steps(present)
+    if C_READER is not None and plan.native:
+        native = plan.native
+        return C_READER(tuple((i, *native[i], d) for i, d in steps), plan.ncols)
     ncols = plan.ncols
     null_bytes = (len(steps) + 7) >> 3
     readers: dict[bytes, ImageReader] = {}  # compiled, by the raw null bitmap

@@ -18,48 +18,64 @@
 
 static const char HEX[] = "0123456789abcdef";
 
+/* Output bytes of each one-byte character: 1 as is, 2 for \" \\ \b \f \n \r \t and for 0x80-0xFF (UTF-8),
+ * 6 for the other control characters (\u00xx). Filled when the module loads. */
+static unsigned char WIDTH[256];
+
+static void fill_widths(void) {
+    for (int c = 0; c < 256; c++) {
+        if (c >= 0x80) {
+            WIDTH[c] = 2;
+        } else if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
+            WIDTH[c] = 2;
+        } else if (c < 0x20) {
+            WIDTH[c] = 6;
+        } else {
+            WIDTH[c] = 1;
+        }
+    }
+}
+
 /* Bytes the JSON string (quotes included) of ``n`` one-byte characters takes. */
 static Py_ssize_t quoted_size(const Py_UCS1 *s, Py_ssize_t n) {
     Py_ssize_t size = 2;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS1 c = s[i];
-        if (c >= 0x80) {
-            size += 2;
-        } else if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
-            size += 2;
-        } else if (c < 0x20) {
-            size += 6;
-        } else {
-            size += 1;
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++) size += WIDTH[s[i]];
     return size;
 }
 
-static char *write_quoted(char *out, const Py_UCS1 *s, Py_ssize_t n) {
+static char *write_quoted(char *out, const Py_UCS1 *s, Py_ssize_t n, Py_ssize_t size) {
     *out++ = '"';
+    if (size == n + 2) { /* nothing to escape or encode: one copy */
+        memcpy(out, s, (size_t)n);
+        out += n;
+        *out++ = '"';
+        return out;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS1 c = s[i];
-        if (c >= 0x80) {
-            *out++ = (char)(0xC0 | (c >> 6));
-            *out++ = (char)(0x80 | (c & 0x3F));
-            continue;
-        }
-        switch (c) {
-        case '"': *out++ = '\\'; *out++ = '"'; break;
-        case '\\': *out++ = '\\'; *out++ = '\\'; break;
-        case '\b': *out++ = '\\'; *out++ = 'b'; break;
-        case '\f': *out++ = '\\'; *out++ = 'f'; break;
-        case '\n': *out++ = '\\'; *out++ = 'n'; break;
-        case '\r': *out++ = '\\'; *out++ = 'r'; break;
-        case '\t': *out++ = '\\'; *out++ = 't'; break;
+        switch (WIDTH[c]) {
+        case 1:
+            *out++ = (char)c;
+            break;
+        case 6:
+            *out++ = '\\'; *out++ = 'u'; *out++ = '0'; *out++ = '0';
+            *out++ = HEX[c >> 4];
+            *out++ = HEX[c & 0xF];
+            break;
         default:
-            if (c < 0x20) {
-                *out++ = '\\'; *out++ = 'u'; *out++ = '0'; *out++ = '0';
-                *out++ = HEX[c >> 4];
-                *out++ = HEX[c & 0xF];
-            } else {
-                *out++ = (char)c;
+            if (c >= 0x80) {
+                *out++ = (char)(0xC0 | (c >> 6));
+                *out++ = (char)(0x80 | (c & 0x3F));
+                break;
+            }
+            *out++ = '\\';
+            switch (c) {
+            case '\b': *out++ = 'b'; break;
+            case '\f': *out++ = 'f'; break;
+            case '\n': *out++ = 'n'; break;
+            case '\r': *out++ = 'r'; break;
+            case '\t': *out++ = 't'; break;
+            default: *out++ = (char)c; /* " and \\ */
             }
         }
     }
@@ -84,9 +100,12 @@ static PyObject *object_bytes(PyObject *module, PyObject *const *args, Py_ssize_
     }
     PyObject **items = PySequence_Fast_ITEMS(values);
     Py_ssize_t size = 2 + (count > 0 ? count - 1 : 0); /* braces and commas */
+    Py_ssize_t small[64], *sizes = count <= 64 ? small : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)count);
+    if (sizes == NULL) return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *key = PyTuple_GET_ITEM(keys, i), *value = items[i];
         if (!PyBytes_CheckExact(key)) {
+            if (sizes != small) PyMem_Free(sizes);
             PyErr_SetString(PyExc_TypeError, "object_bytes: every key must be bytes");
             return NULL;
         }
@@ -95,13 +114,16 @@ static PyObject *object_bytes(PyObject *module, PyObject *const *args, Py_ssize_
             size += 4;
         } else if (PyUnicode_Check(value) && PyUnicode_READY(value) == 0 &&
                    PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND) {
-            size += quoted_size(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+            sizes[i] = quoted_size(PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+            size += sizes[i];
         } else {
+            if (sizes != small) PyMem_Free(sizes);
             Py_RETURN_NONE; /* not one byte per character (or not text): the Python path */
         }
     }
     PyObject *result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) {
+        if (sizes != small) PyMem_Free(sizes);
         return NULL;
     }
     char *out = PyBytes_AS_STRING(result);
@@ -117,9 +139,10 @@ static PyObject *object_bytes(PyObject *module, PyObject *const *args, Py_ssize_
             memcpy(out, "null", 4);
             out += 4;
         } else {
-            out = write_quoted(out, PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+            out = write_quoted(out, PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value), sizes[i]);
         }
     }
+    if (sizes != small) PyMem_Free(sizes);
     *out++ = '}';
     if (out - PyBytes_AS_STRING(result) != size) { /* cannot happen: the two passes agree */
         Py_DECREF(result);
@@ -140,4 +163,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "relay.kafka._jsontext", "canal-json row objects as UTF-8 bytes (C).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__jsontext(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__jsontext(void) {
+    fill_widths();
+    return PyModule_Create(&module_def);
+}

@@ -219,3 +219,188 @@ def test_an_edited_c_helper_makes_the_whole_set_pure(copy: Path) -> None:
     out, stderr = _run(_PROBE, copy, pure=False)
     assert out["mode"] == "pure" and "stale compiled modules: relay/kafka/_jsontext.c" in str(out["describe"])
     assert "relay/kafka/_jsontext.c" in stderr
+
+
+# -- the C row reader (relay/binlog/_rowimage.c) ---------------------------------------------------------
+
+
+def test_the_c_row_reader_is_used_exactly_when_the_build_is_compiled() -> None:
+    from relay.binlog import rows
+
+    assert (rows.C_READER is not None) == (_native.mode == "compiled")
+
+
+def _columns() -> list[object]:
+    """One column of every kind the C reader reads itself, and some it leaves to the decoders."""
+    from relay.binlog import types as t
+    from relay.binlog.events import ColumnMeta
+
+    utf8, latin1, gbk, binary = 45, 8, 28, 63
+    kinds: list[tuple[int, int, bool, int | None, tuple[str, ...] | None]] = [
+        (t.TINY, 0, False, None, None),
+        (t.TINY, 0, True, None, None),
+        (t.SHORT, 0, False, None, None),
+        (t.SHORT, 0, True, None, None),
+        (t.INT24, 0, False, None, None),
+        (t.INT24, 0, True, None, None),
+        (t.LONG, 0, False, None, None),
+        (t.LONG, 0, True, None, None),
+        (t.LONGLONG, 0, False, None, None),
+        (t.LONGLONG, 0, True, None, None),
+        (t.FLOAT, 4, False, None, None),
+        (t.DOUBLE, 8, False, None, None),
+        (t.NEWDECIMAL, (12 << 8) | 2, False, None, None),
+        (t.NEWDECIMAL, (10 << 8) | 0, False, None, None),
+        (t.NEWDECIMAL, (30 << 8) | 30, False, None, None),
+        (t.NEWDECIMAL, (65 << 8) | 17, False, None, None),
+        (t.NEWDECIMAL, (18 << 8) | 9, False, None, None),
+        (t.DATE, 0, False, None, None),
+        *[(t.DATETIME2, fsp, False, None, None) for fsp in range(7)],
+        (t.TIMESTAMP2, 3, False, None, None),  # left to its decoder
+        (t.TIME2, 2, False, None, None),  # left to its decoder
+        (t.YEAR, 0, False, None, None),  # left to its decoder
+        (t.VARCHAR, 64 * 4, False, utf8, None),
+        (t.VARCHAR, 40, False, latin1, None),
+        (t.VARCHAR, 300, False, binary, None),
+        (t.VARCHAR, 60, False, gbk, None),
+        (t.STRING, (t.STRING << 8) | 30, False, utf8, None),
+        (t.STRING, (t.STRING << 8) | 8, False, binary, None),  # BINARY(8): padded by its decoder
+        *[(t.BLOB, prefix, False, charset, None) for prefix in (1, 2, 3, 4) for charset in (utf8, binary)],
+        (t.BLOB, 2, False, None, None),
+        (t.ENUM, (t.ENUM << 8) | 1, False, utf8, ("NEW", "PAID", "DONE")),
+        (t.ENUM, (t.ENUM << 8) | 2, False, utf8, None),
+    ]
+    return [
+        ColumnMeta(i, f"c{i}", code, meta, True, unsigned, charset, False, "x", 0, 0, enum_values=names)
+        for i, (code, meta, unsigned, charset, names) in enumerate(kinds)
+    ]
+
+
+def _value(column: object, rnd: object) -> bytes:
+    """Random stored bytes of one value (mostly valid, sometimes not)."""
+    import random
+
+    from relay.binlog import types as t
+    from relay.binlog.events import ColumnMeta
+
+    assert isinstance(column, ColumnMeta) and isinstance(rnd, random.Random)
+    code, meta = column.type_code, column.meta
+    fixed = {t.TINY: 1, t.SHORT: 2, t.INT24: 3, t.LONG: 4, t.LONGLONG: 8, t.FLOAT: 4, t.DOUBLE: 8}
+    if code in fixed:
+        return rnd.randbytes(fixed[code])
+    if code == t.NEWDECIMAL:
+        precision, scale = meta >> 8, meta & 0xFF
+        intg = precision - scale
+        size = t.DIG2BYTES[intg % 9] + 4 * (intg // 9) + 4 * (scale // 9) + t.DIG2BYTES[scale % 9]
+        if rnd.random() < 0.2:
+            return rnd.randbytes(size)  # often digit groups out of range: the decoder's arithmetic
+        digits = "".join(rnd.choice("0000123456789") for _ in range(precision))
+        sign = rnd.choice("+-")
+        import decimal
+
+        value = decimal.Decimal(f"{sign}{digits[:intg] or '0'}.{digits[intg:] or '0'}")
+        return _decimal_bytes(value, precision, scale)
+    if code == t.DATE:
+        if rnd.random() < 0.8:
+            y, m, d = rnd.randrange(10000), rnd.randrange(13), rnd.randrange(32)
+            return ((y << 9) | (m << 5) | d).to_bytes(3, "little")
+        return rnd.randbytes(3)
+    if code == t.DATETIME2:
+        fsize = (meta + 1) // 2
+        if rnd.random() < 0.8:
+            y, mo, d = rnd.randrange(10000), rnd.randrange(13), rnd.randrange(32)
+            h, mi, s = rnd.randrange(24), rnd.randrange(60), rnd.randrange(60)
+            packed = (((y * 13 + mo) << 5 | d) << 17 | (h << 12 | mi << 6 | s)) + 0x8000000000
+            frac = rnd.randrange(10**meta) * 10 ** (fsize * 2 - meta) if fsize else 0
+            return packed.to_bytes(5, "big") + frac.to_bytes(fsize, "big")
+        return rnd.randbytes(5 + fsize)
+    if code == t.TIMESTAMP2:
+        return rnd.randbytes(4 + 2)
+    if code == t.TIME2:
+        return (0x800000 + rnd.randrange(-500000, 500000)).to_bytes(3, "big") + rnd.randbytes(1)
+    if code == t.YEAR:
+        return rnd.randbytes(1)
+    if code in (t.VARCHAR, t.STRING, t.BLOB):
+        if code == t.BLOB:
+            prefix = meta
+        elif code == t.STRING:
+            prefix = 1 if t.string_type(meta)[1] < 256 else 2
+        else:
+            prefix = 1 if meta < 256 else 2
+        pool = ["plain", "naïve café", "中文", "\U0001f600", 'a"b\\c\n']
+        raw = rnd.choice(pool).encode() if rnd.random() < 0.5 else rnd.randbytes(rnd.randrange(12))
+        raw = raw[: (1 << (8 * prefix)) - 1]
+        return len(raw).to_bytes(prefix, "little") + raw
+    if code == t.ENUM:
+        size = meta & 0xFF
+        return rnd.randrange(5 if size == 1 else 300).to_bytes(size, "little")
+    raise AssertionError(code)
+
+
+def _decimal_bytes(value: object, precision: int, scale: int) -> bytes:
+    """MySQL's decimal2bin of ``value`` (a decimal.Decimal)."""
+    import decimal
+
+    from relay.binlog import types as t
+
+    assert isinstance(value, decimal.Decimal)
+    negative = value < 0
+    text = f"{abs(value):.{scale}f}"
+    ipart, _, fpart = text.partition(".")
+    intg = precision - scale
+    ipart = ipart.rjust(intg, "0")[-intg:] if intg else ""
+    groups: list[tuple[int, str]] = []
+    lead = intg % 9
+    if lead:
+        groups.append((lead, ipart[:lead]))
+    groups += [(9, ipart[lead + 9 * k : lead + 9 * k + 9]) for k in range(intg // 9)]
+    groups += [(9, fpart[9 * k : 9 * k + 9]) for k in range(scale // 9)]
+    if scale % 9:
+        groups.append((scale % 9, fpart[9 * (scale // 9) :]))
+    out = b"".join(int(digits or "0").to_bytes(t.DIG2BYTES[w], "big") for w, digits in groups)
+    raw = bytearray(out)
+    raw[0] ^= 0x80
+    if negative:
+        raw = bytearray(b ^ 0xFF for b in raw)
+    return bytes(raw)
+
+
+def test_the_c_row_reader_gives_the_text_of_the_python_decoders() -> None:
+    """Random images of every column kind (random NULLs, columns left out, invalid values, images cut
+    short): the C reader's values and end position — or its error — equal the Python path's."""
+    import random
+
+    from relay.binlog import rows, values
+
+    if rows.C_READER is None:
+        pytest.skip("the C row reader is not built (or the relay runs pure Python)")
+    columns = tuple(_columns())
+    plan = rows._Plan(columns, values.UTC_ZONE)  # type: ignore[arg-type]
+    assert {op for op, *_ in plan.native} >= set(range(8))  # every op is exercised
+    rnd = random.Random(23)
+    compared = 0
+    for _ in range(3000):
+        present = plan.full if rnd.random() < 0.5 else rnd.getrandbits(plan.ncols) | 1
+        steps = plan.steps(present)
+        nulls = 0 if rnd.random() < 0.3 else rnd.getrandbits(len(steps))
+        body = b"".join(_value(columns[i], rnd) for bit, (i, _) in enumerate(steps) if not nulls >> bit & 1)
+        image = nulls.to_bytes((len(steps) + 7) >> 3, "little") + body
+        if rnd.random() < 0.05:
+            image = image[: rnd.randrange(len(image) + 1)]
+        data = rnd.randbytes(rnd.randrange(3)) + image
+        start = len(data) - len(image)
+        native = plan.native
+        reader = rows.C_READER(tuple((i, *native[i], d) for i, d in steps), plan.ncols)
+        want: object
+        try:
+            want = rows._image(data, start, steps, plan.ncols)
+        except Exception as exc:
+            want = (type(exc), str(exc))
+        got: object
+        try:
+            got = reader(data, start)
+        except Exception as exc:
+            got = (type(exc), str(exc))
+        assert got == want, (present, nulls, data.hex())
+        compared += 1
+    assert compared == 3000
