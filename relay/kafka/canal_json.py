@@ -239,6 +239,19 @@ def snapshot_row_text(je: JsonEntry, sequence: int, data: str, extra: str = "") 
     ).encode()
 
 
+def snapshot_row_bytes(middle: bytes, tail: bytes, sequence: int, data: bytes, extra: str = "") -> bytes:
+    """``snapshot_row_text`` from the ``data`` object already as UTF-8 (``object_bytes``) and the entry's
+    ``middle`` and ``tail`` encoded once: the same bytes."""
+    return b'{"id":%d%b%b],"old":null%b0},"sequence":%d%b,"snapshot":true}' % (
+        sequence,
+        middle,
+        data,
+        tail,
+        sequence,
+        extra.encode(),
+    )
+
+
 def instants_text(table: JsonTable, image: Sequence[str | None]) -> str:
     """``,"utcMicros":[{…}]`` for the row's TIMESTAMP values that know their instant, or ""."""
     parts = [f"{key}{image[i].micros}" for i, key in table.instants if isinstance(image[i], Instant)]  # type: ignore[union-attr]

@@ -582,12 +582,22 @@ class RecordEncoder:
         out = []
         if plan.json is not None:
             je = codec_json.json_entry(plan.json, self._server(h.server_id), entry, "INSERT")
+            key_bytes = plan.json.key_bytes
+            fast = codec_json.object_bytes if key_bytes is not None else None
+            middle: bytes | None = None
+            tail = b""
             for i, row in enumerate(rc.rows):
                 assert row.after is not None  # a snapshot row is an after image
-                data = codec_json.object_text(plan.json.data_format, row.after)
                 part = (chunk | i) << 1
                 extra = codec_json.instants_text(plan.json, row.after) if plan.json.instants else ""
-                value = _with_part(codec_json.snapshot_row_text(je, seq, data, extra), part)
+                raw = fast(key_bytes, row.after) if fast is not None and key_bytes is not None else None
+                if raw is None:
+                    data = codec_json.object_text(plan.json.data_format, row.after)
+                    value = _with_part(codec_json.snapshot_row_text(je, seq, data, extra), part)
+                else:
+                    if middle is None:  # once per chunk, and only where the C helper runs
+                        middle, tail = je.middle.encode(), je.tail.encode()
+                    value = _with_part(codec_json.snapshot_row_bytes(middle, tail, seq, raw, extra), part)
                 key = self._key(plan, row.after)
                 out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
             return out

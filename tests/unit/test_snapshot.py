@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from mapping.load import parse_mapping
 from relay.binlog import types as t
 from relay.binlog.events import BinlogEvent, EventHeader, RowImage
@@ -174,6 +176,29 @@ def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
         assert value["old"] is None and value["es"] == 0 and value["source"]["rowIndex"] == 0
     assert json.loads(records[1].value)["data"] == [{"id": "6", "status": None}]
     assert encoder.encode(entry)[0].value == records[0].value  # the same chunk again: the same bytes
+
+
+def test_a_snapshot_record_has_the_same_bytes_with_and_without_the_c_helper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relay.kafka import canal_json
+
+    spec = _spec()
+    snap = _snapshot(spec)
+    rows = [("5", 'A "quoted"\n\x01 naïve'), ("6", None), ("7", "中文")]
+    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), rows, ["7"], True))
+    (entry,) = snap.due(False, None)
+
+    def encode() -> list[bytes | None]:
+        encoder = RecordEncoder(
+            _mapping(), SourceIdentity("db", 3306, 1), ddl_topic=None, partitions=lambda _: 3
+        )
+        return [r.value for r in encoder.encode(entry)]
+
+    built = encode()  # the C helper where the build is compiled
+    monkeypatch.setattr(canal_json, "object_bytes", None)
+    assert encode() == built
+    assert json.loads(built[0] or b"")["data"] == [{"id": "5", "status": 'A "quoted"\n\x01 naïve'}]
 
 
 def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> None:
