@@ -42,12 +42,14 @@ _ROOT = MANIFEST.parent.parent
 mode = "pure"  # "compiled" or "pure"; see ``describe()``
 reason = "not decided yet: relay/__init__.py calls install()"
 compiled_modules: tuple[str, ...] = ()  # the modules running compiled (empty when pure)
+c_helpers: tuple[str, ...] = ()  # the hand-written C helpers in use (empty when pure)
 
 
 def describe() -> str:
     """One line for ``relay --version`` and ``relay bench``: the build in use, and why."""
     if mode == "compiled":
-        return f"compiled (mypyc: {len(compiled_modules)} modules)"
+        helpers = f", {len(c_helpers)} C helpers" if c_helpers else ""
+        return f"compiled (mypyc: {len(compiled_modules)} modules{helpers})"
     return f"pure Python ({reason})"
 
 
@@ -109,11 +111,13 @@ def decide(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]]:
 
 def install() -> None:
     """Decide the build (once per process); for the pure one, put the source finder first."""
-    global mode, reason, compiled_modules
+    global mode, reason, compiled_modules, c_helpers
     if mode == "compiled" or any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         return
     mode, reason, compiled_modules = decide(os.environ)
     if mode == "compiled":
+        built = _read_manifest() or {}
+        c_helpers = tuple(sorted(m[:-2] for m in built if m.endswith(".c")))
         return
     if reason.startswith("stale"):
         log.warning("running pure Python: %s (run it again)", reason)
