@@ -102,9 +102,10 @@ static PyObject *native(const Step *s, const unsigned char *d, Py_ssize_t len, P
     }
     case OP_DECIMAL: {
         int precision = (int)s->a, scale = (int)s->b, intg = precision - scale;
+        if (intg < 0 || scale < 0 || precision > 90) return NULL; /* metadata no server writes */
         int ifull = intg / 9, ipart = intg % 9, ffull = scale / 9, fpart = scale % 9;
         Py_ssize_t size = DIG2BYTES[ipart] + 4 * ifull + 4 * ffull + DIG2BYTES[fpart];
-        if (size == 0 || p + size > len || size > 40 || precision > 90) return NULL;
+        if (size == 0 || p + size > len || size > 40) return NULL;
         unsigned char raw[40];
         memcpy(raw, d + p, (size_t)size);
         int negative = !(raw[0] & 0x80);

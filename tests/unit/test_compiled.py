@@ -254,6 +254,7 @@ def _columns() -> list[object]:
         (t.NEWDECIMAL, (30 << 8) | 30, False, None, None),
         (t.NEWDECIMAL, (65 << 8) | 17, False, None, None),
         (t.NEWDECIMAL, (18 << 8) | 9, False, None, None),
+        (t.NEWDECIMAL, (2 << 8) | 5, False, None, None),  # scale above precision: left to its decoder
         (t.DATE, 0, False, None, None),
         *[(t.DATETIME2, fsp, False, None, None) for fsp in range(7)],
         (t.TIMESTAMP2, 3, False, None, None),  # left to its decoder
@@ -291,6 +292,8 @@ def _value(column: object, rnd: object) -> bytes:
     if code == t.NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
         intg = precision - scale
+        if intg < 0:
+            return rnd.randbytes(rnd.randrange(8))
         size = t.DIG2BYTES[intg % 9] + 4 * (intg // 9) + 4 * (scale // 9) + t.DIG2BYTES[scale % 9]
         if rnd.random() < 0.2:
             return rnd.randbytes(size)  # often digit groups out of range: the decoder's arithmetic
