@@ -279,6 +279,12 @@ class KafkaPublisher:
                 return
             except KafkaException as exc:
                 err = exc.args[0]
+                # A fencing that arrived while the commit was under way is reported to the error callback,
+                # served only by poll: without it the commit would be called again until the deadline
+                # (seen: a relay fenced mid-commit still retrying a minute later).
+                self.poll(0)
+                if self._fatal is not None:
+                    raise self._fatal from exc
                 if (
                     not err.retriable()
                     or err.txn_requires_abort()
