@@ -236,17 +236,9 @@ def _columns() -> list[object]:
     from relay.binlog.events import ColumnMeta
 
     utf8, latin1, gbk, binary = 45, 8, 28, 63
+    integers = (t.TINY, t.SHORT, t.INT24, t.LONG, t.LONGLONG)
     kinds: list[tuple[int, int, bool, int | None, tuple[str, ...] | None]] = [
-        (t.TINY, 0, False, None, None),
-        (t.TINY, 0, True, None, None),
-        (t.SHORT, 0, False, None, None),
-        (t.SHORT, 0, True, None, None),
-        (t.INT24, 0, False, None, None),
-        (t.INT24, 0, True, None, None),
-        (t.LONG, 0, False, None, None),
-        (t.LONG, 0, True, None, None),
-        (t.LONGLONG, 0, False, None, None),
-        (t.LONGLONG, 0, True, None, None),
+        *[(code, 0, unsigned, None, None) for code in integers for unsigned in (False, True)],
         (t.FLOAT, 4, False, None, None),
         (t.DOUBLE, 8, False, None, None),
         (t.NEWDECIMAL, (12 << 8) | 2, False, None, None),
