@@ -2,56 +2,46 @@
 
 Owns the remap replay: it reads every record retained in the given topics (assign-based, from the
 checkpoint or the beginning), asks the CURRENT mapping where each record's physical table goes now,
-and re-publishes the records whose topic changed into their new topic — how a user migrates history
-after giving a table its own topic. Runs on the CLI's thread; hands records to ``KafkaPublisher``
-(idempotent, ``acks=all``) chunk by chunk, and saves the offsets done to a checkpoint file only after a
-chunk is delivered, so an interrupted run resumes where it stopped.
+and re-publishes the records whose topic changed into their new topic (``relay.kafka.remap`` says what a
+moved record keeps and what changes) — for history a relay did not move itself (a switch made with
+``mapping.move: switch``, or before moves were copied). A running relay moves a table's history by
+itself when its mapping sends the table elsewhere (``relay.kafka.history``). Runs on the CLI's thread;
+hands records to ``KafkaPublisher`` (idempotent, ``acks=all``) chunk by chunk, and saves the offsets done
+to a checkpoint file only after a chunk is delivered, so an interrupted run resumes where it stopped.
 
-What a moved record keeps and what changes:
-
-- kept: the value (sequence, source block, data), the ``relay.sequence``, ``relay.type`` and physical
-  headers — so a consumer de-duplicates a re-run, or an overlap with the live relay, by sequence;
-- changed: the topic; the ``relay.db`` / ``relay.table`` / ``relay.tag`` headers, and for canal-json the
-  value's ``database`` / ``table`` fields, when the logical names changed; the key, recomputed for
-  canal-json rows from the mapping's key columns (or the primary key) and its ``key_shard``, so a row
-  stays in one partition of its new topic; a tombstone (null value) goes under the key its DELETE got.
-  canal-protobuf values and keys are re-published as they are;
-- added: ``relay.ops.replay.from`` = ``topic:partition:offset`` of the original.
-
-A DDL barrier (one copy per partition of the old topic) is re-published from its copy in partition 0,
-to every partition of the new topic. Records still routed to the topic they are in, dropped tables, and
-records without the relay's headers are left alone.
+Per key, a topic must hold a table's changes in binlog order. So before anything is published, a first
+pass reads what the destination topics hold of the moved tables (per partition, source and table, the
+lowest and highest change identity) and what the replay would add: a replay that would place a record
+behind a later change of its table in the same partition (history moved into a topic the table already
+publishes its new changes to) is refused, naming the table and the topic. Records a destination already
+holds (a re-run, an interrupted run) are skipped, not published twice.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
+import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING
 
-from mapping.checks import KEY_SHARD_PHYSICAL, SHARD_FIELD, shard_column
 from mapping.model import Mapping, Route
 from mapping.store import atomic_write
 from relay.config.load import RelayConfig
-from relay.errors import MappingError, PublishError
-from relay.kafka.codec import H_DB, H_PHYSICAL_DB, H_PHYSICAL_TABLE, H_SEQUENCE, H_TABLE, H_TAG, H_TYPE
+from relay.errors import MappingError
+from relay.kafka.history_copy import CopySettings, HistoryCopy, Slot, TopicReader, partitions_of
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import Record
-from relay.wiring import mapping_store, publisher_config
+from relay.kafka.remap import Consumed, Identity, Remapper
+from relay.wiring import consumer_settings, mapping_store, publisher_config
 
 log = logging.getLogger(__name__)
 
-H_REPLAY_FROM = "relay.replay.from"
-_ROW_TYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
-_IDLE_SECONDS = 1.0  # after every partition reported its end: this long without a record ends the read
-_NO_EOF_SECONDS = 10.0  # a broker that never reports a partition's end: give up after this much silence
+_SHOWN = 5  # refused slots named in the message
 
 
 @dataclass(frozen=True)
@@ -72,13 +62,14 @@ class ReplayReport:
     dropped: int = 0
     foreign: int = 0
     ddl_copies: int = 0
+    present: int = 0
     into: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         targets = ", ".join(f"{t}: {n}" for t, n in sorted(self.into.items())) or "none"
         return (
             f"replay under mapping version {self.mapping_version}: read {self.read}, moved {self.moved} "
-            f"({targets}), kept {self.kept}, dropped tables {self.dropped}, "
+            f"({targets}), kept {self.kept}, already there {self.present}, dropped tables {self.dropped}, "
             f"other DDL copies {self.ddl_copies}, not relay records {self.foreign}"
         )
 
@@ -107,6 +98,10 @@ class Checkpoint:
             )
         return cls(path, version, offsets)
 
+    def starts(self) -> dict[tuple[str, int], int]:
+        """Where each checkpointed partition is read from."""
+        return {(t, p): o for t, parts in self.offsets.items() for p, o in parts.items()}
+
     def save(self) -> None:
         data = {"mapping_version": self.mapping_version, "offsets": self.offsets}
         atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
@@ -115,7 +110,8 @@ class Checkpoint:
 def replay_remap(
     config: RelayConfig, options: ReplayOptions, progress: Callable[[str], None] = log.info
 ) -> ReplayReport:
-    """Move the retained history of ``options.topics`` under the current mapping; see the module doc."""
+    """Move the retained history of ``options.topics`` under the current mapping; see the module doc.
+    Refuses (``MappingError``) a replay that would place records behind later changes of their table."""
     store = mapping_store(config)
     try:
         mapping = store.read()
@@ -123,239 +119,137 @@ def replay_remap(
         store.close()
     path = options.checkpoint or config.path(f"var/{{instance}}/replay-{'+'.join(options.topics)}.json")
     checkpoint = Checkpoint.load(path, mapping.version, options.restart)
-    run = _Replay(config, mapping, options, checkpoint, progress)
+    settings = consumer_settings(config)
+    plan = _ReplayPlan(mapping, options.topics)
+    lowest, destinations = _lowest_additions(settings, plan, checkpoint)  # the first pass
+    plan.destinations = tuple(sorted(destinations))
+    plan.counts.clear()
+    publisher = None if options.dry_run else KafkaPublisher(publisher_config(config, mapping))
     try:
-        return run.run()
-    finally:
-        run.close()
-
-
-class _Replay:
-    def __init__(
-        self,
-        config: RelayConfig,
-        mapping: Mapping,
-        options: ReplayOptions,
-        checkpoint: Checkpoint,
-        progress: Callable[[str], None],
-    ) -> None:
-        self.config, self.mapping, self.options = config, mapping, options
-        self.checkpoint, self.progress = checkpoint, progress
-        self.report = ReplayReport(mapping.version)
-        self.consumer = Consumer(self._consumer_settings())
-        self.publisher = None if options.dry_run else KafkaPublisher(publisher_config(config, mapping))
-        self.pending: list[Record] = []
-        # (topic, original key) of a moved DELETE → its new key: where its tombstone goes
-        self._moved_deletes: dict[tuple[str, bytes | None], bytes | None] = {}
-        self.done: dict[tuple[str, int], int] = {}  # read positions covered by ``pending``
-        self.ends: dict[tuple[str, int], int] = {}
-        self._batch = 0
-
-    def _consumer_settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = {
-            k: v
-            for k, v in self.config.kafka.settings.items()
-            if k.startswith(("security.", "sasl.", "ssl."))
-        }
-        settings.update(
-            {
-                "bootstrap.servers": self.config.kafka.bootstrap_servers,
-                "group.id": f"relay-replay-{uuid.uuid4().hex[:8]}",  # assign() only: no group offsets used
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
+        copy = HistoryCopy(
+            plan,
+            CopySettings(settings, publisher_config(config, mapping), chunk=options.chunk),
+            publisher,
+            stop=threading.Event(),
+            starts=checkpoint.starts(),
+            on_delivered=lambda copy: _delivered(copy, checkpoint, options, plan, progress),
         )
-        return settings
+        copy.read_index()
+        behind = [
+            (slot, low, copy.index.span[slot][0])
+            for slot, low in sorted(lowest.items())
+            if slot in copy.index.span and low < copy.index.span[slot][0]
+        ]
+        if behind:
+            raise MappingError("--from", _behind_message(behind))
+        copy.round(None)  # everything, in merged order: the second pass
+    finally:
+        if publisher is not None:
+            publisher.close(timeout=5.0)
+    return ReplayReport(
+        mapping.version,
+        read=copy.read,
+        moved=copy.moved,
+        kept=plan.counts["kept"],
+        dropped=plan.counts["dropped"],
+        foreign=plan.counts["foreign"],
+        ddl_copies=copy.barrier_copies,
+        present=copy.skipped,
+        into=dict(copy.into),
+    )
 
-    def close(self) -> None:
-        self.consumer.close()
-        if self.publisher is not None:
-            self.publisher.close(timeout=5.0)
 
-    def run(self) -> ReplayReport:
-        assignment = self._assign()
-        eof: set[tuple[str, int]] = set()
-        last = time.monotonic()
-        while True:
-            msg = self.consumer.poll(0.2)
-            now = time.monotonic()
-            if msg is None:
-                quiet = now - last
-                if (len(eof) == len(assignment) and quiet > _IDLE_SECONDS) or quiet > _NO_EOF_SECONDS:
-                    break
-                continue
-            last = now
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add((str(msg.topic()), int(msg.partition() or 0)))
-                    continue
-                raise PublishError(f"cannot read {msg.topic()}: {err.str()}")
-            eof.discard((str(msg.topic()), int(msg.partition() or 0)))
-            self._take(msg)
-            if len(self.pending) >= self.options.chunk:
-                self._flush()
-        self._flush()
-        return self.report
+class _ReplayPlan:
+    """What a replay moves: every source's records whose table the mapping now routes to another topic.
+    Counts the records it leaves (``counts``: kept, dropped, foreign)."""
 
-    def _assign(self) -> list[TopicPartition]:
-        try:
-            meta = self.consumer.list_topics(timeout=30)
-        except KafkaException as exc:
-            raise PublishError(f"cannot list topics: {exc}") from exc
-        parts: list[TopicPartition] = []
-        for topic in self.options.topics:
-            info = meta.topics.get(topic)
-            if info is None or info.error is not None:
-                raise MappingError("--from", f"topic {topic!r} does not exist")
-            done = self.checkpoint.offsets.setdefault(topic, {})
-            for p in sorted(info.partitions):
-                start = done.get(p, OFFSET_BEGINNING)
-                parts.append(TopicPartition(topic, p, start))
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                self.ends[(topic, p)] = high
-        self.consumer.assign(parts)
-        return parts
+    source_id: str | None = None
 
-    def _take(self, msg: Message) -> None:
-        topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
-        self.report.read += 1
-        self.done[(topic, partition)] = offset + 1
-        pairs = _headers(msg)
-        headers = dict(pairs)
-        if H_PHYSICAL_DB not in headers or H_PHYSICAL_TABLE not in headers or H_SEQUENCE not in headers:
-            self.report.foreign += 1
-            return
-        db, table = headers[H_PHYSICAL_DB].decode(), headers[H_PHYSICAL_TABLE].decode()
-        route = self.mapping.resolve(db, table)  # an ambiguity stops the replay (fail closed)
+    def __init__(self, mapping: Mapping, origins: tuple[str, ...]) -> None:
+        self.mapping, self.origins = mapping, origins
+        self.destinations: tuple[str, ...] = ()
+        self.counts: Counter[str] = Counter()
+
+    def route(self, rec: Consumed) -> Route | None:
+        physical = rec.physical
+        if physical is None:
+            self.counts["foreign"] += 1
+            return None
+        route = self.mapping.resolve(*physical)  # an ambiguity stops the replay (fail closed)
         if route is None:
-            self.report.dropped += 1
-            return
-        if route.topic == topic:
-            self.report.kept += 1
-            return
-        origin = f"{topic}:{partition}:{offset}".encode()
-        if headers.get(H_TYPE, b"").decode() in _ROW_TYPES:
-            self._move_row(msg, pairs, route, origin)
-        else:
-            self._move_statement(msg, pairs, route, origin)
-
-    def _move_row(self, msg: Message, pairs: Headers, route: Route, origin: bytes) -> None:
-        old_key = _bytes(msg.key()) if msg.key() else None
-        headers = _remap_headers(pairs, route, origin)
-        if msg.value() is None:  # a compaction tombstone: under the key its DELETE was moved to
-            key = self._moved_deletes.pop((str(msg.topic()), old_key), old_key)
-            self.pending.append(Record(route.topic, None, key, None, headers))
-            self._count(route.topic)
-            return
-        value, key = _remap_value(_bytes(msg.value()), route, old_key)
-        if dict(pairs).get(H_TYPE) == b"DELETE":
-            self._moved_deletes[(str(msg.topic()), old_key)] = key
-        self.pending.append(Record(route.topic, None, key, value, headers))
-        self._count(route.topic)
-
-    def _move_statement(self, msg: Message, pairs: Headers, route: Route, origin: bytes) -> None:
-        """A DDL barrier: moved from its copy in partition 0 only (every partition holds one), so the
-        moved copies are the same whichever run, or resumed run, moves them."""
-        if msg.partition() != 0:
-            self.report.ddl_copies += 1
-            return
-        value, _ = _remap_value(_bytes(msg.value()), route, None)
-        headers = _remap_headers(pairs, route, origin)
-        count = 1 if self.publisher is None else self.publisher.partitions(route.topic)
-        for p in range(count):
-            self.pending.append(Record(route.topic, p, None, value, headers))
-        self._count(route.topic)
-
-    def _count(self, topic: str) -> None:
-        self.report.moved += 1
-        self.report.into[topic] = self.report.into.get(topic, 0) + 1
-
-    def _flush(self) -> None:
-        """Deliver the pending chunk, then checkpoint the read positions it covers."""
-        if self.pending and self.publisher is not None:
-            self._deliver(self.pending)
-        for (topic, partition), next_offset in self.done.items():
-            self.checkpoint.offsets.setdefault(topic, {})[partition] = next_offset
-        if self.done and not self.options.dry_run:
-            self.checkpoint.save()
-        self.pending, self.done = [], {}
-        self._show_progress()
-
-    def _deliver(self, records: list[Record]) -> None:
-        assert self.publisher is not None
-        self.publisher.ensure_topics({r.topic for r in records})
-        self._batch += 1
-        handle = self.publisher.send(self._batch, records, "replay")
-        deadline = time.monotonic() + self.config.kafka.delivery_timeout_seconds + 10
-        while not self.publisher.completed_prefix():
-            failed = self.publisher.failed()
-            if failed is not None and failed.error is not None:
-                raise failed.error
-            if time.monotonic() > deadline:
-                raise PublishError(f"{handle.label}: not delivered in time; re-run to resume")
-            self.publisher.poll(0.1)
-
-    def _show_progress(self) -> None:
-        parts = []
-        for (topic, p), end in sorted(self.ends.items()):
-            at = self.checkpoint.offsets.get(topic, {}).get(p, 0)
-            pct = 100 if end <= 0 else min(100, 100 * at // end)
-            parts.append(f"{topic}[{p}] {at}/{end} ({pct}%)")
-        r = self.report
-        self.progress(f"replay: {'; '.join(parts)} | read {r.read}, moved {r.moved}, kept {r.kept}")
+            self.counts["dropped"] += 1
+            return None
+        if route.topic == rec.topic:
+            self.counts["kept"] += 1
+            return None
+        return route
 
 
-Headers = list[tuple[str, bytes]]
-
-
-def _bytes(value: str | bytes | None) -> bytes:
-    if value is None:
-        return b""
-    return value.encode() if isinstance(value, str) else value
-
-
-def _headers(msg: Message) -> Headers:
-    raw = msg.headers() or []
-    items = raw.items() if isinstance(raw, dict) else raw
-    return [(k, _bytes(v)) for k, v in items if v is not None]
-
-
-def _remap_headers(headers: Headers, route: Route, origin: bytes) -> tuple[tuple[str, bytes], ...]:
-    out = [(k, v) for k, v in headers if k not in (H_DB, H_TABLE, H_TAG, H_REPLAY_FROM)]
-    out[:0] = [(H_DB, route.logical_db.encode()), (H_TABLE, route.logical_table.encode())]
-    if route.tag is not None:
-        out.append((H_TAG, route.tag.encode()))
-    out.append((H_REPLAY_FROM, origin))
-    return tuple(out)
-
-
-def _remap_value(value: bytes, route: Route, key: bytes | None) -> tuple[bytes, bytes | None]:
-    """canal-json: logical names and the key under ``route``; anything else as it is."""
-    if route.codec != "canal-json" or not value.startswith(b"{"):
-        return value, key
+def _lowest_additions(
+    settings: dict[str, Any], plan: _ReplayPlan, checkpoint: Checkpoint
+) -> tuple[dict[Slot, Identity], set[str]]:
+    """The first pass: the destination topics, and per destination slot the lowest change identity the
+    replay would add there (a topic that does not exist yet holds nothing to place records behind)."""
+    lowest: dict[Slot, Identity] = {}
+    destinations: set[str] = set()
+    counts: dict[str, int] = {}
+    remapper = Remapper()
+    parts = partitions_of(settings, plan.origins)
+    missing = set(plan.origins) - {t for t, _ in parts}
+    if missing:
+        raise MappingError("--from", f"topic {sorted(missing)[0]!r} does not exist")
+    starts = checkpoint.starts()
+    reader = TopicReader(settings, {tp: starts.get(tp, OFFSET_BEGINNING) for tp in parts})
     try:
-        msg = json.loads(value)
-    except ValueError:
-        return value, key
-    if not isinstance(msg, dict):
-        return value, key
-    if (msg.get("database"), msg.get("table")) != (route.logical_db, route.logical_table):
-        msg["database"], msg["table"] = route.logical_db, route.logical_table
-        value = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode()
-    rows = msg.get("data") or []
-    if key is None or not rows or not isinstance(rows[0], dict):
-        return value, key
-    names = route.key_columns if route.key_columns is not None else tuple(msg.get("pkNames") or ())
-    row = {k.lower(): (k, v) for k, v in rows[0].items()}
-    if not names or any(n.lower() not in row for n in names):
-        return value, key
-    new_key: dict[str, Any] = {}
-    if route.key_shard == KEY_SHARD_PHYSICAL:
-        new_key[SHARD_FIELD] = f"{route.physical_db}.{route.physical_table}"
-    elif (column := shard_column(route.key_shard)) is not None:
-        if column.lower() not in row:
-            return value, key
-        new_key[SHARD_FIELD] = row[column.lower()][1]
-    new_key.update({n: row[n.lower()][1] for n in names})
-    return value, json.dumps(new_key, ensure_ascii=False, separators=(",", ":")).encode()
+        while not reader.at_end():
+            rec = reader.poll(0.2)
+            if rec is None or (route := plan.route(rec)) is None or (physical := rec.physical) is None:
+                continue
+            destinations.add(route.topic)
+            if route.topic not in counts:
+                counts[route.topic] = len(partitions_of(settings, [route.topic]))
+            if counts[route.topic] == 0:
+                continue
+            for record in remapper.records(rec, route, counts[route.topic]):
+                assert record.partition is not None
+                slot = (record.topic, record.partition, rec.source_id or "", *physical)
+                lowest[slot] = min(lowest.get(slot, rec.identity), rec.identity)
+    finally:
+        reader.close()
+    return lowest, destinations
+
+
+def _delivered(
+    copy: HistoryCopy,
+    checkpoint: Checkpoint,
+    options: ReplayOptions,
+    plan: _ReplayPlan,
+    progress: Callable[[str], None],
+) -> None:
+    """After every delivered chunk: checkpoint where the next run may start, show progress."""
+    for (topic, partition), offset in copy.next_offsets.items():
+        if offset >= 0:
+            checkpoint.offsets.setdefault(topic, {})[partition] = offset
+    if not options.dry_run:
+        checkpoint.save()
+    parts = [f"{t}[{p}] {o}" for (t, p), o in sorted(copy.next_offsets.items()) if o >= 0]
+    progress(
+        f"replay: at {'; '.join(parts) or 'the start'} | read {copy.read}, moved {copy.moved}, "
+        f"kept {plan.counts['kept']}"
+    )
+
+
+def _behind_message(behind: list[tuple[Slot, Identity, Identity]]) -> str:
+    shown = "; ".join(
+        f"{db}.{table} into {topic} [{partition}]: from sequence {low[0]}, but it holds sequence {first[0]} "
+        f"onwards already"
+        for (topic, partition, _, db, table), low, first in behind[:_SHOWN]
+    )
+    more = f" (and {len(behind) - _SHOWN} more)" if len(behind) > _SHOWN else ""
+    return (
+        f"refused: the replay would place records behind later changes of the same table: {shown}{more}. "
+        "Consumers applying those topics in offset order would end with stale rows. The destination "
+        "already has the table's newer changes (it was switched without copying its history: "
+        "mapping.move: switch). To give it the table's full state, re-snapshot the table "
+        "(`relay snapshot run --table DB.TABLE`); nothing was published"
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from relay.kafka.partitioner import partition_for_key
@@ -86,6 +86,47 @@ def read_topic(
                 continue
             if msg.error():
                 raise KafkaException(msg.error())
+            headers = {k: v for k, v in (msg.headers() or [])}
+            ts_type, ts = msg.timestamp()
+            out.append(
+                Rec(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, ts, ts_type)
+            )
+    finally:
+        consumer.close()
+    return out
+
+
+def read_to_end(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Rec]:
+    """Every record ``topic`` holds now: a fresh consumer reads each partition from its start until the
+    broker reports its end (a fetch's end of partition, reliable on Tansu too, unlike its high
+    watermark). What a producer had delivered before this call is in the result."""
+    n = partitions_of(bootstrap, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"relay-test-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
+    deadline = time.monotonic() + timeout
+    out: list[Rec] = []
+    ended: set[int] = set()
+    try:
+        while len(ended) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: no end of partitions {set(range(n)) - ended} in {timeout}s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    ended.add(int(msg.partition() or 0))
+                    continue
+                raise KafkaException(err)
+            ended.discard(int(msg.partition() or 0))
             headers = {k: v for k, v in (msg.headers() or [])}
             ts_type, ts = msg.timestamp()
             out.append(

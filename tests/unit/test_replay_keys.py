@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from mapping.load import parse_mapping
-from relay.ops.replay import _remap_value
+from relay.kafka.remap import remap_value
 
 
 def route(key_shard: str):  # type: ignore[no-untyped-def]
@@ -33,12 +33,12 @@ VALUE = json.dumps(
 
 
 def test_remapped_keys_carry_the_shard_identity() -> None:
-    assert _remap_value(VALUE, route("none"), b'{"id":"42"}')[1] == b'{"id":"42"}'
+    assert remap_value(VALUE, route("none"), b'{"id":"42"}')[1] == b'{"id":"42"}'
     assert (
-        _remap_value(VALUE, route("physical"), b'{"id":"42"}')[1]
+        remap_value(VALUE, route("physical"), b'{"id":"42"}')[1]
         == b'{"_shard":"shop_07.orders_33","id":"42"}'
     )
-    assert _remap_value(VALUE, route("column:Region"), b'{"id":"42"}')[1] == b'{"_shard":"eu","id":"42"}'
+    assert remap_value(VALUE, route("column:Region"), b'{"id":"42"}')[1] == b'{"_shard":"eu","id":"42"}'
     assert (
-        _remap_value(VALUE, route("column:zone"), b'{"id":"42"}')[1] == b'{"id":"42"}'
+        remap_value(VALUE, route("column:zone"), b'{"id":"42"}')[1] == b'{"id":"42"}'
     )  # no such column: kept
