@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -28,6 +29,8 @@ from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
 from relay.errors import ConfigError, MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
+from relay.kafka.history import MovePlan, TableMove, move_publisher_config
+from relay.kafka.history_copy import CopySettings
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import PublisherConfig, TopicDefaults
@@ -228,6 +231,37 @@ def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
     )
 
 
+def consumer_settings(config: RelayConfig) -> dict[str, Any]:
+    """What a consumer of the relay's own topics needs: the brokers and the security settings of
+    ``kafka.settings``; ``read_committed`` where the relay publishes in transactions."""
+    k = config.kafka
+    settings: dict[str, Any] = {
+        key: value for key, value in k.settings.items() if key.startswith(("security.", "sasl.", "ssl."))
+    }
+    settings["bootstrap.servers"] = k.bootstrap_servers
+    if k.transactions:
+        settings["isolation.level"] = "read_committed"
+    return settings
+
+
+def move_opener(config: RelayConfig, leadership: Leadership | None) -> Callable[[MovePlan], TableMove] | None:
+    """How the relay copies a moved table's history (``mapping.move: copy``); None with ``switch``."""
+    if config.mapping.move != "copy":
+        return None
+
+    def open_move(plan: MovePlan) -> TableMove:
+        settings = CopySettings(
+            consumer=consumer_settings(config),
+            publisher=move_publisher_config(publisher_config(config, plan.new)),
+            retry=config.publish.retry,
+            rate=config.mapping.move_rate,
+        )
+        fence = leadership.check if leadership is not None else (lambda: None)
+        return TableMove(plan, settings, fence=fence, name=f"move-{config.instance}")
+
+    return open_move
+
+
 # --- the relay -------------------------------------------------------------------------------------
 def build_relay(
     config: RelayConfig,
@@ -268,6 +302,7 @@ def build_relay(
         open_watcher=watcher,
         exactly_once=store if isinstance(store, KafkaPositionStore) and store.bound else None,
         read_mapping=read_mapping,
+        open_move=move_opener(config, coordination.leadership),
     )
     relay = Relay(config, mapping, parts)
     relay.observe(MetricsExporter(config.metrics, relay))

@@ -182,9 +182,12 @@ def set_position(
 
 def _renumbered(point: ResumePoint, saved: ResumePoint | None) -> ResumePoint:
     """``point`` as a new binlog history: the saved generation + 1, so that every record published from
-    it sorts after every record published before, wherever the new position is. No mapping version: no
-    record was published after it yet, the relay starts under its current mapping."""
-    return replace(point, generation=next_generation(saved))
+    it sorts after every record published before, wherever the new position is. It keeps the saved
+    point's mapping version: the relay resumes under the version it last published under and switches
+    to the current one by the usual rule — a switch that moves tables copies their history first, which
+    starting under the current version at once would skip."""
+    version = saved.mapping_version if saved is not None else None
+    return replace(point, generation=next_generation(saved), mapping_version=version)
 
 
 def _refuse_if_active(config: RelayConfig, *, lock_checked: bool = False) -> None:

@@ -78,6 +78,10 @@ class MappingSettings:
     file: str = "conf/mapping.yaml"
     reload: bool = True
     reload_check_seconds: float = 1.0
+    # A version that sends tables to another topic: ``copy`` their retained history there before switching
+    # (relay.kafka.history), or ``switch`` at once, the history left in the old topic.
+    move: str = "copy"
+    move_rate: float = 0.0  # records a history copy writes per second at most; 0: no limit
     zookeeper: MappingZooKeeperSettings = field(default_factory=MappingZooKeeperSettings)
 
 
@@ -192,6 +196,12 @@ class RelayConfig:
             raise ConfigError("mapping.store", f"must be file or zookeeper, got {self.mapping.store!r}")
         if self.mapping.reload_check_seconds <= 0:
             raise ConfigError("mapping.reload_check_seconds", "must be positive")
+        if self.mapping.move not in ("copy", "switch"):
+            raise ConfigError("mapping.move", f"must be copy or switch, got {self.mapping.move!r}")
+        if self.mapping.move_rate < 0:
+            raise ConfigError(
+                "mapping.move_rate", f"must be 0 (no limit) or positive, got {self.mapping.move_rate}"
+            )
         if not 0 < self.source.port < 65536:
             raise ConfigError("source.port", f"must be a TCP port, got {self.source.port}")
         if self.source.server_id <= 0:

@@ -61,10 +61,12 @@ from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.daemon import snapshot_requests
+from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.status import RelayStats, write_status
-from relay.errors import MappingError, PublishError, RecordRejectedError, RelayError
+from relay.errors import InvalidMappingError, MappingError, PublishError, RecordRejectedError, RelayError
 from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
+from relay.kafka.history import MovePlan, TableMove
 from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import BatchHandle, Record
@@ -107,7 +109,8 @@ class RelayParts:
     hot reload). ``exactly_once``: the Kafka position store whose records go into the publisher's
     transactions (None: not exactly-once mode). ``read_mapping``: reads the mapping store's current
     mapping (None) or a version of its history (a number); None: the relay keeps the mapping it was given
-    and cannot resume another.
+    and cannot resume another. ``open_move``: starts the history copy of a switch that moves tables to
+    another topic (None: ``mapping.move: switch``, the history stays where it is).
     """
 
     instance: CanalInstance
@@ -118,6 +121,7 @@ class RelayParts:
     open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
     exactly_once: KafkaPositionStore | None = None
     read_mapping: Callable[[int | None], Mapping] | None = None
+    open_move: Callable[[MovePlan], TableMove] | None = None
 
 
 class Relay:
@@ -151,7 +155,10 @@ class Relay:
         self.watcher: MappingWatcher | None = None
         self._gate = SwitchGate()
         self._pending: Mapping | None = None
-        self._batch_rows: dict[int, tuple[int, int, int]] = {}  # batch id → (records, rows, last event ms)
+        # A switch that moves tables to another topic waits for their history to be copied there.
+        self._moves = MoveSwitch(parts.open_move, self._move_tables, config.source_id)
+        # batch id → (records, rows, last event ms, (sequence, part) of its last record)
+        self._batch_rows: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
         self._next_status = 0.0
         self._next_request_check = 0.0
         self._snapshot_answer: dict[str, object] | None = None  # the last on-demand request's answer
@@ -262,6 +269,7 @@ class Relay:
             self._abandon()
             raise
         finally:
+            self._moves.abandon()
             self.instance.stop()
             if self.watcher is not None:
                 self.watcher.store.close()
@@ -360,7 +368,7 @@ class Relay:
         new_topics = self._encoder.topics()
         if new_topics:
             self.publisher.ensure_topics(new_topics)
-        self._batch_rows[batch_id] = (len(records), rows, last_ms)
+        self._batch_rows[batch_id] = (len(records), rows, last_ms, last_identity(records))
         where = _span(entries[0], entries[-1])
         self._fence()
         self.publisher.send(batch_id, records, where)
@@ -385,8 +393,9 @@ class Relay:
         for handle in done:
             for observer in self._observers:
                 observer.batch_acked(handle.batch_id)
-            records, rows, last_ms = self._batch_rows.pop(handle.batch_id, (0, 0, 0))
+            records, rows, last_ms, last = self._batch_rows.pop(handle.batch_id, (0, 0, 0, None))
             self.stats.acked(records, rows, str(point), last_ms)
+            self._moves.acked(last)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "%s: %d records delivered; acked, position %s saved%s",
@@ -471,39 +480,71 @@ class Relay:
         if self._pending is None:
             return True
         self._tail_covered()
+        if not self._history_copied(self._pending) or self._pending is None:
+            return True  # the moved tables' history is still being copied (or the version was refused)
         ack = self.instance.acked_sequence
         if self._gate.may_switch(self.publisher.inflight(), ack):
+            if not self._moves.finished():
+                return False  # nothing in flight: the copy takes the last records, no batch is taken
             self._switch(self._pending)
             return True
         return not self._gate.hold_new_batches(True, ack)
+
+    def _history_copied(self, new: Mapping) -> bool:
+        """A version that moves tables to another topic waits until their history has been copied
+        there (``relay.daemon.moves``); one that cannot be used for the live tables is refused first."""
+        if not self._moves.active:
+            assert self._encoder is not None
+            problem = check_against_tables(new, self._encoder.known_tables())
+            if problem is not None:
+                self._refuse(new, problem)
+                return True
+        try:
+            return self._moves.may_switch(self.mapping, new, self.instance.saved_point)
+        except InvalidMappingError as exc:
+            self._refuse(new, exc)
+            return True
+
+    def _move_tables(self) -> list[tuple[str, str]]:
+        """The physical tables a move is planned over: the source's captured tables and the tables
+        published since the last switch (a dropped one still has history)."""
+        assert self._encoder is not None
+        known = [(db, table) for db, table, _ in self._encoder.known_tables()]
+        return [*self.instance.captured_tables(), *known]
 
     def _switch(self, new: Mapping) -> None:
         """Swap the mapping (nothing in flight), or refuse it when it fails on the tables seen so far."""
         assert self._encoder is not None
         problem = check_against_tables(new, self._encoder.known_tables())
         if problem is not None:
-            self._pending = None
-            if self.watcher is not None:
-                self.watcher.refuse(new, problem)
-            else:
-                log.error(
-                    "refused mapping version %d; keeping version %d: %s",
-                    new.version,
-                    self.mapping.version,
-                    problem,
-                )
+            self._refuse(new, problem)
             return
         self.publisher.ensure_topics(new.topic_names())  # may raise a retriable error: stays pending
         self._fence()
         self.instance.publish_under(new.version)  # a restart from here publishes under ``new``
         old, self._encoder.mapping, self.mapping = self.mapping, new, new
         self._pending = None
+        self._moves.switched()
         if self.config.snapshot.mode != "never":
             self._snapshot_answer = snapshot_requests.after_mapping_switch(self.instance, old, new)
         if self.watcher is not None:
             self.watcher.accept(new)
         else:
             log.info("mapping switched from version %d to version %d", old.version, new.version)
+
+    def _refuse(self, new: Mapping, problem: MappingError) -> None:
+        """Keep the current mapping: ``new`` cannot be used (logged once; the status shows it)."""
+        self._pending = None
+        self._moves.refused()
+        if self.watcher is not None:
+            self.watcher.refuse(new, problem)
+        else:
+            log.error(
+                "refused mapping version %d; keeping version %d: %s",
+                new.version,
+                self.mapping.version,
+                problem,
+            )
 
     # -- failures --------------------------------------------------------------------------------
     def _recover(self, failed: BatchHandle, backoff: Backoff) -> None:
@@ -613,6 +654,7 @@ class Relay:
             transactional_id=self.publisher.transactional_id,
             snapshot=self.instance.snapshot_status(),
             snapshot_request=self._snapshot_answer,
+            mapping_move=self._moves.progress(),
             **self._ha_status(),
         )
         try:

@@ -51,6 +51,7 @@ from relay.source.snapshot import (
     EXTRA_KEY,
     Snapshot,
     SnapshotEntry,
+    captured_tables,
     check_where,
     compacted,
     is_snapshot,
@@ -713,6 +714,15 @@ class CanalInstance:
                 return problem
         self._run_snapshot(state, self.source.delivered)
         return None
+
+    def captured_tables(self) -> list[tuple[str, str]]:
+        """(db, table) of the base tables on the server read now that the sink's filters keep."""
+
+        def captures(db: str, table: str) -> bool:
+            name = f"{db}.{table}"
+            return self.sink.include.matches(name) and not self.sink.exclude.matches(name)
+
+        return captured_tables(self._snapshot_source(), captures)
 
     def cancel_snapshot(self) -> str | None:
         """Cancel the running snapshot; returns why not, or None. Publisher thread."""

@@ -685,6 +685,20 @@ def check_where(source: SourceConfig, tables: list[str], where: str) -> str | No
     return None
 
 
+def captured_tables(source: SourceConfig, captures: Callable[[str, str], bool]) -> list[tuple[str, str]]:
+    """(db, table) of the server's base tables ``captures`` keeps."""
+    conn = mysql.connect(
+        source.host, source.port, source.user, source.password, tls=source.tls,
+        connect_timeout=source.connect_timeout, read_timeout=source.read_timeout,
+    )  # fmt: skip
+    try:
+        return [(db, table) for db, table, _ in list_tables(conn, captures)]
+    except pymysql.err.MySQLError as exc:
+        raise mysql.translate(exc, "listing the tables") from exc
+    finally:
+        conn.close()
+
+
 def plan(
     config: SnapshotConfig,
     source: SourceConfig,
