@@ -1,0 +1,41 @@
+"""Flink SQL as an independent reader of the relay's canal-json topics (``tests/flink/canal_json_state.py``).
+
+``flink_state`` writes the values of records read from Kafka — each partition in offset order, exactly as
+consumed, never re-sorted — to a file and has Flink's ``canal-json`` format materialise it by key, in the
+separate ``.venv-flink`` environment that ``scripts/bootstrap`` installs (PyFlink's pinned dependencies
+would clash with the project's). A topic whose records of one key are out of binlog order leaves Flink
+with a stale row, which the caller's comparison with ``SELECT`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FLINK_PYTHON = REPO_ROOT / ".venv-flink" / "bin" / "python"
+SCRIPT = REPO_ROOT / "tests" / "flink" / "canal_json_state.py"
+
+
+def flink_state(
+    values: Iterable[bytes | None], key: str, columns: list[str], work: Path
+) -> dict[str, dict[str, str | None]]:
+    """The rows Flink SQL's canal-json format materialises from ``values`` (in consumption order)."""
+    if not FLINK_PYTHON.exists():
+        raise AssertionError(f"{FLINK_PYTHON} is missing: run scripts/bootstrap (it installs PyFlink there)")
+    path = work / "flink-input.json"
+    with open(path, "wb") as out:
+        for value in values:
+            if value is not None:  # a tombstone: Flink's Kafka source hands canal-json nothing
+                out.write(value.replace(b"\n", b" ") + b"\n")
+    done = subprocess.run(  # noqa: PLW1510 - the return code is asserted
+        [str(FLINK_PYTHON), str(SCRIPT), str(path), key, ",".join(columns)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"Flink failed:\n{done.stderr[-3000:]}"
+    state: dict[str, dict[str, str | None]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return state
