@@ -15,7 +15,7 @@ from mapping.load import dump_mapping
 from mapping.model import LogicalDb, LogicalTable, Mapping, Route
 from relay.errors import MappingError
 
-__all__ = ["Move", "logical_changes", "moves", "summary", "text_diff"]
+__all__ = ["Move", "codec_moves", "logical_changes", "moves", "summary", "text_diff"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,29 @@ def moves(old: Mapping, new: Mapping, tables: Iterable[tuple[str, str]]) -> list
     return out
 
 
+def codec_moves(old: Mapping, new: Mapping) -> list[str]:
+    """The logical tables (and dbs, for their other tables) whose topic and codec both change: a relay
+    that copies a moved table's history (``mapping.move: copy``) refuses such a version, its history
+    being in the old codec. Decided on the logical rules, before any physical table is known."""
+    out: list[str] = []
+    olds = {d.name: d for d in old.logical_dbs}
+    for b in new.logical_dbs:
+        a = olds.get(b.name)
+        if a is None:
+            continue
+        if _db_topic(old, a) != _db_topic(new, b) and _db_codec(old, a) != _db_codec(new, b):
+            out.append(f"logical db {b.name} (the tables it routes without a rule of their own)")
+        tables = {t.name: t for t in a.tables}
+        for tb in b.tables:
+            ta = tables.get(tb.name)
+            if ta is None:
+                continue
+            moved = _table_topic(old, a, ta) != _table_topic(new, b, tb)
+            if moved and (ta.codec or _db_codec(old, a)) != (tb.codec or _db_codec(new, b)):
+                out.append(f"logical table {b.name}.{tb.name}")
+    return out
+
+
 def summary(old: Mapping | None, new: Mapping) -> str:
     """A short description of what a version changed (for ``history``)."""
     if old is None:
@@ -124,6 +147,10 @@ def _route_text(route: Route | None) -> str:
 
 def _db_topic(mapping: Mapping, db: LogicalDb) -> str:
     return db.topic or mapping.defaults.topic
+
+
+def _db_codec(mapping: Mapping, db: LogicalDb) -> str:
+    return db.codec or mapping.defaults.codec
 
 
 def _table_topic(mapping: Mapping, db: LogicalDb, table: LogicalTable) -> str:

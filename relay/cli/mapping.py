@@ -286,10 +286,13 @@ def add_replay_parser(subparsers: Any) -> None:
         help="re-publish records retained in topics under the current mapping (--remap)",
         description="Reads every record retained in the --from topics and re-publishes those the current "
         "mapping now routes to another topic into that topic, with the same value, sequence and headers "
-        "(logical names and tag updated), keyed as the current mapping keys them. Records still routed "
-        "to the topic they are in, and dropped tables, are left alone. Progress goes to stderr; the "
-        "offsets done are saved to --checkpoint after every delivered chunk, so a re-run resumes. Running "
-        "it twice only re-publishes records with sequences consumers de-duplicate.",
+        "(logical names and tag updated), keyed as the current mapping keys them, in change order. Records "
+        "still routed to the topic they are in, and dropped tables, are left alone. A running relay moves "
+        "a table's history by itself when its mapping sends the table elsewhere (mapping.move: copy); this "
+        "is for history it did not move. Records the destination already holds are skipped, and a replay "
+        "that would place records behind newer changes of their table is refused before anything is "
+        "published. Progress goes to stderr; the offsets done are saved to --checkpoint after "
+        "every delivered chunk, so a re-run resumes.",
     )
     p.add_argument("-c", "--config", required=True, help="relay config: Kafka settings and the mapping store")
     p.add_argument("--remap", action="store_true", required=True, help="route by the current mapping")

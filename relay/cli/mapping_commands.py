@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mapping import editor
-from mapping.diff import Move, logical_changes, moves, summary, text_diff
+from mapping.diff import Move, codec_moves, logical_changes, moves, summary, text_diff
 from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
@@ -250,6 +250,7 @@ def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapp
     except MappingError as exc:
         raise editor.refusal(exc) from None
     _print_effect(args, old, new)
+    _warn_codec_moves(args, old, new)
     if args.dry_run:
         print(f"dry run: nothing stored ({store.name} stays at version {old.version})")
         return 0
@@ -258,7 +259,33 @@ def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapp
         return 0
     saved = store.write(new, expected=expected, note=args.note or _note(args))
     print(f"stored version {saved.version} in {store.name} (was {old.version})")
+    if any(" topic" in line and "->" in line for line in logical_changes(old, new)):
+        print(
+            "a table changes topic: running relays (mapping.move: copy) first copy its retained history "
+            f"into the new topic, then switch to version {saved.version}; `relay status` shows the copy"
+        )
     return 0
+
+
+def _warn_codec_moves(args: argparse.Namespace, old: Mapping, new: Mapping) -> None:
+    """A table sent to another topic in another codec: relays that copy moved history (``mapping.move:
+    copy``, the default) refuse such a version and keep the one they run. A warning, not a refusal: the
+    version stored before may be one they refused (a rollback restores what they run)."""
+    found = codec_moves(old, new)
+    if not found:
+        return
+    if getattr(args, "config", None):
+        from relay.config.load import load_config
+
+        if load_config(args.config).mapping.move != "copy":
+            return
+    for name in found:
+        print(
+            f"warning: {name}: its topic and its codec change together; a relay running version "
+            f"{old.version} with mapping.move: copy refuses this version (the history cannot be copied "
+            "into the new topic in another codec) and keeps the one it runs: change one at a time",
+            file=sys.stderr,
+        )
 
 
 _SECRET_OPTIONS = ("--zk-auth", "--mysql")

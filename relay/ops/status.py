@@ -62,6 +62,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         # idempotent / transactional / exactly-once: the running relay's, else the config's
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
+        "mapping_move": _move_line(data.get("mapping_move")) if running else None,
         **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }
@@ -133,6 +134,22 @@ def snapshot_report(live: dict[str, Any] | None, point: ResumePoint | None) -> d
         "snapshot_percent": percent,
         "snapshot_state": what,
     }
+
+
+def _move_line(move: Any) -> str | None:
+    """A table move under way (relay.kafka.history): where to, how far, what the relay waits for."""
+    if not isinstance(move, dict):
+        return None
+    phase = {"copying": "copying history", "final": "switching: new batches held for the last records"}
+    state = move.get("state")
+    waiting = " (caught up)" if move.get("caught_up") and state == "copying" else ""
+    line = (
+        f"{phase.get(str(state), state)}{waiting} for mapping version {move.get('to_version')}: "
+        f"{', '.join(move.get('from') or [])} -> {', '.join(move.get('to') or [])}, "
+        f"{move.get('tables')} table(s), read {move.get('read')}, copied {move.get('copied')}, "
+        f"already there {move.get('already_there')}"
+    )
+    return f"{line}; error: {move['error']}" if move.get("error") else line
 
 
 def _fill_percent(data: dict[str, Any]) -> float | None:

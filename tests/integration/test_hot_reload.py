@@ -1,7 +1,8 @@
 """Hot reload on real MariaDB, a real broker and real ZooKeeper: a relay under load switches a table to its
-new topic at a batch boundary when the mapping node changes — no change lost, none in both topics —; an
-invalid edit (refused by the CLI, or written by hand into the file) leaves the running relay unchanged
-and says why, naming the key."""
+new topic at a batch boundary when the mapping node changes — no change lost, none published live to both
+topics, the history copied into the new topic before the switch (tests/integration/test_table_move.py
+checks its order) —; an invalid edit (refused by the CLI, or written by hand into the file) leaves the
+running relay unchanged and says why, naming the key."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.integration.relay_harness import (
     Writer,
     master_position,
     partitions_of,
+    read_to_end,
     read_topic,
     sharded_schema,
     wait_for,
@@ -33,6 +35,7 @@ from tests.integration.relay_harness import (
 )
 
 SHARDS, TABLES = 2, 2
+FROM = "relay.replay.from"  # a copy's header: the history copied by the switch's table move
 
 
 @pytest.fixture()
@@ -140,12 +143,21 @@ def test_a_relay_under_load_switches_topics_at_a_batch_boundary(
     finally:
         writer.halt.set()
         store.close()
-    old = row_seqs([r for r in both if r.topic == f"{prefix}.v1"])
-    new_seqs = row_seqs([r for r in both if r.topic == f"{prefix}.v2"])
+    old, new_seqs, copies = split_by_switch(both, bootstrap, prefix)
     assert len(old | new_seqs) == changes  # no change lost (and nothing unexpected)
-    assert not old & new_seqs  # none published to both topics
+    assert not old & new_seqs  # none published live to both topics
     assert max(old) < min(new_seqs)  # one switch point in binlog order: a batch boundary
+    assert copies == old  # the history was copied into the new topic (before the switch)
     assert "mapping switched from version 1 to version 2" in caplog.text
+
+
+def split_by_switch(both: list[Rec], bootstrap: str, prefix: str) -> tuple[set[int], set[int], set[int]]:
+    """(row sequences published to .v1, published live to .v2, copied into .v2). Every copy was delivered
+    before the switch: .v2 read to its end holds them all."""
+    old = row_seqs([r for r in both if r.topic == f"{prefix}.v1"])
+    new_seqs = row_seqs([r for r in both if r.topic == f"{prefix}.v2" and FROM not in r.headers])
+    copies = row_seqs([r for r in read_to_end(bootstrap, f"{prefix}.v2") if FROM in r.headers])
+    return old, new_seqs, copies
 
 
 def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
@@ -208,8 +220,11 @@ def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
         assert ok.returncode == 0, ok.stderr
         wait_for(lambda: running.relay.mapping.version == 2, 30, "the relay to switch to version 2")
         insert(10, 3)
-        moved = read_topic(bootstrap, f"{prefix}.v2", until=lambda rs: len(rs) >= 3)
-        assert sorted(int(r.json["data"][0]["id"]) for r in moved) == [10, 11, 12]
+        moved = read_topic(
+            bootstrap, f"{prefix}.v2", until=lambda rs: sum(FROM not in r.headers for r in rs) >= 3
+        )
+        assert sorted(int(r.json["data"][0]["id"]) for r in moved if FROM not in r.headers) == [10, 11, 12]
+        assert sorted(int(r.json["data"][0]["id"]) for r in moved if FROM in r.headers) == list(range(10))
     conn.close()
 
 
@@ -273,8 +288,8 @@ def test_a_switch_waits_until_a_rolled_back_range_is_redelivered_under_the_old_m
             both = read_topics(bootstrap, [f"{prefix}.v1", f"{prefix}.v2"], changes)
     finally:
         writer.halt.set()
-    old = row_seqs([r for r in both if r.topic == f"{prefix}.v1"])
-    new_seqs = row_seqs([r for r in both if r.topic == f"{prefix}.v2"])
+    old, new_seqs, copies = split_by_switch(both, bootstrap, prefix)
     assert len(old | new_seqs) == changes
-    assert not old & new_seqs, f"{len(old & new_seqs)} changes published under both mappings"
+    assert not old & new_seqs, f"{len(old & new_seqs)} changes published live under both mappings"
     assert max(old) < min(new_seqs)
+    assert copies == old

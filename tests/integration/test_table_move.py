@@ -7,8 +7,9 @@ Kafka, read partition by partition in offset order — never re-sorted by the re
   in the new topic every key's changes are in binlog order, the copied history before every change
   published after the switch; no change is published live under both mappings; a consumer keeping the
   last record per key (what compaction leaves) and Flink SQL's ``canal-json`` both end equal to SELECT;
-- moved back by ``relay mapping rollback``: the old topic gets the changes made while the table was away
-  before its new ones, and again ends equal to SELECT by offset order, by last record per key and in Flink;
+- moved back by ``relay mapping rollback`` (idempotent and transactional): the old topic gets the changes
+  made while the table was away before its new ones, and again ends equal to SELECT by offset order, by last
+  record per key and in Flink;
 - ``relay replay --remap`` of history into a topic that already has the table's newer changes (a switch
   made with ``mapping.move: switch``) is refused and publishes nothing.
 """
@@ -69,7 +70,17 @@ def mapping_v1(prefix: str) -> dict[str, Any]:
     }
 
 
-def configure(tmp: Path, mysql: Any, bootstrap: str, prefix: str, conn: Any, **mapping: Any) -> Path:
+def configure(
+    tmp: Path,
+    mysql: Any,
+    bootstrap: str,
+    prefix: str,
+    conn: Any,
+    *,
+    transactions: bool = False,
+    **mapping: Any,
+) -> Path:
+    """The relay's config; ``mapping``: settings of its ``mapping`` section (``move``, ``move_rate``)."""
     return write_configs(
         tmp,
         mysql=mysql,
@@ -85,6 +96,11 @@ def configure(tmp: Path, mysql: Any, bootstrap: str, prefix: str, conn: Any, **m
                 "batch_size": 64,
                 "max_inflight_batches": 4,
                 "retry": {"initial": 0.2, "maximum": 2.0},
+            },
+            "kafka": {
+                "bootstrap_servers": bootstrap,
+                "ddl_topic": f"{prefix}.ddl",
+                "transactions": transactions,
             },
         },
     )
@@ -250,11 +266,12 @@ def test_a_table_moved_under_writes_through_a_sigkill_keeps_each_keys_order(
     conn.close()
 
 
+@pytest.mark.parametrize("transactions", [False, True], ids=["idempotent", "transactional"])
 def test_a_rollback_moves_the_table_back_with_the_changes_made_while_away(
-    mysql_service: Any, kafka_service: Any, prefix: str, tmp_path: Path
+    mysql_service: Any, kafka_service: Any, prefix: str, tmp_path: Path, transactions: bool
 ) -> None:
     bootstrap, conn = kafka_service.bootstrap_servers, mysql_service.connect()
-    cfg = configure(tmp_path, mysql_service, bootstrap, prefix, conn)
+    cfg = configure(tmp_path, mysql_service, bootstrap, prefix, conn, transactions=transactions)
     writer = Writer(mysql_service, prefix, SHARDS, TABLES, rate=50, seed=7)
     relay = RelayProcess(cfg, tmp_path / "relay.log").start()
     writer.start()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mapping.diff import codec_moves
 from mapping.load import parse_mapping
 from mapping.model import Mapping
 from relay.cli.positions import _renumbered
@@ -286,3 +287,28 @@ def test_positions_set_keeps_the_mapping_version_the_relay_last_published_under(
     point = _renumbered(ResumePoint("mysql-bin.000001", 4), saved)
     assert (point.generation, point.mapping_version) == (3, 5)
     assert _renumbered(ResumePoint("mysql-bin.000001", 4), None).mapping_version is None
+
+
+def test_an_edit_that_changes_a_tables_topic_and_codec_together_is_named() -> None:
+    both = mapping(2, {"topic": "x", "codec": "canal-protobuf"})
+    assert codec_moves(V1, both) == ["logical table shop.orders"]
+    assert codec_moves(V1, mapping(2, {"codec": "canal-protobuf"})) == []  # the codec alone: no move
+    assert codec_moves(V1, V2) == []  # the topic alone
+    db = mapping(2, topic="shop.all", codec="canal-protobuf")
+    assert codec_moves(V1, db) == [
+        "logical db shop (the tables it routes without a rule of their own)",
+        "logical table shop.orders",
+    ]
+
+
+def test_status_shows_a_move_in_one_line() -> None:
+    from relay.ops.status import _move_line
+
+    move = {"state": "copying", "caught_up": True, "to_version": 4, "from": ["shop"], "to": ["shop.c"],
+            "tables": 1, "read": 10, "copied": 7, "already_there": 3, "error": None}  # fmt: skip
+    assert _move_line(move) == (
+        "copying history (caught up) for mapping version 4: shop -> shop.c, 1 table(s), read 10, copied 7, "
+        "already there 3"
+    )
+    assert _move_line(None) is None
+    assert str(_move_line({**move, "state": "failed", "error": "boom"})).endswith("; error: boom")
