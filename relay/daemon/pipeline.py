@@ -157,6 +157,7 @@ class Relay:
         self._pending: Mapping | None = None
         # A switch that moves tables to another topic waits for their history to be copied there.
         self._moves = MoveSwitch(parts.open_move, self._move_tables, config.source_id)
+        self._checked: Mapping | None = None  # the pending version last checked against the live tables
         # batch id → (records, rows, last event ms, (sequence, part) of its last record)
         self._batch_rows: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
         self._next_status = 0.0
@@ -493,7 +494,8 @@ class Relay:
     def _history_copied(self, new: Mapping) -> bool:
         """A version that moves tables to another topic waits until their history has been copied
         there (``relay.daemon.moves``); one that cannot be used for the live tables is refused first."""
-        if not self._moves.active:
+        if self._checked is not new:  # once per pending version (``_switch`` checks again)
+            self._checked = new
             assert self._encoder is not None
             problem = check_against_tables(new, self._encoder.known_tables())
             if problem is not None:
