@@ -57,7 +57,7 @@ _NO_EOF_SECONDS = 10.0  # a broker that never reports a partition's end: give up
 @dataclass(frozen=True)
 class ReplayOptions:
     topics: tuple[str, ...]
-    checkpoint: Path | None = None  # None: var/<instance>/replay-<topics>.json
+    checkpoint: Path | None = None  # None: replay-<topics>.json in the state directory
     restart: bool = False
     dry_run: bool = False
     chunk: int = 500
@@ -121,7 +121,7 @@ def replay_remap(
         mapping = store.read()
     finally:
         store.close()
-    path = options.checkpoint or config.path(f"var/{{instance}}/replay-{'+'.join(options.topics)}.json")
+    path = options.checkpoint or config.state_path(f"replay-{'+'.join(options.topics)}.json")
     checkpoint = Checkpoint.load(path, mapping.version, options.restart)
     run = _Replay(config, mapping, options, checkpoint, progress)
     try:
