@@ -2,7 +2,8 @@
 
 Owns ``MappingStore`` (the interface the CLI editor, the relay's reload watcher and ``replay`` use),
 the version rules, the history record format and ``FileMappingStore`` (the default: the YAML file plus
-a sidecar history directory ``<file>.history/NNNNNNNN.yaml``). ``mapping.store_zk`` holds the ZooKeeper
+a history directory of ``NNNNNNNN.yaml`` records, which the relay keeps in its state directory:
+``<state_dir>/mapping-history``, see ``relay.config.state``). ``mapping.store_zk`` holds the ZooKeeper
 node store; ``open_store`` picks one from settings. Methods run on the caller's thread (CLI, relay
 startup, the relay's publisher thread when it polls for a change); they hand back ``Mapping`` values.
 
@@ -26,6 +27,7 @@ import contextlib
 import fcntl
 import getpass
 import json
+import logging
 import os
 import re
 import socket
@@ -48,9 +50,11 @@ __all__ = [
     "VersionInfo",
     "atomic_write",
     "history_text",
+    "keep_version",
     "parse_history_header",
 ]
 
+log = logging.getLogger(__name__)
 _HEADER = re.compile(r"#\s*relay-mapping\s+(\{.*\})\s*$")
 
 
@@ -100,6 +104,14 @@ class MappingStore(Protocol):
         """A cheap token that changes when the stored mapping may have changed (no parsing)."""
         ...
 
+    def record(self, mapping: Mapping, *, note: str = "") -> bool:
+        """Keep ``mapping`` in the history when its version is not there yet; True when written.
+
+        The relay calls it with every version it reads, so that a restart can resume under a version
+        named by its saved position even when the edit that made it kept its record elsewhere (another
+        state directory, a hand edit). A no-op where the history is complete by construction."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -129,6 +141,18 @@ def parse_history_header(text: str, version: int) -> VersionInfo:
     )
 
 
+def keep_version(store: MappingStore, mapping: Mapping, note: str) -> None:
+    """``store.record(mapping)``, best effort: a history the caller cannot write (another user's state
+    directory) is logged, never fatal — the version stays usable, only a later resume under it may lack it."""
+    try:
+        if store.record(mapping, note=note):
+            log.info("kept mapping version %d in the history of %s", mapping.version, store.name)
+    except MappingError as exc:
+        log.warning(
+            "could not keep mapping version %d in the history of %s: %s", mapping.version, store.name, exc
+        )
+
+
 def conflict(where: str, expected: int, found: int) -> MappingConflictError:
     return MappingConflictError(
         where,
@@ -154,19 +178,25 @@ def _who() -> str:
 
 
 class FileMappingStore:
-    """The mapping file itself, edited under an exclusive lock, with a sidecar history directory.
+    """The mapping file itself, edited under an exclusive lock, with its versions in ``history_dir``.
+
+    The mapping file is configuration, the history is state: ``history_dir`` is the state directory's
+    ``mapping-history`` (``relay.wiring``). Versions recorded by earlier releases in the sidecar
+    ``<file>.history/`` are still read (never written) when ``history_dir`` lacks them.
 
     Writes are atomic (temp file + fsync + rename, then the directory fsync): a reader — the relay's
     watcher — sees the old file or the new one. The history record is written before the file, so the
     current version is always in the history once the store has been written through.
-    A lock file ``.<name>.lock`` next to the mapping serialises writers (``flock``): the version check
-    and the write happen under it, which makes ``write`` a compare-and-set between processes.
+    Writers are serialised by an exclusive ``flock`` on the mapping file's folder: the version check
+    and the write happen under it, which makes ``write`` a compare-and-set between processes — every
+    editor of the file takes the same lock, whatever its state directory, and no lock file is left
+    beside the configuration.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], history_dir: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.history_dir = self.path.with_name(self.path.name + ".history")
-        self._lock_path = self.path.with_name(f".{self.path.name}.lock")
+        self.history_dir = Path(history_dir)
+        self.legacy_history_dir = self.path.with_name(self.path.name + ".history")  # read only
 
     @property
     def name(self) -> str:
@@ -209,13 +239,20 @@ class FileMappingStore:
         return [out[v] for v in sorted(out)]
 
     def version(self, number: int) -> Mapping:
-        path = self._history_file(number)
-        if path.exists():
-            return parse_mapping(_read(path), source=str(path))
+        for path in (self._history_file(number), self._legacy_history_file(number)):
+            if path.exists():
+                return parse_mapping(_read(path), source=str(path))
         current = self.read()
         if current.version == number:
             return current
         raise unknown_version(number, [v.version for v in self.history()])
+
+    def record(self, mapping: Mapping, *, note: str = "") -> bool:
+        number = mapping.version
+        if self._history_file(number).exists() or self._legacy_history_file(number).exists():
+            return False
+        atomic_write(self._history_file(number), history_text(mapping, note))
+        return True
 
     def fingerprint(self) -> object:
         try:
@@ -231,25 +268,33 @@ class FileMappingStore:
     def _history_file(self, number: int) -> Path:
         return self.history_dir / f"{number:08d}.yaml"
 
+    def _legacy_history_file(self, number: int) -> Path:
+        return self.legacy_history_dir / f"{number:08d}.yaml"
+
     def _history_files(self) -> Iterator[tuple[int, Path]]:
-        if not self.history_dir.is_dir():
-            return
-        for path in self.history_dir.glob("*.yaml"):
-            if path.stem.isdigit():
-                yield int(path.stem), path
+        """Every record, the state directory's first (a version in both is read from there)."""
+        seen: set[int] = set()
+        for folder in (self.history_dir, self.legacy_history_dir):
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.glob("*.yaml")):
+                if path.stem.isdigit() and int(path.stem) not in seen:
+                    seen.add(int(path.stem))
+                    yield int(path.stem), path
 
     def _keep_original(self, current: Mapping) -> None:
         """Before the first write through the store, keep the file as it is (comments included)."""
         target = self._history_file(current.version)
-        if not target.exists():
+        if not target.exists() and not self._legacy_history_file(current.version).exists():
             atomic_write(target, _read(self.path))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        folder = self.path.parent
         try:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise MappingStoreError(str(self._lock_path), f"cannot open the lock file: {exc}") from exc
+            raise MappingStoreError(str(folder), f"cannot open the mapping file's folder: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

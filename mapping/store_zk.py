@@ -161,6 +161,10 @@ class ZooKeeperMappingStore:
         with self._watch_lock:
             return self._seen
 
+    def record(self, mapping: Mapping, *, note: str = "") -> bool:
+        """Every version is in the node's history by construction (``write`` commits both at once)."""
+        return False
+
     def close(self) -> None:
         try:
             self._client.stop()

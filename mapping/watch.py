@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from mapping.diff import logical_changes
 from mapping.model import Mapping
-from mapping.store import MappingStore
+from mapping.store import MappingStore, keep_version
 from relay.errors import InvalidMappingError, MappingError
 
 __all__ = ["MappingWatcher", "SwitchGate", "check_against_tables"]
@@ -87,6 +87,7 @@ class MappingWatcher:
         self.rejected = None
         if new == self._current:
             return None
+        keep_version(self.store, new, "read by a relay")  # so a restart can resume under it
         return new
 
     def refuse(self, new: Mapping, error: MappingError) -> None:

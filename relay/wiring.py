@@ -15,16 +15,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 
 from mapping.model import Mapping
-from mapping.store import FileMappingStore, MappingStore
+from mapping.store import FileMappingStore, MappingStore, keep_version
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
 from mapping.watch import MappingWatcher
 from relay.canal.sink import NameFilter, SinkConfig
 from relay.config.load import RelayConfig
+from relay.config.state import MAPPING_HISTORY_DIR, POSITION_FILE, SCHEMA_HISTORY_FILE
 from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
 from relay.errors import ConfigError, MappingStoreError
@@ -44,10 +46,15 @@ from relay.source.instance import CanalInstance, InstanceConfig
 
 
 # --- mapping store ---------------------------------------------------------------------------------
-def open_mapping_store(kind: str, file: str, zookeeper: ZooKeeperStoreConfig | None = None) -> MappingStore:
-    """The mapping store named by ``kind``: ``file`` (the YAML file) or ``zookeeper`` (a node)."""
+def open_mapping_store(
+    kind: str, file: str, zookeeper: ZooKeeperStoreConfig | None = None, history: Path | None = None
+) -> MappingStore:
+    """The mapping store named by ``kind``: ``file`` (the YAML file, its versions in ``history``: the
+    state directory's ``mapping-history``) or ``zookeeper`` (a node)."""
     if kind == "file":
-        return FileMappingStore(file)
+        if history is None:
+            raise MappingStoreError("mapping.file", "no history directory given")
+        return FileMappingStore(file, history)
     if kind == "zookeeper":
         if zookeeper is None:
             raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
@@ -59,7 +66,15 @@ def mapping_store(config: RelayConfig) -> MappingStore:
     """The mapping store ``mapping.store`` names (a ZooKeeper store connects here)."""
     z = config.mapping.zookeeper
     zk = ZooKeeperStoreConfig(z.hosts, z.path, z.auth, z.timeout_seconds)
-    return open_mapping_store(config.mapping.store, str(config.path(config.mapping.file)), zk)
+    file = str(config.config_path(config.mapping.file))
+    return open_mapping_store(config.mapping.store, file, zk, config.state_path(MAPPING_HISTORY_DIR))
+
+
+def file_positions(config: RelayConfig) -> FilePositionStore:
+    """``position.json`` in the state directory; refused (``ConfigError``) while an earlier version's
+    position waits at the old place (``relay.config.state``), so nothing starts from scratch by mistake."""
+    config.check_state_location()
+    return FilePositionStore(config.state_path(POSITION_FILE))
 
 
 # --- positions -------------------------------------------------------------------------------------
@@ -71,7 +86,7 @@ def position_node(config: RelayConfig) -> str:
 def open_positions(config: RelayConfig) -> Iterator[PositionStore]:
     """The position store ``positions.backend`` names, unfenced: for operators (show, set, status)."""
     if config.positions.backend == "file":
-        yield FilePositionStore(config.path(config.positions.path))
+        yield file_positions(config)
         return
     if config.positions.backend == "kafka":
         yield KafkaPositionStore(kafka_position_config(config))  # unbound: a save is its own transaction
@@ -107,7 +122,8 @@ def kafka_position_config(config: RelayConfig) -> KafkaPositionConfig:
 
 
 def _coordination(config: RelayConfig) -> _Coordination:
-    own: PositionStore = FilePositionStore(config.path(config.positions.path))
+    config.check_state_location()
+    own: PositionStore = FilePositionStore(config.state_path(POSITION_FILE))
     if config.positions.backend == "kafka":
         # Exactly-once: fenced by the transactional producer's epoch, written only in its transactions.
         own = KafkaPositionStore(kafka_position_config(config), bound=True)
@@ -174,7 +190,8 @@ def schema_history(
                 k.bootstrap_servers, config.schema.topic, config.instance, dict(k.settings)
             )
         )
-    return FileSchemaHistory(config.path(config.schema.path))
+    config.check_state_location()
+    return FileSchemaHistory(config.state_path(SCHEMA_HISTORY_FILE))
 
 
 @contextlib.contextmanager
@@ -285,7 +302,11 @@ def build_relay(
     def read_mapping(number: int | None) -> Mapping:
         store = mapping_store(config)
         try:
-            return store.read() if number is None else store.version(number)
+            if number is not None:
+                return store.version(number)
+            current = store.read()
+            keep_version(store, current, f"read by relay {config.instance}")  # a restart may resume under it
+            return current
         finally:
             store.close()
 

@@ -158,16 +158,19 @@ def _setup_logging(level: str, fmt: str, verbose: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from mapping.store import keep_version
     from relay.config.load import load_config
     from relay.wiring import build_relay, mapping_store
 
     config = load_config(args.config)
+    config.check_state_location()  # before anything is written: a moved position must not be left behind
+    _setup_logging(config.logging.level, config.logging.format, args.verbose)
     store = mapping_store(config)  # mapping.store: the file or the ZooKeeper node
     try:
         mapping = store.read()
+        keep_version(store, mapping, f"read by relay {config.instance}")  # a restart may resume under it
     finally:
         store.close()
-    _setup_logging(config.logging.level, config.logging.format, args.verbose)
     log.debug("effective configuration (secrets redacted): %s", config)
     relay = build_relay(config, mapping)
 

@@ -304,7 +304,9 @@ def add_replay_parser(subparsers: Any) -> None:
         metavar="TOPIC",
         help="topics whose retained records are read",
     )
-    p.add_argument("--checkpoint", help="progress file (default: var/<instance>/replay-<topics>.json)")
+    p.add_argument(
+        "--checkpoint", help="progress file (default: replay-<topics>.json in the state directory)"
+    )
     p.add_argument(
         "--restart", action="store_true", help="ignore the checkpoint and start from the beginning"
     )

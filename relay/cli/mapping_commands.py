@@ -24,6 +24,7 @@ from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
 from relay.common import mysql
+from relay.config.state import MAPPING_HISTORY_DIR
 from relay.errors import InvalidMappingError, MappingError, SourceError
 from relay.wiring import mapping_store, open_mapping_store
 
@@ -32,7 +33,9 @@ _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
 STORE_HELP = (
     "The store is chosen by, in this order: --zookeeper HOSTS (with --zk-path, --zk-auth), --file PATH, "
-    "-c CONFIG (its mapping.* settings), else conf/mapping.yaml."
+    "-c CONFIG (its mapping.* settings), else conf/mapping.yaml. A file's versions are kept in the state "
+    "directory of -c CONFIG (its state_dir, or RELAY_STATE_DIR; without -c: RELAY_STATE_DIR, else "
+    "var/default under the working directory), in mapping-history/."
 )
 
 
@@ -40,16 +43,18 @@ STORE_HELP = (
 
 
 def open_from_args(args: argparse.Namespace) -> MappingStore:
+    """The store the options name; a file's history goes to the state directory of ``-c`` (else the
+    defaults': ``RELAY_STATE_DIR`` or ``var/default`` under the working directory)."""
     if args.zookeeper:
         auth = args.zk_auth or os.environ.get("RELAY_MAPPING_ZK_AUTH") or None
         return open_mapping_store("zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth))
-    if args.file:
-        return open_mapping_store("file", args.file)
-    if args.config:
-        from relay.config.load import load_config
+    from relay.config.load import load_config, parse_config
 
-        return mapping_store(load_config(args.config))
-    return open_mapping_store("file", "conf/mapping.yaml")
+    config = load_config(args.config) if args.config else parse_config({})
+    if args.config and not args.file:
+        return mapping_store(config)
+    history = config.state_path(MAPPING_HISTORY_DIR)
+    return open_mapping_store("file", args.file or "conf/mapping.yaml", history=history)
 
 
 def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:

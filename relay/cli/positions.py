@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from relay.binlog.events import GtidEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.common.redact import redact, redact_value
+from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
 from relay.errors import PositionError, RelayError, SourceError
 from relay.positions.lock import InstanceLock, holder
@@ -72,10 +73,10 @@ def active_holders(config: RelayConfig) -> list[str]:
     """Why the instance counts as held by a relay (empty: nobody holds it)."""
     reasons: list[str] = []
     if config.positions.backend == "file":
-        pid = holder(config.path(config.positions.path))
+        pid = holder(config.state_path(POSITION_FILE))
         if pid is not None:
             reasons.append(f"relay process {pid or '?'} holds the position lock")
-    status = read_status(config.path(config.status.file)) or {}
+    status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if isinstance(pid, int) and status.get("state") not in ("stopped", "failed") and pid_running(pid):
         reasons.append(f"relay process {pid} is {status.get('state', 'running')} (status file)")
@@ -152,6 +153,7 @@ def set_position(
     timestamp: str | None = None,
 ) -> ResumePoint:
     """Resolve and save a new position; ``PositionError`` while a relay holds the instance."""
+    config.check_state_location()  # not beside a position an upgrade left at the old place
     _refuse_if_active(config)
     info = inspect_server(config.source)
     if file is not None:
@@ -167,9 +169,9 @@ def set_position(
     point = ResumePoint(point.journal, point.offset, gtid_set=point.gtid_set, source=identity)
     if config.positions.backend == "file":
         # Hold the lock while writing: a relay starting now waits for nothing, it refuses to start.
-        with InstanceLock(config.path(config.positions.path)):
+        with InstanceLock(config.state_path(POSITION_FILE)):
             _refuse_if_active(config, lock_checked=True)
-            store = FilePositionStore(config.path(config.positions.path))
+            store = FilePositionStore(config.state_path(POSITION_FILE))
             point = _renumbered(point, store.load())
             store.save(point)
     else:

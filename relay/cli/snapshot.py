@@ -13,6 +13,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from relay.config.state import POSITION_FILE, STATUS_FILE
+
 if TYPE_CHECKING:
     from relay.config.load import RelayConfig
     from relay.positions.store import PositionStore
@@ -91,7 +93,7 @@ def cmd_snapshot_cancel(args: argparse.Namespace) -> int:
     from relay.daemon.status import pid_running, read_status
 
     config = load_config(args.config)
-    status = read_status(config.path(config.status.file)) or {}
+    status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed"):
         return _ask(args, "cancel")
@@ -129,9 +131,10 @@ def cancel_saved(config: RelayConfig) -> str:
         store.save(replace(point, extra={**point.extra, EXTRA_KEY: ended}))
         return str(state.get("id"))
 
+    config.check_state_location()
     refuse_if_held(False)
     if config.positions.backend == "file":
-        path = config.path(config.positions.path)
+        path = config.state_path(POSITION_FILE)
         with InstanceLock(path):  # a relay starting meanwhile refuses to start
             refuse_if_held(True)
             return mark(FilePositionStore(path))

@@ -32,7 +32,18 @@ from relay.config.sections import (
     validate_kafka_settings,
     validate_source_capture,
 )
+from relay.config.settings import DERIVED as _DERIVED
 from relay.config.settings import build, interpolate
+from relay.config.state import (
+    DEFAULT_STATE_DIR,
+    MOVED_KEYS,
+    POSITION_FILE,
+    SCHEMA_HISTORY_FILE,
+    legacy_base,
+    legacy_state_problem,
+    moved_key_problem,
+    resolve_state_dir,
+)
 from relay.errors import ConfigError
 
 
@@ -56,8 +67,7 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class PositionSettings:
-    backend: str = "file"
-    path: str = "var/{instance}/position.json"
+    backend: str = "file"  # file: ``position.json`` in the state directory (``relay.config.state``)
     save_interval_seconds: float = 0.1  # acks closer together share one write; 0: a write per ack
 
 
@@ -121,17 +131,16 @@ class PublishSettings:
 
 @dataclass(frozen=True)
 class StatusSettings:
-    file: str = "var/{instance}/status.json"
     interval_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
 class SchemaSettings:
     """The schema history (relay.schema): auto (the default), always or off; where it is kept follows
-    ``positions.backend``: ``path`` (file), a node beside the position node (zookeeper), ``topic`` (kafka)."""
+    ``positions.backend``: a file in the state directory (file), a node beside the position node
+    (zookeeper), ``topic`` (kafka)."""
 
     history: str = "auto"
-    path: str = "var/{instance}/schema-history.jsonl"
     topic: str = "relay.schema-history"
 
 
@@ -157,12 +166,48 @@ class RelayConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     schema: SchemaSettings = field(default_factory=SchemaSettings)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
-    base_dir: str = "."  # relative paths are relative to the config file's directory's parent
+    state_dir: str = DEFAULT_STATE_DIR  # everything the relay writes (relay.config.state)
+    # Where the config came from, set by ``parse_config``/``load_config``, never from YAML (``_DERIVED``):
+    # the file ("" when built from a dict), the folder config-relative paths resolve against, and the
+    # state directory as resolved when the config was loaded (absolute; "" resolves on use).
+    config_file: str = field(default="", metadata=_DERIVED)
+    config_base: str = field(default="", metadata=_DERIVED)
+    state_root: str = field(default="", metadata=_DERIVED)
 
     # -- derived values, each validated once ------------------------------------------------------
-    def path(self, template: str) -> Path:
-        p = Path(template.format(instance=self.instance))
-        return p if p.is_absolute() else Path(self.base_dir) / p
+    def config_path(self, value: str) -> Path:
+        """A path that is configuration (``mapping.file``): relative to the config file's folder (its
+        parent when that folder is ``conf``), as in every earlier version."""
+        p = Path(value.format(instance=self.instance))
+        return p if p.is_absolute() else Path(self.config_base or ".") / p
+
+    @property
+    def state_directory(self) -> Path:
+        """The absolute state directory (``state_dir``, or ``RELAY_STATE_DIR``; relative to the working
+        directory the config was loaded in)."""
+        if self.state_root:
+            return Path(self.state_root)
+        return resolve_state_dir(self.state_dir, self.instance, Path.cwd())
+
+    def state_path(self, name: str) -> Path:
+        """A file of the state directory (``relay.config.state``: ``POSITION_FILE``, ``STATUS_FILE``…)."""
+        return self.state_directory / name
+
+    def legacy_state_problem(self) -> str | None:
+        """Durable state of this config left where earlier versions kept it (``relay.config.state``)."""
+        durable: list[str] = []
+        if self.positions.backend == "file":
+            durable.append(POSITION_FILE)
+            if self.schema.history != "off":
+                durable.append(SCHEMA_HISTORY_FILE)
+        config_file = Path(self.config_file) if self.config_file else None
+        return legacy_state_problem(self.state_directory, config_file, self.instance, tuple(durable))
+
+    def check_state_location(self) -> None:
+        """Refuse (``ConfigError`` on ``state_dir``) where ``legacy_state_problem`` finds stranded state."""
+        problem = self.legacy_state_problem()
+        if problem is not None:
+            raise ConfigError("state_dir", problem)
 
     @property
     def source_id(self) -> str:
@@ -259,12 +304,45 @@ class RelayConfig:
         validate_ha(self.ha, "ha")
 
 
-def parse_config(data: Any, base_dir: str = ".") -> RelayConfig:
-    config = build(RelayConfig, interpolate(data))
-    config = replace(config, base_dir=base_dir)
+def parse_config(
+    data: Any,
+    base_dir: str = "",
+    *,
+    config_file: str = "",
+    work_dir: str | os.PathLike[str] | None = None,
+) -> RelayConfig:
+    """The validated config of a YAML tree. ``base_dir``: where config-relative paths (``mapping.file``)
+    resolve ("" = the working directory); ``config_file``: the file it was read from, if any;
+    ``work_dir``: what a relative ``state_dir`` is relative to (default: the working directory)."""
+    data = interpolate(data)
+    _refuse_moved_keys(data, work_dir, base_dir if config_file else None)
+    config = build(RelayConfig, data)
+    root = resolve_state_dir(config.state_dir, config.instance, Path(work_dir or os.getcwd()))
+    config = replace(config, config_file=config_file, config_base=base_dir, state_root=str(root))
     config.validate()
     register_config_secrets(config)  # from now on every log line, error and report hides them
     return config
+
+
+def _refuse_moved_keys(data: Any, work_dir: str | os.PathLike[str] | None, base: str | None) -> None:
+    """The keys that named one state file each (``relay.config.state.MOVED_KEYS``), refused with where
+    the file lives now."""
+    if not isinstance(data, dict):
+        return
+    for section, key in MOVED_KEYS:
+        node = data.get(section)
+        if isinstance(node, dict) and key in node:
+            instance = str(data.get("instance") or RelayConfig.instance)
+            configured = str(data.get("state_dir") or DEFAULT_STATE_DIR)
+            try:
+                root = resolve_state_dir(configured, instance, Path(work_dir or os.getcwd()))
+            except ConfigError:
+                root = Path(configured)
+            value = node[key]
+            if isinstance(value, str):
+                value = value.replace("{instance}", instance)
+            problem = moved_key_problem(section, key, value, root, Path(base) if base is not None else None)
+            raise ConfigError(f"{section}.{key}", problem)
 
 
 def load_config(path: str | os.PathLike[str]) -> RelayConfig:
@@ -275,8 +353,6 @@ def load_config(path: str | os.PathLike[str]) -> RelayConfig:
         raise ConfigError(str(p), f"cannot read the config file: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(str(p), f"not valid YAML: {exc}") from exc
-    # Relative paths in the file are relative to the directory holding conf/ (the project or install root).
-    base = p.resolve().parent
-    if base.name == "conf":
-        base = base.parent
-    return parse_config(data, str(base))
+    # Config-relative paths (mapping.file) resolve against the folder holding conf/, as they always have;
+    # state resolves against the working directory (relay.config.state).
+    return parse_config(data, str(legacy_base(p)), config_file=str(p.resolve()))

@@ -34,8 +34,8 @@ class SnapshotConfig:
     there); ``never`` starts none of its own. An unfinished snapshot recorded in the saved position is
     continued whatever the mode (``relay snapshot cancel`` ends it). ``max_rows_per_second`` 0: no
     limit. ``keyless_max_rows``: the most rows of a table without a usable key, read in one chunk.
-    ``request_file``: where ``relay snapshot run|cancel`` leave requests for the running relay
-    (``{instance}`` is replaced; relative to the config's base).
+    Requests from ``relay snapshot run|cancel`` reach the running relay through a file in its state
+    directory (``relay.config.state``).
     """
 
     mode: str = "when_needed"
@@ -43,7 +43,6 @@ class SnapshotConfig:
     max_rows_per_second: float = 0.0
     parallelism: int = 1
     keyless_max_rows: int = 100_000
-    request_file: str = "var/{instance}/snapshot-request.json"
 
     def validate(self, path: str = "snapshot") -> None:
         if self.mode not in SNAPSHOT_MODES:

@@ -20,6 +20,8 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from relay.errors import ConfigError
 
 T = TypeVar("T")
+# Field metadata of values a config is given by its loader (where it was read from), never by YAML.
+DERIVED: dict[str, bool] = {"derived": True}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -51,7 +53,11 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(path or "(top)", f"expected a mapping of keys, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {
+        f.name: f
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.init and not f.metadata.get("derived")
+    }
     hints = get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

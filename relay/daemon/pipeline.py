@@ -60,6 +60,7 @@ from relay.canal.entry import Entry, RowChange
 from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
+from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
 from relay.daemon import snapshot_requests
 from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.status import RelayStats, write_status
@@ -627,7 +628,7 @@ class Relay:
         if now < self._next_request_check:
             return
         self._next_request_check = now + snapshot_requests.CHECK_SECONDS
-        request = snapshot_requests.take_request(self.config.path(self.config.snapshot.request_file))
+        request = snapshot_requests.take_request(self.config.state_path(SNAPSHOT_REQUEST_FILE))
         if request is not None:
             self._snapshot_answer = snapshot_requests.handle(self.instance, self.mapping, request)
             self._write_status(force=True)
@@ -660,7 +661,7 @@ class Relay:
             **self._ha_status(),
         )
         try:
-            write_status(self.config.path(self.config.status.file), data)
+            write_status(self.config.state_path(STATUS_FILE), data)
         except OSError as exc:
             log.warning("cannot write the status file: %s", exc)
 

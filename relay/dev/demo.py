@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
+from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.dev.demo_sample import (
     DB_TOPIC,
     DDL_TOPIC,
@@ -82,7 +83,7 @@ class RelayThread:
         from relay.wiring import build_relay
 
         config = load_config(config_path)
-        self.relay: Relay | None = build_relay(config, load_mapping(config.path(config.mapping.file)))
+        self.relay: Relay | None = build_relay(config, load_mapping(config.config_path(config.mapping.file)))
         self.pid = os.getpid()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="relay-demo", daemon=True)
@@ -165,8 +166,8 @@ class Progress:
         from relay.positions.store import FilePositionStore
 
         config = load_config(config_path)
-        self.status_path = config.path(config.status.file)
-        self.positions = FilePositionStore(config.path(config.positions.path))
+        self.status_path = config.state_path(STATUS_FILE)
+        self.positions = FilePositionStore(config.state_path(POSITION_FILE))
         self.runner = runner
         self.started = time.monotonic()
         self.next_line = self.started + 1.0

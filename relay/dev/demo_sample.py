@@ -166,8 +166,9 @@ logical_dbs:
 
 _RELAY = """\
 # Written by `relay demo` for its throwaway services; every key is documented in conf/relay.yaml.
-# Run it again (it resumes from var/{instance}/position.json): relay run -c {config}
+# Run it again (it resumes from its state directory's position.json): relay run -c {config}
 instance: {instance}
+state_dir: {state_dir}   # position, status, schema history: the demo's folder, whatever the working dir
 source:
   host: {host}
   port: {port}
@@ -199,6 +200,7 @@ def write_configs(workdir: Path, mysql: Any, bootstrap: str, start: tuple[str, i
         _RELAY.format(
             instance=INSTANCE,
             config=path,
+            state_dir=workdir / "var" / INSTANCE,
             host=mysql.host,
             port=mysql.port,
             user=mysql.replication_user,

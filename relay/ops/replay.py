@@ -47,7 +47,7 @@ _SHOWN = 5  # refused slots named in the message
 @dataclass(frozen=True)
 class ReplayOptions:
     topics: tuple[str, ...]
-    checkpoint: Path | None = None  # None: var/<instance>/replay-<topics>.json
+    checkpoint: Path | None = None  # None: replay-<topics>.json in the state directory
     restart: bool = False
     dry_run: bool = False
     chunk: int = 500
@@ -117,7 +117,7 @@ def replay_remap(
         mapping = store.read()
     finally:
         store.close()
-    path = options.checkpoint or config.path(f"var/{{instance}}/replay-{'+'.join(options.topics)}.json")
+    path = options.checkpoint or config.state_path(f"replay-{'+'.join(options.topics)}.json")
     checkpoint = Checkpoint.load(path, mapping.version, options.restart)
     settings = consumer_settings(config)
     plan = _ReplayPlan(mapping, options.topics)

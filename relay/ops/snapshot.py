@@ -15,6 +15,7 @@ from typing import Any
 
 from relay.common.atomic import atomic_write_text
 from relay.config.load import RelayConfig
+from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
 from relay.errors import SnapshotRequestError
 from relay.ops.status import snapshot_report
@@ -23,13 +24,13 @@ from relay.wiring import open_positions
 
 def send_request(config: RelayConfig, action: str, table: str = "", where: str = "") -> str:
     """Leave a request for the running relay; returns its id. Refused when no relay runs."""
-    status = read_status(config.path(config.status.file)) or {}
+    status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if not (isinstance(pid, int) and pid_running(pid)) or status.get("state") in ("stopped", "failed"):
         raise SnapshotRequestError(f"no relay runs instance {config.instance!r} (its status file says so)")
     request_id = f"{config.instance}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     body = {"id": request_id, "action": action, "table": table, "where": where}
-    atomic_write_text(config.path(config.snapshot.request_file), json.dumps(body) + "\n")
+    atomic_write_text(config.state_path(SNAPSHOT_REQUEST_FILE), json.dumps(body) + "\n")
     return request_id
 
 
@@ -37,7 +38,7 @@ def await_answer(config: RelayConfig, request_id: str, timeout: float = 30.0) ->
     """The relay's answer to ``request_id`` (from its status file), waiting up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = read_status(config.path(config.status.file)) or {}
+        status = read_status(config.state_path(STATUS_FILE)) or {}
         answer = status.get("snapshot_request")
         if isinstance(answer, dict) and answer.get("id") == request_id:
             return answer
@@ -54,7 +55,7 @@ def progress_bar(percent: float, width: int = 30) -> str:
 
 def progress(config: RelayConfig) -> dict[str, Any]:
     """The snapshot's progress line and per-table lines (running relay, else the saved checkpoint)."""
-    status = read_status(config.path(config.status.file)) or {}
+    status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     running = isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed")
     with open_positions(config) as store:

@@ -14,6 +14,7 @@ from typing import Any
 
 from relay.common.binlog_names import bytes_behind
 from relay.config.load import RelayConfig
+from relay.config.state import STATE_ENV, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
 from relay.errors import RelayError
 from relay.ha.leadership import zookeeper_status
@@ -25,7 +26,7 @@ from relay.wiring import open_positions, transactional_id
 
 def status_report(config: RelayConfig) -> dict[str, Any]:
     """What ``relay status`` shows: process, position, lag (seconds and bytes), store fill, publish rate."""
-    data = read_status(config.path(config.status.file)) or {}
+    data = read_status(config.state_path(STATUS_FILE)) or {}
     ha: dict[str, Any] = {}
     point = _saved_position(config, ha)
     if config.ha.enabled:
@@ -41,6 +42,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         state = f"dead (killed while {state})"  # SIGKILL, OOM: the status file could not say so
     report: dict[str, Any] = {
         "instance": config.instance,
+        "state_dir": _state_dir_line(config),
         "running": running,
         "pid": pid if running else None,
         "state": state,
@@ -77,6 +79,17 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     if running and report["lag_bytes"] == 0:
         report["lag_seconds"] = 0.0  # at the server's end: nothing to publish is waiting, however old
     return report
+
+
+def _state_dir_line(config: RelayConfig) -> str:
+    """Where this report reads the relay's files; a missing folder is named, with the usual cause."""
+    where = config.state_directory
+    if where.is_dir():
+        return str(where)
+    return (
+        f"{where} (missing: state_dir is relative to the working directory — run this where the relay "
+        f"runs, or set state_dir to an absolute path, or {STATE_ENV})"
+    )
 
 
 def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint | None:

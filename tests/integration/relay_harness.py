@@ -24,6 +24,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.kafka.partitioner import partition_for_key
 
 
@@ -154,6 +155,8 @@ def write_configs(
     (conf / "mapping.yaml").write_text(yaml.safe_dump(mapping))
     data: dict[str, Any] = {
         "instance": instance,
+        # The relay's files under ``tmp`` whatever the working directory (relay.config.state).
+        "state_dir": str(tmp / "var" / "{instance}"),
         "source": {
             "host": mysql.host,
             "port": mysql.port,
@@ -319,8 +322,8 @@ class RelayProcess:
         self.cfg = cfg
         self.log_path = log_path
         config = load_config(cfg)
-        self.status_path = config.path(config.status.file)
-        self.position_path = config.path(config.positions.path)
+        self.status_path = config.state_path(STATUS_FILE)
+        self.position_path = config.state_path(POSITION_FILE)
         self.popen: subprocess.Popen[bytes] | None = None
         self.started = 0.0
 

@@ -480,7 +480,10 @@ def test_a_mapping_edit_then_sigkill_the_successor_republishes_the_tail_under_th
     a.signal(signal.SIGSTOP)  # under load: it stops with batches in flight, all under version 1
     edited = yaml.safe_load(shared.read_text())
     edited["logical_dbs"][cluster.prefix]["tables"]["orders"]["tag"] = "v2"
-    FileMappingStore(shared).write(parse_mapping(yaml.safe_dump(edited)), expected=1, note="tag orders")
+    # Edited from another state directory than the relays': each relay kept version 1 in its own history
+    # when it read it at start, which is what the successor resumes under.
+    editor = FileMappingStore(shared, cluster.tmp / "editor" / "mapping-history")
+    editor.write(parse_mapping(yaml.safe_dump(edited)), expected=1, note="tag orders")
     a.signal(signal.SIGKILL)
     assert a.wait(10) == -signal.SIGKILL
 

@@ -274,7 +274,7 @@ def test_a_switch_waits_until_a_rolled_back_range_is_redelivered_under_the_old_m
             try:
                 edited = subprocess.run(  # noqa: PLW1510 - the return code is asserted
                     [sys.executable, "-m", "relay.cli", "mapping", "topic", "set", f"{prefix}.orders",
-                     f"{prefix}.v2", "-f", str(mfile)],
+                     f"{prefix}.v2", "-f", str(mfile), "-c", str(cfg)],
                     cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                 )  # fmt: skip
                 assert edited.returncode == 0, edited.stderr

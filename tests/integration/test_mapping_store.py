@@ -7,6 +7,7 @@ stored text; then what only ZooKeeper has (the digest ACL) and the CLI racing it
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -55,7 +56,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     if request.param == "file":
 
         def make() -> MappingStore:
-            return FileMappingStore(tmp_path / "mapping.yaml")
+            return FileMappingStore(tmp_path / "mapping.yaml", tmp_path / "state" / "mapping-history")
 
     else:
         zk = request.getfixturevalue("zk_service")
@@ -271,11 +272,13 @@ def test_resolve_all_and_live_dry_run_list_real_tables(mysql_service: Any, tmp_p
     )
     original = mfile.read_text()
     base = [sys.executable, "-m", "relay.cli", "mapping"]
+    # -f with the history in the test's own state directory, not the repository's var/
+    env = {**os.environ, "RELAY_STATE_DIR": str(tmp_path / "state")}
     where = ["-f", str(mfile), "--mysql", mysql_service.url]
     try:
         out = subprocess.run(
             [*base, "resolve", "--all", *where],
-            check=False, cwd=REPO, capture_output=True, text=True, timeout=60,
+            check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert f"{prefix}_01.orders_12 -> topic o  as {prefix}.orders" in out.stdout
@@ -285,13 +288,13 @@ def test_resolve_all_and_live_dry_run_list_real_tables(mysql_service: Any, tmp_p
         moved = subprocess.run(
             [*base, "table", "add", f"{prefix}.hot", "--physical", "orders_1\\d", "--topic", "hot",
              "--dry-run", "--live", *where],
-            check=False, cwd=REPO, capture_output=True, text=True, timeout=60,
+            check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert moved.returncode == 2  # orders_12 would be claimed twice: only the live names show it
         assert f"{prefix}_01.orders_12" in moved.stderr and "claimed by both" in moved.stderr
         ok = subprocess.run(
             [*base, "table", "set", f"{prefix}.orders", "--topic", "o2", "--dry-run", "--live", *where],
-            check=False, cwd=REPO, capture_output=True, text=True, timeout=60,
+            check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert ok.returncode == 0, ok.stderr
         assert "physical tables that move (5)" in ok.stdout

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from relay.config.load import load_config
+from relay.config.state import POSITION_FILE
 from relay.dev.services import KafkaService, ZooKeeperService
 from relay.ha.leadership import Layout, Leadership, connect
 from relay.positions.lock import InstanceLock
@@ -88,7 +89,7 @@ def setup(mysql_service: Any, kafka_service: KafkaService, tmp_path: Path) -> An
 
 def _saved(cfg: Path) -> ResumePoint | None:
     config = load_config(cfg)
-    return FilePositionStore(config.path(config.positions.path)).load()
+    return FilePositionStore(config.state_path(POSITION_FILE)).load()
 
 
 def test_set_by_file_gtid_and_timestamp_when_no_relay_runs(setup: Any) -> None:
@@ -179,7 +180,7 @@ def test_the_lock_alone_refuses_and_a_relay_cannot_start_while_it_is_held(setup:
     _, conn, cfg = setup
     config = load_config(cfg)
     journal, _ = _master(conn)
-    with InstanceLock(config.path(config.positions.path)):  # a relay that has not written its status yet
+    with InstanceLock(config.state_path(POSITION_FILE)):  # a relay that has not written its status yet
         refused = run_cli("positions", "set", "-c", str(cfg), "--file", journal)
         assert refused.returncode == 2 and "position lock" in refused.stderr, refused.stderr
         second = RelayProcess(cfg, tmp_path / "second.log").start()

@@ -191,9 +191,8 @@ def test_unreadable_ddl_stops_and_resync_recovers(
     config = tmp_path / "relay.yaml"
     config.write_text(
         f"source: {{host: {svc.host}, port: {svc.port}, user: {svc.user}, password: {svc.password}}}\n"
-        f"schema: {{history: auto, path: {history.path}}}\n"
-        f"positions: {{path: {tmp_path / 'position.json'}}}\n"
-        f"status: {{file: {tmp_path / 'status.json'}}}\n"
+        f"schema: {{history: auto}}\n"
+        f"state_dir: {history.path.parent}\n"
     )
     table = ["--table", "shop_00.orders_00"]
     assert main(["schema", "resync", "-c", str(config), *table]) == 1  # not confirmed: nothing written

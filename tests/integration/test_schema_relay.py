@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kazoo.client import KazooClient
 
 from relay.cli.main import main
+from relay.config.state import SCHEMA_HISTORY_FILE
 from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
 from relay.errors import ServiceError
@@ -329,7 +330,7 @@ def history_file(run: Run) -> Path:
     from relay.config.load import load_config
 
     config = load_config(run.cfg)
-    return config.path(config.schema.path)
+    return config.state_path(SCHEMA_HISTORY_FILE)
 
 
 def test_an_unreadable_ddl_stops_the_relay_and_resync_recovers(

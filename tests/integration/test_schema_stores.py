@@ -65,8 +65,8 @@ class Backend:
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     tag = uuid.uuid4().hex[:10]
     if request.param == "file":
-        path = tmp_path / "schema-history.jsonl"
-        yield Backend("file", lambda: FileSchemaHistory(path), {"schema": {"path": str(path)}})
+        path = tmp_path / "schema-history.jsonl"  # the file in the state directory the config names
+        yield Backend("file", lambda: FileSchemaHistory(path), {"state_dir": str(tmp_path)})
         return
     if request.param == "zookeeper":
         zk: ZooKeeperService = request.getfixturevalue("zk_service")
@@ -161,10 +161,12 @@ def test_relay_schema_show_reads_the_store_the_config_names(
     for record in RECORDS:
         writer.append(record)
     writer.close()
-    data: dict[str, Any] = {"instance": "t", "status": {"file": str(tmp_path / "status.json")}}
-    data["positions"] = {"path": str(tmp_path / "position.json")}
+    data: dict[str, Any] = {"instance": "t", "state_dir": str(tmp_path)}
     for section, values in backend.config.items():
-        data.setdefault(section, {}).update(values)
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
     cfg = tmp_path / "relay.yaml"
     cfg.write_text(yaml.safe_dump(data))
     table = ["--table", "shop_07.orders_33"]

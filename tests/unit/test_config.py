@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from relay.config.load import RelayConfig, load_config, parse_config
+from relay.config.state import POSITION_FILE
 from relay.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "relay.yaml"
@@ -18,7 +19,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "relay.yaml"
 def _keys(cls: Any, prefix: str = "") -> set[str]:
     out = set()
     for f in dataclasses.fields(cls):
-        if f.name == "base_dir":
+        if f.metadata.get("derived"):
             continue
         key = f"{prefix}{f.name}"
         out.add(key)
@@ -42,11 +43,11 @@ def test_example_documents_every_key_and_loads() -> None:
     assert _keys(RelayConfig) == documented
     config = load_config(EXAMPLE)
     assert config.store_config().ddl_isolation is True
-    assert str(config.path(config.positions.path)).endswith("var/default/position.json")
+    assert str(config.state_path(POSITION_FILE)).endswith("var/default/position.json")
 
 
 def test_example_values_are_the_defaults() -> None:
-    example = dataclasses.replace(load_config(EXAMPLE), base_dir=".")
+    example = dataclasses.replace(load_config(EXAMPLE), config_file="", config_base="")
     assert example == parse_config({})
 
 

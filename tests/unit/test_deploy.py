@@ -16,6 +16,7 @@ import yaml
 
 from mapping import load_mapping
 from relay.config.load import RelayConfig, load_config
+from relay.config.state import STATUS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -137,7 +138,7 @@ def test_both_relays_mount_the_same_valid_config_with_ha_metrics_and_mysql(
     # Files the config names live on the mounts or in the relay's writable state directory.
     mapping_path = _host_path(services["relay-a"], config.mapping.file)
     assert mapping_path.is_file()
-    assert config.path(config.status.file).is_relative_to("/var/lib/relay")
+    assert config.state_path(STATUS_FILE).is_relative_to("/var/lib/relay")
     # A graceful stop needs the drain time.
     grace = int(str(services["relay-a"]["stop_grace_period"]).rstrip("s"))
     assert grace > config.publish.drain_seconds

@@ -17,7 +17,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "mapping.yaml"
 
 
 @pytest.fixture()
-def mfile(tmp_path: Path) -> Path:
+def mfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RELAY_STATE_DIR", str(tmp_path / "state"))  # the history: not the working directory
     path = tmp_path / "mapping.yaml"
     shutil.copy(EXAMPLE, path)
     return path
@@ -35,7 +36,7 @@ def test_edit_dry_run_history_diff_rollback(mfile: Path, capsys: pytest.CaptureF
     code, out, _ = run(capsys, "topic", "set", "shop.customers", "shop.customers", "--dry-run", *f)
     assert code == 0 and "customers topic: (inherited/default) -> shop.customers" in out
     assert "dry run: nothing stored" in out and mfile.read_text() == before
-    assert not (mfile.parent / "mapping.yaml.history").exists()
+    assert not (mfile.parent / "state" / "mapping-history").exists()
 
     assert run(capsys, "topic", "set", "shop.customers", "shop.customers", *f)[0] == 0
     assert (
@@ -47,14 +48,15 @@ def test_edit_dry_run_history_diff_rollback(mfile: Path, capsys: pytest.CaptureF
     lines = out.splitlines()
     assert [int(line.split()[0]) for line in lines] == [1, 2, 3, 4]
     assert "first stored version" in lines[0] and '"composite"' in lines[3]
-    assert (mfile.parent / "mapping.yaml.history" / "00000001.yaml").read_text() == before  # comments kept
+    first = mfile.parent / "state" / "mapping-history" / "00000001.yaml"
+    assert first.read_text() == before  # comments kept
 
     code, out, _ = run(capsys, "diff", "2", "3", *f)
     assert "+ logical table shop.items" in out and "+        - items_\\d+" in out
     code, out, _ = run(capsys, "rollback", "1", *f)
     assert code == 0 and "stored version 5" in out
     assert load_mapping(mfile) == load_mapping(
-        mfile.parent / "mapping.yaml.history" / "00000001.yaml"
+        mfile.parent / "state" / "mapping-history" / "00000001.yaml"
     ).with_version(5)
     code, out, _ = run(capsys, "show", "--version", "3", *f)
     assert "items:" in out and "version: 3" in out

@@ -25,7 +25,7 @@ class Clock:
 
 
 def setup(tmp_path: Path) -> tuple[FileMappingStore, MappingWatcher, Clock]:
-    store = FileMappingStore(tmp_path / "mapping.yaml")
+    store = FileMappingStore(tmp_path / "mapping.yaml", tmp_path / "state" / "mapping-history")
     store.create(parse_mapping(BASE))
     clock = Clock()
     return store, MappingWatcher(store, store.read(), interval_seconds=1.0, clock=clock), clock
@@ -118,7 +118,7 @@ def test_check_against_tables_sees_what_static_checks_cannot() -> None:
 
 
 def test_a_missing_store_keeps_the_mapping_quietly(tmp_path: Path) -> None:
-    store = FileMappingStore(tmp_path / "absent.yaml")
+    store = FileMappingStore(tmp_path / "absent.yaml", tmp_path / "state" / "mapping-history")
     clock = Clock()
     watcher = MappingWatcher(store, parse_mapping(BASE), clock=clock)
     assert watcher.poll() is None and watcher.rejected is None

@@ -142,8 +142,8 @@ def _relay_config(ctx: Context, work: Path) -> dict[str, Any]:
         },
         "filter": {"include": f"relay_bench\\.{TABLE}"},
         "kafka": {"bootstrap_servers": ctx.kafka, "ddl_topic": "bench.ddl"},
-        "positions": {"path": f"{work}/position.json"},
-        "status": {"file": f"{work}/status.json", "interval_seconds": 1.0},
+        "state_dir": str(work),
+        "status": {"interval_seconds": 1.0},
         "publish": {"drain_seconds": 2.0},
         "logging": {"level": "WARNING"},
         "snapshot": {"mode": "initial"},
@@ -164,7 +164,7 @@ def snapshot_to_kafka(ctx: Context, rows: int) -> tuple[float, dict[str, int], d
     work = ctx.work / "snapshot"
     work.mkdir(parents=True, exist_ok=True)
     config = parse_config(_relay_config(ctx, work), base_dir=str(work))
-    write_mapping_file(config.path(config.mapping.file))
+    write_mapping_file(config.config_path(config.mapping.file))
     relay = build_relay(config, parse_mapping(relay_mapping()))
     error: list[BaseException] = []
 

@@ -120,8 +120,8 @@ def relay_config_data(spec: dict[str, Any]) -> dict[str, Any]:
         # The workloads' rows are all in the binlog from "start": no snapshot of the tables beside.
         "snapshot": {"mode": "never"},
         "kafka": {"bootstrap_servers": spec["kafka"], "ddl_topic": "bench.ddl"},
-        "positions": {"path": f"{work}/position.json"},
-        "status": {"file": f"{work}/status.json", "interval_seconds": 1.0},
+        "state_dir": str(work),
+        "status": {"interval_seconds": 1.0},
         "publish": {"drain_seconds": 2.0},
         "logging": {"level": "WARNING"},
     }
@@ -197,7 +197,9 @@ def _build_relay(
     Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
     config = parse_config(relay_config_data(spec), base_dir=spec["workdir"])
     mapping = parse_mapping(relay_mapping())
-    write_mapping_file(config.path(config.mapping.file))  # the relay reads the store again when it starts
+    write_mapping_file(
+        config.config_path(config.mapping.file)
+    )  # the relay reads the store again when it starts
     publisher = publisher_class(publisher_config(config, mapping))
     warm = warm_up(publisher)
     return build_relay(config, mapping, publisher=publisher), publisher, warm
