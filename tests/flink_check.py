@@ -10,6 +10,8 @@ with a stale row, which the caller's comparison with ``SELECT`` shows.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,11 +32,16 @@ def flink_state(
         for value in values:
             if value is not None:  # a tombstone: Flink's Kafka source hands canal-json nothing
                 out.write(value.replace(b"\n", b" ") + b"\n")
+    # Flink's mini cluster resolves this machine's host name; a fresh root (or a container) may have no
+    # entry for it: the JVM resolves names from a hosts file of the test's own instead.
+    hosts = work / "flink-hosts"
+    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n")
     done = subprocess.run(  # noqa: PLW1510 - the return code is asserted
         [str(FLINK_PYTHON), str(SCRIPT), str(path), key, ",".join(columns)],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "JVM_ARGS": f"-Djdk.net.hosts.file={hosts}"},
     )
     assert done.returncode == 0, f"Flink failed:\n{done.stderr[-3000:]}"
     state: dict[str, dict[str, str | None]] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -212,6 +212,8 @@ class TableMove:
             finally:
                 if publisher is not None:
                     publisher.close(timeout=5.0)
+                if self._copy is not None:
+                    self._copy.publisher = None  # its librdkafka handle goes with its last reference
 
     def _fail(self, exc: BaseException) -> None:
         log.error("%s: the history copy failed: %s", self._name, exc)

@@ -315,7 +315,7 @@ class KafkaPublisher:
         if self._fatal is not None:
             return  # unusable: the broker aborts it (fenced, or at transaction.timeout.ms)
         try:
-            self._producer.abort_transaction(self._control_timeout())
+            self._call_abort()
         except KafkaException as exc:
             error = self._txn_failure(exc.args[0], "abort_transaction")
             if not isinstance(error, ProducerFatalError):
@@ -328,6 +328,24 @@ class KafkaPublisher:
                     "acked; a restart's init_transactions aborts it)"
                 )
                 log.error("%s", self._fatal)
+
+    def _call_abort(self) -> None:
+        """``abort_transaction``, called again while it fails retriably ("retry call to resume": under load
+        a timeout, while the reason — a successor's fencing — is still on its way) and no fatal error
+        arrived, up to the delivery timeout."""
+        deadline = time.monotonic() + self._config.delivery_timeout_s
+        while True:
+            try:
+                self._producer.abort_transaction(self._control_timeout())
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                self.poll(0)  # a fencing reported to the error callback ends the retries
+                if self._fatal is not None or not err.retriable() or err.fatal():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("abort_transaction: %s; calling it again to resume", _describe(err))
 
     def _control_timeout(self) -> float:
         return min(self._config.delivery_timeout_s, TXN_CONTROL_TIMEOUT_S)

@@ -384,6 +384,8 @@ class TxnProducer(ScriptedProducer):
     calls: list[str] = field(default_factory=list)
     fail_commit: KafkaError | None = None
     fail_produce: KafkaError | None = None  # raised by the next produce only
+    # raised by the next aborts, in order (a callable: called first, its error raised)
+    fail_abort: list[Any] = field(default_factory=list)
     auto_deliver: bool = False  # poll delivers everything produced
 
     def init_transactions(self, timeout: float = 0.0) -> None:
@@ -400,6 +402,11 @@ class TxnProducer(ScriptedProducer):
 
     def abort_transaction(self, timeout: float = 0.0) -> None:
         self.calls.append("abort")
+        if self.fail_abort:
+            err = self.fail_abort.pop(0)
+            if callable(err):
+                err = err()
+            raise KafkaException(err)
 
     def produce(self, topic: str, *args: Any, **kw: Any) -> None:
         if self.fail_produce is not None:
@@ -483,6 +490,23 @@ def test_a_failed_commit_aborts_the_transaction_and_keeps_the_producer() -> None
     assert h.producer.calls[-1] == "abort" and len(h.producers) == 1
     h.pub.send(1, [rec(b"a")])  # resent in a new transaction
     assert h.producer.calls[-2:] == ["begin", "produce t"]
+
+
+def test_an_abort_that_times_out_is_called_again_and_stops_for_the_fencing_that_arrives_meanwhile() -> None:
+    """Under load an abort can time out while the successor's fencing is still on its way: it is called
+    again ("retry call to resume"), and the relay stops for the fencing (exit 3), not for the timeout."""
+    h = TxnHarness()
+    h.pub.send(1, [rec(b"a")])
+
+    def fenced_now() -> KafkaError:
+        h.pub._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))  # what poll would serve
+        return KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True)
+
+    h.producer.fail_abort = [KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True), fenced_now]
+    h.pub.abort_inflight()
+    assert h.producer.calls[-2:] == ["abort", "abort"]
+    with pytest.raises(ProducerFencedError):
+        h.pub.send(2, [rec(b"b")])
 
 
 def test_a_fenced_commit_stops_as_lost_leadership() -> None:
