@@ -16,7 +16,8 @@ import pyarrow.dataset
 import pytest
 
 from relay.spark import apply as apply_mod
-from relay.spark.apply import apply_changes, apply_history, history_path, table_path
+from relay.spark.apply import apply_changes, apply_history
+from relay.spark.tables import read_table
 from relay.spark.decode import changes, typed
 
 TYPES = {"id": "bigint", "status": "varchar(16)"}
@@ -64,10 +65,11 @@ def frame(spark: Any, values: list[tuple[str, bytes]]) -> Any:
     return df.selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
 
 
-def table_rows(spark: Any, out: Path, table: str = "d.t") -> dict[str, dict[str, Any]]:
-    df = spark.read.parquet(str(table_path(out, table)))
-    data = [c for c in df.columns if not c.startswith("_") and c != "relay_bucket"]
-    return {str(r["id"]): {c: r[c] for c in data} for r in df.collect()}
+def table_rows(spark: Any, out: Any, table: str = "d.t") -> dict[str, dict[str, Any]]:
+    """The mirrored rows by id, read by the format's own library (deltalake / pyiceberg), not by us."""
+    rows = read_table(out, table).to_pylist()
+    data = [c for c in (rows[0] if rows else {}) if not c.startswith("_") and c != "relay_bucket"]
+    return {str(r["id"]): {c: r[c] for c in data} for r in rows}
 
 
 def test_rolling_alter_in_one_batch_keeps_the_new_column(spark: Any, tmp_path: Path) -> None:
