@@ -197,7 +197,8 @@ def _run(plan: _Plan, batch: BatchId | None, facts: tuple[dict[str, dict[str, in
         markers = frame.sparkSession.createDataFrame([(b,) for b in plan.full], f"{BUCKET} string")
         frame = frame.unionByName(markers, allowMissingColumns=True)
     written = [
-        Written(**r.asDict()) for r in frame.groupBy(BUCKET).applyInArrow(job.function(), WRITTEN_DDL).collect()
+        Written(**r.asDict())
+        for r in frame.groupBy(BUCKET).applyInArrow(job.function(), WRITTEN_DDL).collect()
     ]
     plan.events.unpersist()
     rows = [w for w in written if w.part == "rows"]
@@ -283,7 +284,8 @@ def write_table(rows: DataFrame, out: Location, table: str) -> None:
     )
     frame = rows.withColumn(BUCKET, bucket_of(F.col("_key")))
     written = [
-        Written(**r.asDict()) for r in frame.groupBy(BUCKET).applyInArrow(job.function(), WRITTEN_DDL).collect()
+        Written(**r.asDict())
+        for r in frame.groupBy(BUCKET).applyInArrow(job.function(), WRITTEN_DDL).collect()
     ]
     mirror.rows.commit(
         [w for w in written if w.path],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,6 +53,8 @@ def load(storage: Storage, settings: Mapping[str, str]) -> Any:
     from pyiceberg.catalog import load_catalog
 
     props = catalog_settings(storage, settings)
+    if storage.is_local:
+        Path(storage.root).mkdir(parents=True, exist_ok=True)  # the SQLite catalog's file lives there
     return load_catalog(props.pop("name", "relay"), **props)
 
 
