@@ -154,7 +154,8 @@ def _prepare_tables(plan: _Plan, old: MirrorState | None, added: list[str]) -> N
     mirror, narrow = plan.mirror, plan.mirror.target.format == "delta"
     schema = file_schema(plan.state.columns, plan.kind, "rows", narrow_ints=narrow)
     if old is None and not mirror.rows.exists():
-        mirror.tombs.exists() or mirror.tombs.create(file_schema([], plan.kind, "tombs"), None)
+        if not mirror.tombs.exists():
+            mirror.tombs.create(file_schema([], plan.kind, "tombs"), None)
         mirror.rows.create(schema, None)
     elif added and not plan.rewrite and old is not None:
         evolved = MirrorState(plan.state.columns, old.cleared, old.batches, old.offsets, old.max_sequence)
@@ -272,7 +273,8 @@ def write_table(rows: DataFrame, out: Location, table: str) -> None:
     schema = file_schema(columns, "latest", "rows", narrow_ints=narrow)
     tomb_schema = file_schema([], "latest", "tombs")
     if not mirror.rows.exists():
-        mirror.tombs.exists() or mirror.tombs.create(tomb_schema, None)
+        if not mirror.tombs.exists():
+            mirror.tombs.create(tomb_schema, None)
         mirror.rows.create(schema, None)
     mirror.rows.begin(schema)
     write_id, rows_dir, tombs_dir = mirror.begin_write()

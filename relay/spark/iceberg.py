@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -113,7 +113,8 @@ class IcebergPart:
         if wanted == []:
             return {}
         out: dict[str, list[Any]] = {}
-        for task in table.scan(row_filter=In(BUCKET, wanted) if wanted else AlwaysTrue()).plan_files():
+        where = In(BUCKET, wanted) if wanted else AlwaysTrue()  # type: ignore[call-arg, arg-type]
+        for task in table.scan(row_filter=where).plan_files():
             if task.delete_files:
                 raise SparkSourceError(
                     f"{self}: {task.file.file_path} has delete files (written by another engine): the "

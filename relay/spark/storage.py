@@ -123,7 +123,7 @@ class Storage:
         return "s3://" + text[len("s3a://") :] if text.startswith("s3a://") else text
 
     def delta_options(self) -> dict[str, str]:
-        """``storage_options`` for deltalake: the given settings, plus the S3 ones found in the environment."""
+        """``storage_options`` for deltalake: the given settings, plus the S3 ones from the environment."""
         out = dict(self.options)
         if self.scheme in ("s3", "s3a"):
             out = {**self._s3(), **out}

@@ -230,8 +230,9 @@ def how_to_read(target: MirrorTarget, table: str) -> str:
             f'  Python: relay.spark.tables.read_table("{target.storage.root}", "{table}")'
         )
     ident = ".".join(mirror.rows.identifier)  # type: ignore[attr-defined]
+    catalog = target.catalog.get("uri") or target.catalog.get("type") or "sql, SQLite in the root"
     return (
-        f"{table}: Iceberg table {ident} (catalog {target.catalog.get('uri') or target.catalog.get('type', 'sql')})\n"
+        f"{table}: Iceberg table {ident} (catalog {catalog})\n"
         f'  Spark (iceberg-spark-runtime, catalog "cat"): spark.table("cat.{ident}")\n'
         f'  Trino: SELECT * FROM iceberg.{ident}   pyiceberg: catalog.load_table("{ident}").scan()\n'
         f'  Python: relay.spark.tables.read_table("{target.storage.root}", "{table}", format="iceberg")'
