@@ -97,6 +97,9 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     bench.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
     bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
     bench.add_argument("--batch", type=int, default=5_000, help="changes applied to both tables")
+    bench.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
+    bench.add_argument("--formats", default="delta,iceberg", help="table formats measured")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=cmd_spark_bench)
 
@@ -162,6 +165,7 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
     from relay.spark.bench import main as bench_main
 
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
+    sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     return bench_main(
         ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
     )
