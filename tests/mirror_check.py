@@ -2,8 +2,8 @@
 
 ``mirror_records`` builds a DataFrame with Spark's kafka-source schema from the records a test read
 (``relay_harness.Rec``: tombstones included, ``changes`` drops them), runs
-``apply_changes(changes(df), out)`` and reads the mirrored table back with ``read_mirror`` (deltalake) — the ONE
-place
+``apply_changes(changes(df), out)`` and reads the mirrored table back with ``read_mirror`` (deltalake) —
+the ONE place
 that knows how a mirrored table is stored: change it there if the table format changes. ``select_rows``
 is SELECT * over physical tables; ``assert_mirror_equals`` compares every column of every row, by key.
 
