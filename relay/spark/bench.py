@@ -44,6 +44,7 @@ MYSQL_TYPES = {
     "note": "text",
     "at": "datetime(3)",
 }
+LOAD_CHUNK = 250_000  # records per micro-batch of the initial load (a 1 GB driver heap holds them)
 SQL_TYPES = {"id": -5, "status": 12, "amount": 3, "note": 2005, "at": 93}
 
 
@@ -213,8 +214,8 @@ def apply_growth(spark: Any, fmt: str, sizes: tuple[int, int], batch: int, runs:
     return figures
 
 
-def load_records(spark: Any, rows: int) -> Any:
-    """``rows`` canal-json INSERTs of ``bench.orders`` built in Spark (Spark's kafka schema)."""
+def load_records(spark: Any, first: int, end: int) -> Any:
+    """The canal-json INSERTs of ids ``first``..``end``-1 of ``bench.orders``, built in Spark."""
     from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
     ident = F.col("id")
@@ -237,7 +238,7 @@ def load_records(spark: Any, rows: int) -> Any:
         ).alias("source"),
         (ident + F.lit(1 << 32)).alias("sequence"),
     )  # fmt: skip
-    return spark.range(rows).select(
+    return spark.range(first, end).select(
         F.to_json(F.struct(ident.cast("string").alias("id"))).cast("binary").alias("key"),
         F.to_json(message).cast("binary").alias("value"),
         F.lit("bench.orders").alias("topic"),
@@ -259,7 +260,9 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int) ->
     with tempfile.TemporaryDirectory() as out:
         target = _target(fmt, out)
         begin = time.perf_counter()
-        apply_changes(changes(load_records(spark, rows), codec="canal-json"), target)
+        for first in range(0, rows, LOAD_CHUNK):  # as micro-batches with maxOffsetsPerTrigger bring them
+            chunk = load_records(spark, first, min(first + LOAD_CHUNK, rows))
+            apply_changes(changes(chunk, codec="canal-json"), target)
         seconds = time.perf_counter() - begin
         figures[f"{fmt}_load_{rows}_rows_seconds"] = round(seconds, 3)
         figures[f"{fmt}_load_rows_per_second"] = round(rows / seconds)
