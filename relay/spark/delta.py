@@ -15,6 +15,7 @@ Runs on the Spark driver (or any process reading a mirror); no pyspark import.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
@@ -61,6 +62,13 @@ class DeltaPart:
         from deltalake import DeltaTable
         from deltalake.transaction import CommitProperties
 
+        if self.storage.is_local:
+            path = Path(self.uri)
+            if path.is_symlink() or (path.is_dir() and any(path.iterdir())):
+                raise SparkSourceError(
+                    f"{path} holds a mirror of the former layout (parquet versions behind a symbolic link) or "
+                    "other files, not a Delta table: replay the topics into a new --out (or move it away)"
+                )
         DeltaTable.create(
             self.uri,
             schema=schema,
