@@ -15,8 +15,8 @@ Runs on the Spark driver (or any process reading a mirror); no pyspark import.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
