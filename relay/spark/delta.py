@@ -66,7 +66,7 @@ class DeltaPart:
             path = Path(self.uri)
             if path.is_symlink() or (path.is_dir() and any(path.iterdir())):
                 raise SparkSourceError(
-                    f"{path} holds a mirror of the former layout (parquet versions behind a symbolic link) or "
+                    f"{path} holds a mirror of the former layout (parquet versions behind a symlink) or "
                     "other files, not a Delta table: replay the topics into a new --out (or move it away)"
                 )
         DeltaTable.create(
