@@ -2,7 +2,8 @@
 
 ``mirror_records`` builds a DataFrame with Spark's kafka-source schema from the records a test read
 (``relay_harness.Rec``: tombstones included, ``changes`` drops them), runs
-``apply_changes(changes(df), out)`` and reads the mirrored table back with ``read_mirror`` — the ONE place
+``apply_changes(changes(df), out)`` and reads the mirrored table back with ``read_mirror`` (deltalake) —
+the ONE place
 that knows how a mirrored table is stored: change it there if the table format changes. ``select_rows``
 is SELECT * over physical tables; ``assert_mirror_equals`` compares every column of every row, by key.
 
@@ -75,11 +76,12 @@ def apply_records(spark: Any, records: Iterable[Record], out: Path) -> list[str]
 def read_mirror(spark: Any, out: Path, table: str) -> list[dict[str, Any]]:
     """Every row of the mirrored logical ``table`` ("db.table") under ``out``, all columns, as dicts.
 
-    The one place that reads a mirror back: the stored format is ``apply_changes``' business."""
-    from relay.spark.apply import BUCKET, table_path
+    The one place that reads a mirror back, with the format's own library (deltalake for the default
+    Delta table), not with the code that wrote it."""
+    from relay.spark.layout import BUCKET
+    from relay.spark.tables import read_table
 
-    rows = spark.read.parquet(str(table_path(out, table))).drop(BUCKET)  # the layout's partition column
-    return [row.asDict() for row in rows.collect()]
+    return read_table(out, table).drop_columns([BUCKET]).to_pylist()
 
 
 def mirror_records(spark: Any, records: Iterable[Record], out: Path, table: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""``relay spark mirror``: the long-running Spark job mirroring logical tables into parquet.
+"""``relay spark mirror``: the long-running Spark job mirroring logical tables into Delta Lake or Iceberg.
 
 Runs the query on the CLI's main thread (waits for it; Ctrl-C / SIGTERM stop it between micro-batches —
 the checkpoint makes the next start continue exactly where it stopped). ``relay spark bench`` runs the
@@ -22,16 +22,52 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,bench}", required=True)
     mirror = actions.add_parser(
         "mirror",
-        help="mirror logical tables from the topics into latest-state parquet tables",
+        help="mirror logical tables from the topics into Delta Lake or Iceberg tables",
         description="Reads the topics as a stream, decodes every change (canal-json or canal-protobuf) and "
-        "keeps one parquet directory per logical table under --out (last change per key by sequence; "
-        "deletes remove rows). Keeps running until stopped; --available-now stops when caught up. "
-        "Offsets live in --checkpoint: a restart neither loses nor re-applies a change.",
+        "keeps one latest-state table per logical table (last change per key by sequence; deletes remove "
+        "rows) as a Delta Lake table under --out (default) or an Iceberg table in a catalog "
+        "(--format iceberg), on a local disk or an object store (s3://, gs://, abfss://, hdfs://). "
+        "Keeps running until stopped; --available-now stops when caught up. Offsets live in "
+        "--checkpoint and every commit records its micro-batch: a restart neither loses nor re-applies "
+        "a change.",
     )
     mirror.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers host:port[,…]")
     mirror.add_argument("--topics", required=True, help="comma-separated topics to read")
-    mirror.add_argument("--out", required=True, type=Path, help="directory of the latest-state tables")
-    mirror.add_argument("--checkpoint", type=Path, help="checkpoint directory (default: OUT/_checkpoint)")
+    mirror.add_argument(
+        "--out",
+        required=True,
+        help="root of the tables: a path or URI (s3://bucket/prefix, gs://, abfss://…)",
+    )
+    mirror.add_argument(
+        "--checkpoint", help="Spark checkpoint directory (default: OUT/_checkpoint; a local or HDFS path)"
+    )
+    mirror.add_argument(
+        "--format", default="delta", choices=("delta", "iceberg"), help="table format (default delta)"
+    )
+    mirror.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="object-store setting, e.g. AWS_ENDPOINT_URL=http://…, AWS_REGION=… (repeatable; unset ones "
+        "come from the environment)",
+    )
+    mirror.add_argument("--catalog-name", default="relay", help="Iceberg catalog name (default relay)")
+    mirror.add_argument(
+        "--catalog-type", help="Iceberg catalog type: sql (default), rest, glue, hive, dynamodb…"
+    )
+    mirror.add_argument(
+        "--catalog-uri",
+        help="Iceberg catalog URI (default for local --out: a SQLite catalog OUT/_relay_catalog.sqlite)",
+    )
+    mirror.add_argument("--catalog-warehouse", help="Iceberg warehouse location (default: --out)")
+    mirror.add_argument(
+        "--catalog-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other pyiceberg catalog property (repeatable)",
+    )
     mirror.add_argument(
         "--source", default="relay-kafka", help="relay-kafka (default) or kafka (Spark's jar)"
     )
@@ -61,19 +97,37 @@ def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     bench.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
     bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
     bench.add_argument("--batch", type=int, default=5_000, help="changes applied to both tables")
+    bench.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
+    bench.add_argument("--formats", default="delta,iceberg", help="table formats measured")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=cmd_spark_bench)
 
 
-def cmd_mirror(args: argparse.Namespace) -> int:
-    from relay.spark.mirror import MirrorConfig, local_session, start
+def _catalog(args: argparse.Namespace) -> dict[str, str]:
+    from relay.spark.storage import parse_options
 
-    extra = dict(item.split("=", 1) for item in args.kafka_option)
+    catalog = parse_options(args.catalog_option, "--catalog-option")
+    named = {"name": args.catalog_name, "type": args.catalog_type, "uri": args.catalog_uri}
+    named["warehouse"] = args.catalog_warehouse
+    return {**catalog, **{k: v for k, v in named.items() if v}}
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.errors import OptionError
+    from relay.spark.mirror import MirrorConfig, local_session, start
+    from relay.spark.storage import Storage, parse_options
+    from relay.spark.tables import how_to_read
+
+    extra = parse_options(args.kafka_option, "--kafka-option")
+    storage = Storage(args.out, parse_options(args.storage_option, "--storage-option"))
+    if args.checkpoint is None and not storage.is_local:
+        raise OptionError(f"--out {args.out} is not a local path: give --checkpoint (a local or HDFS path)")
     config = MirrorConfig(
         bootstrap_servers=args.bootstrap_servers,
         topics=tuple(t.strip() for t in args.topics.split(",") if t.strip()),
-        out=args.out,
-        checkpoint=args.checkpoint or args.out / "_checkpoint",
+        out=storage.root,
+        checkpoint=args.checkpoint or str(Path(storage.root) / "_checkpoint"),
         source=args.source,
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -83,10 +137,19 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         tables=tuple(args.tables.split(",")) if args.tables else None,
         kafka_options=extra,
         history=args.history,
+        format=args.format,
+        storage_options=storage.options,
+        catalog=_catalog(args),
     )
+    target = config.target()  # checks the format and the catalog settings before Spark starts
     spark = local_session(args.master)
     query = start(spark, config)
-    print(f"relay spark mirror: query {query.id} running; tables under {config.out}", flush=True)
+    where = f"{args.format} tables under {config.out}"
+    print(f"relay spark mirror: query {query.id} running; {where}", flush=True)
+    for table in config.tables or ():
+        print(how_to_read(target, table), flush=True)
+    if not config.tables:
+        print(f"each logical table db.t becomes a table; e.g.\n{how_to_read(target, 'db.t')}", flush=True)
     try:
         query.awaitTermination()
     finally:
@@ -102,6 +165,7 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
     from relay.spark.bench import main as bench_main
 
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
+    sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     return bench_main(
         ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
     )

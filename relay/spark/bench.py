@@ -9,14 +9,19 @@ DataFrame in Spark's ``kafka`` schema, then times, R times each:
 - ``changes(json)``: ``changes(df, codec="canal-json")`` (from_json + the change-row projection);
 - ``changes(auto)``: ``changes(df)`` with per-record codec detection (the protobuf UDF in the plan);
 - ``typed``: ``typed(changes(df), "bench.orders")`` (Spark types from mysqlType);
-- ``apply``: ``apply_changes`` into an empty directory (dedup by key/sequence, parquet write).
+- ``apply``: ``apply_changes`` into an empty Delta table (dedup by key/sequence, files, commit).
 
-Every step but ``apply`` ends in Spark's ``noop`` sink, so the figure is the work itself. Then the apply
-growth: two mirrored tables, ``--small`` and ``--large`` rows (built in Spark from ``spark.range`` and
-published with ``write_table``), each get the SAME batch of ``--batch`` changes (60 % updates, 30 %
-inserts, 10 % deletes on ids 5000 and up: recent rows of the small table, a range both tables hold), R
-times; ``apply_growth_ratio`` is the large table's median over the small one's. Prints the median
-seconds of each (``--json``: one JSON object). A measurement tool for people, not a test: it prints.
+Every step but ``apply`` ends in Spark's ``noop`` sink, so the figure is the work itself. Then, for each
+of ``--formats`` (Delta, Iceberg): the apply growth — two mirrored tables, ``--small`` and ``--large``
+rows (built in Spark from ``spark.range`` and published with ``write_table``), each get the SAME batch of
+``--batch`` changes (60 % updates, 30 % inserts, 10 % deletes on ids 5000 and up: recent rows of the
+small table, a range both tables hold), R times: ``<fmt>_apply_growth_ratio`` is the large table's median
+over the small one's; the same with ``--batch`` UPDATEs spread uniformly over all ids
+(``<fmt>_apply_growth_ratio_uniform``); the initial load of ``--load`` INSERTs (built in Spark) through
+``apply_changes`` (``<fmt>_load_rows_per_second``); and the table's data files after ``--batches``
+batches (``<fmt>_files_after_N_batches``: current version; ``…_on_storage…``: every file kept for time
+travel). Prints the median seconds of each (``--json``: one JSON object). A measurement tool for
+people, not a test: it prints.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ MYSQL_TYPES = {
     "note": "text",
     "at": "datetime(3)",
 }
+LOAD_CHUNK = 250_000  # records per micro-batch of the initial load (a 1 GB driver heap holds them)
 SQL_TYPES = {"id": -5, "status": 12, "amount": 3, "note": 2005, "at": 93}
 
 
@@ -148,30 +154,129 @@ def _table(spark: Any, rows: int) -> Any:
     )
 
 
-def apply_growth(spark: Any, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
-    """Median apply seconds of the same batch on tables of ``sizes`` rows; their ratio."""
+def uniform_records(n: int, rows: int, seq: int = 1 << 41) -> list[tuple[bytes, bytes, str, int, int]]:
+    """``n`` UPDATEs spread uniformly over ids 0..``rows``-1 (every range bucket of the table)."""
+    step = max(1, rows // n)
+    out = []
+    for i in range(n):
+        ident = (i * step) % rows
+        row: dict[str, str | None] = {
+            "id": str(ident),
+            "status": "PAID",
+            "amount": f"{i}.25",
+            "note": "spread",
+            "at": "2024-05-01 10:00:00.123",
+        }
+        key = json.dumps({"id": row["id"]}).encode()
+        out.append((key, _value(seq + i, "UPDATE", row, None), "bench.orders", ident % 4, i))
+    return out
+
+
+def _frame(spark: Any, rows: list[tuple[bytes, bytes, str, int, int]]) -> Any:
     from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long")
+    df = df.withColumn("timestamp", F.current_timestamp()).withColumn("timestampType", F.lit(0)).cache()
+    df.count()
+    return df
+
+
+def _target(fmt: str, out: str) -> Any:
+    from relay.spark.tables import target_of
+
+    return target_of(out, format=fmt)
+
+
+def apply_growth(spark: Any, fmt: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
+    """Median apply seconds of the same batch (recent keys; spread uniformly) on tables of ``sizes``
+    rows in format ``fmt``; the ratios large/small."""
     from relay.spark.apply import apply_changes, write_table
     from relay.spark.decode import changes
 
-    df = spark.createDataFrame(
-        batch_records(batch), "key binary, value binary, topic string, partition int, offset long"
-    )
-    df = df.withColumn("timestamp", F.current_timestamp()).withColumn("timestampType", F.lit(0)).cache()
-    df.count()
-    figures: dict[str, Any] = {"batch_changes": batch}
-    medians = []
+    figures: dict[str, Any] = {}
+    medians: dict[str, list[float]] = {"recent": [], "uniform": []}
+    recent = _frame(spark, batch_records(batch))
     for size in sizes:
-        with tempfile.TemporaryDirectory() as out:
-            begin = time.perf_counter()
-            write_table(_table(spark, size), out, TABLE)
-            figures[f"build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
-            apply_changes(changes(df, codec="canal-json"), out)  # warm-up
-            seconds = _time(lambda out=out: apply_changes(changes(df, codec="canal-json"), out), runs)  # type: ignore[misc]
-        figures[f"apply_{size}_rows_seconds"] = round(seconds, 3)
-        medians.append(seconds)
-    figures["apply_growth_ratio"] = round(medians[1] / medians[0], 3)
+        uniform = _frame(spark, uniform_records(batch, size))
+        for kind, df in (("recent", recent), ("uniform", uniform)):
+            with tempfile.TemporaryDirectory() as out:
+                target = _target(fmt, out)
+                begin = time.perf_counter()
+                write_table(_table(spark, size), target, TABLE)
+                figures[f"{fmt}_build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
+                apply_changes(changes(df, codec="canal-json"), target)  # warm-up (and the first apply)
+                seconds = _time(lambda t=target, d=df: apply_changes(changes(d, codec="canal-json"), t), runs)  # type: ignore[misc]
+            suffix = "" if kind == "recent" else "_uniform"
+            figures[f"{fmt}_apply_{size}_rows{suffix}_seconds"] = round(seconds, 3)
+            medians[kind].append(seconds)
+    figures[f"{fmt}_apply_growth_ratio"] = round(medians["recent"][1] / medians["recent"][0], 3)
+    figures[f"{fmt}_apply_growth_ratio_uniform"] = round(medians["uniform"][1] / medians["uniform"][0], 3)
+    return figures
+
+
+def load_records(spark: Any, first: int, end: int) -> Any:
+    """The canal-json INSERTs of ids ``first``..``end``-1 of ``bench.orders``, built in Spark."""
+    from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
+
+    ident = F.col("id")
+    data = F.create_map(
+        F.lit("id"), ident.cast("string"),
+        F.lit("status"), F.lit("NEW"),
+        F.lit("amount"), F.concat((ident % 100000).cast("string"), F.lit(".25")),
+        F.lit("note"), F.lit("note ü"),
+        F.lit("at"), F.lit("2024-05-01 10:00:00.123"),
+    )  # fmt: skip
+    types = F.create_map(*[x for k, v in MYSQL_TYPES.items() for x in (F.lit(k), F.lit(v))])
+    message = F.struct(
+        ident.alias("id"), F.lit("bench").alias("database"), F.lit("orders").alias("table"),
+        F.array(F.lit("id")).alias("pkNames"), F.lit(False).alias("isDdl"), F.lit("INSERT").alias("type"),
+        F.lit(1_700_000_000_000).alias("es"), F.lit(1_700_000_000_000).alias("ts"), F.lit("").alias("sql"),
+        types.alias("mysqlType"), F.array(data).alias("data"),
+        F.struct(
+            F.concat(F.lit("bench_"), F.lpad((ident % 16).cast("string"), 2, "0")).alias("database"),
+            F.lit("orders").alias("table"),
+        ).alias("source"),
+        (ident + F.lit(1 << 32)).alias("sequence"),
+    )  # fmt: skip
+    return spark.range(first, end).select(
+        F.to_json(F.struct(ident.cast("string").alias("id"))).cast("binary").alias("key"),
+        F.to_json(message).cast("binary").alias("value"),
+        F.lit("bench.orders").alias("topic"),
+        (ident % 4).cast("int").alias("partition"),
+        ident.alias("offset"),
+        F.current_timestamp().alias("timestamp"),
+        F.lit(0).alias("timestampType"),
+    )
+
+
+def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int) -> dict[str, Any]:
+    """The initial load rate of ``rows`` changes through ``apply_changes``, then the table's data files
+    (current version, and all on storage) after ``batches`` batches of ``batch`` recent-key changes."""
+    from relay.spark.apply import apply_changes
+    from relay.spark.decode import changes
+    from relay.spark.tables import MirrorTable
+
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as out:
+        target = _target(fmt, out)
+        begin = time.perf_counter()
+        for first in range(0, rows, LOAD_CHUNK):  # as micro-batches with maxOffsetsPerTrigger bring them
+            chunk = load_records(spark, first, min(first + LOAD_CHUNK, rows))
+            apply_changes(changes(chunk, codec="canal-json"), target)
+        seconds = time.perf_counter() - begin
+        figures[f"{fmt}_load_{rows}_rows_seconds"] = round(seconds, 3)
+        figures[f"{fmt}_load_rows_per_second"] = round(rows / seconds)
+        for i in range(batches):
+            first = rows - 10 * batch + (i * batch) % (10 * batch)
+            df = _frame(spark, batch_records(batch, first_id=max(first, 0), seq=(1 << 40) + i * batch))
+            apply_changes(changes(df, codec="canal-json"), target)
+            df.unpersist()
+        mirror = MirrorTable(target, TABLE)
+        live = sum(len(f) for f in mirror.rows.files().values())
+        figures[f"{fmt}_files_after_{batches}_batches"] = live
+        from pathlib import Path
+
+        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = len(list(Path(out).rglob("*.parquet")))
     return figures
 
 
@@ -192,6 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
     parser.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
     parser.add_argument("--batch", type=int, default=5_000, help="changes in the batch applied to both")
+    parser.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    parser.add_argument("--batches", type=int, default=100, help="batches applied before counting files")
+    parser.add_argument("--formats", default="delta,iceberg", help="table formats measured")
     parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
     args = parser.parse_args(argv)
 
@@ -214,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def apply() -> None:
         with tempfile.TemporaryDirectory() as out:
-            apply_changes(changes(df, codec="canal-json"), out)
+            apply_changes(changes(df, codec="canal-json"), out)  # a path: a Delta table
 
     steps: list[tuple[str, Callable[[], Any]]] = [
         (
@@ -241,16 +349,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures["changes_vs_from_json"] = round(
         figures["changes(canal-json)_seconds"] / figures["from_json_seconds"], 3
     )
-    growth = apply_growth(spark, (args.small, args.large), args.batch, args.runs)
-    figures.update(growth)
+    for fmt in args.formats.split(","):
+        growth = apply_growth(spark, fmt, (args.small, args.large), args.batch, args.runs)
+        growth.update(load_and_files(spark, fmt, args.load, args.batches, args.batch))
+        figures.update(growth)
+        if not args.json:
+            print(f"{fmt}: apply of the same {args.batch} changes, median of {args.runs} runs:")
+            for size in (args.small, args.large):
+                recent = growth[f"{fmt}_apply_{size}_rows_seconds"]
+                spread = growth[f"{fmt}_apply_{size}_rows_uniform_seconds"]
+                print(f"  {size:>12,} rows  recent keys {recent:7.3f} s  uniform {spread:7.3f} s")
+            print(f"  apply_growth_ratio {growth[f'{fmt}_apply_growth_ratio']:.2f}", end="")
+            print(f"  apply_growth_ratio_uniform {growth[f'{fmt}_apply_growth_ratio_uniform']:.2f}")
+            print(f"  load {growth[f'{fmt}_load_rows_per_second']:,} rows/s", end="")
+            print(
+                f"  files after {args.batches} batches {growth[f'{fmt}_files_after_{args.batches}_batches']}"
+            )
     spark.stop()
     if args.json:
         print(json.dumps(figures))
-    else:
-        print(f"apply of the same {args.batch} changes, median of {args.runs} runs:")
-        for size in (args.small, args.large):
-            print(f"  {size:>12,} rows  {growth[f'apply_{size}_rows_seconds']:7.3f} s")
-        print(f"  apply_growth_ratio {growth['apply_growth_ratio']:.2f}")
     return 0
 
 

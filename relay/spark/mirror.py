@@ -1,15 +1,17 @@
-"""The mirror job: relay topics → latest-state parquet tables (and, with ``history``, SCD type 2
-histories), as a Spark structured streaming query.
+"""The mirror job: relay topics → latest-state Delta Lake or Iceberg tables (and, with ``history``, SCD
+type 2 histories), as a Spark structured streaming query.
 
 Owns the wiring of source → ``changes`` → ``apply_changes`` in ``foreachBatch``, the session set-up for
 ``relay spark mirror`` and the query's lifecycle. Runs on the driver: the caller's thread starts the
-query; Spark's stream-execution thread calls ``_apply_batch`` once per micro-batch. Exactly once: the
-source offsets of every micro-batch are in the checkpoint, and re-running a batch after a crash
-re-applies records ``apply_changes`` already holds, which changes nothing (sequence de-duplication).
+query; Spark's stream-execution thread calls ``apply_batch`` once per micro-batch. Exactly once: the
+source offsets of every micro-batch are in the checkpoint, and each table's commit records the
+micro-batch (application id: the checkpoint's location; Delta ``txn``, Iceberg snapshot properties), so a
+batch re-run after a crash is skipped where it was committed and applied where it was not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import OptionError
+from relay.spark.tables import MirrorTarget, target_of
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +31,8 @@ class MirrorConfig:
 
     bootstrap_servers: str
     topics: tuple[str, ...]
-    out: Path
-    checkpoint: Path
+    out: str | Path  # the mirror's root: a local path or a URI (s3://, gs://, abfss://, hdfs://)
+    checkpoint: str | Path
     source: str = "relay-kafka"  # or "kafka" where Spark's connector jar is installed
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
@@ -39,6 +42,18 @@ class MirrorConfig:
     tables: tuple[str, ...] | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
     history: bool = False  # also keep each table's SCD type 2 history (``apply_history``)
+    format: str = "delta"  # or "iceberg"
+    storage_options: dict[str, str] = field(default_factory=dict)
+    catalog: dict[str, str] = field(default_factory=dict)  # Iceberg catalog settings
+
+    def target(self) -> MirrorTarget:
+        return target_of(self.out, self.format, self.storage_options, self.catalog)
+
+    @property
+    def app_id(self) -> str:
+        """The query's application id in the tables' commits: stable for one checkpoint."""
+        text = str(self.checkpoint)
+        return "relay-mirror-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
@@ -86,14 +101,15 @@ def source_stream(spark: Any, config: MirrorConfig) -> Any:
 
 def start(spark: Any, config: MirrorConfig) -> Any:
     """Start the mirror query; returns the ``StreamingQuery``."""
-    from relay.spark.apply import apply_changes
+    from relay.spark.apply import BatchId, apply_changes
     from relay.spark.decode import changes
 
-    out, codec, tables = str(config.out), config.codec, list(config.tables) if config.tables else None
-    history = config.history
+    out, codec, tables = config.target(), config.codec, list(config.tables) if config.tables else None
+    history, app_id = config.history, config.app_id
 
     def apply_batch(batch: Any, batch_id: int) -> None:
-        applied = apply_changes(changes(batch, codec), out, tables, history=history)
+        done = BatchId(app_id, batch_id)
+        applied = apply_changes(changes(batch, codec), out, tables, history=history, batch=done)
         log.info("micro-batch %d applied to %s", batch_id, applied or "no table")
 
     writer = (

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset
 import pytest
 
-from relay.spark import apply as apply_mod
-from relay.spark.apply import apply_changes, apply_history, history_path, table_path
+from relay.spark.apply import apply_changes, apply_history
 from relay.spark.decode import changes, typed
+from relay.spark.tables import MirrorTable, MirrorTarget, read_table, target_of
 
 TYPES = {"id": "bigint", "status": "varchar(16)"}
 
@@ -64,13 +62,20 @@ def frame(spark: Any, values: list[tuple[str, bytes]]) -> Any:
     return df.selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
 
 
-def table_rows(spark: Any, out: Path, table: str = "d.t") -> dict[str, dict[str, Any]]:
-    df = spark.read.parquet(str(table_path(out, table)))
-    data = [c for c in df.columns if not c.startswith("_") and c != "relay_bucket"]
-    return {str(r["id"]): {c: r[c] for c in data} for r in df.collect()}
+@pytest.fixture(params=["delta", "iceberg"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> MirrorTarget:
+    """A local mirror of each format (Iceberg: the default SQL catalog on SQLite beside the tables)."""
+    return target_of(tmp_path / "out", format=request.param)
 
 
-def test_rolling_alter_in_one_batch_keeps_the_new_column(spark: Any, tmp_path: Path) -> None:
+def table_rows(spark: Any, out: Any, table: str = "d.t") -> dict[str, dict[str, Any]]:
+    """The mirrored rows by id, read by the format's own library (deltalake / pyiceberg), not by us."""
+    rows = read_table(out, table).to_pylist()
+    data = [c for c in (rows[0] if rows else {}) if not c.startswith("_") and c != "relay_bucket"]
+    return {str(r["id"]): {c: r[c] for c in data} for r in rows}
+
+
+def test_rolling_alter_in_one_batch_keeps_the_new_column(spark: Any, target: MirrorTarget) -> None:
     wide = {**TYPES, "extra": "int"}
     batch = frame(
         spark,
@@ -79,8 +84,8 @@ def test_rolling_alter_in_one_batch_keeps_the_new_column(spark: Any, tmp_path: P
             rec(11, "INSERT", {"id": "2", "status": "b"}, TYPES, shard="t_00"),  # shard not altered yet
         ],
     )
-    apply_changes(changes(batch), tmp_path)
-    got = table_rows(spark, tmp_path)
+    apply_changes(changes(batch), target)
+    got = table_rows(spark, target)
     assert got == {"1": {"id": 1, "status": "a", "extra": 5}, "2": {"id": 2, "status": "b", "extra": None}}
 
 
@@ -134,24 +139,24 @@ def test_timestamp_in_a_dst_zone_is_the_instant(spark: Any) -> None:
     assert got == {0: first.replace(tzinfo=None), 1: second.replace(tzinfo=None)}
 
 
-def test_truncate_drop_and_recreate_of_a_shard(spark: Any, tmp_path: Path) -> None:
+def test_truncate_drop_and_recreate_of_a_shard(spark: Any, target: MirrorTarget) -> None:
     inserts = [
         rec(10, "INSERT", {"id": "1", "status": "a"}, shard="t_00"),
         rec(11, "INSERT", {"id": "2", "status": "b"}, shard="t_01"),
         rec(12, "INSERT", {"id": "3", "status": "c"}, shard="t_00"),
     ]
-    apply_changes(changes(frame(spark, inserts)), tmp_path)
+    apply_changes(changes(frame(spark, inserts)), target)
     truncate = [rec(20, "TRUNCATE", None, shard="t_00"), rec(21, "INSERT", {"id": "4", "status": "d"})]
-    apply_changes(changes(frame(spark, truncate)), tmp_path)
-    assert set(table_rows(spark, tmp_path)) == {"2", "4"}
-    apply_changes(changes(frame(spark, inserts)), tmp_path)  # a replay cannot bring truncated rows back
-    assert set(table_rows(spark, tmp_path)) == {"2", "4"}
+    apply_changes(changes(frame(spark, truncate)), target)
+    assert set(table_rows(spark, target)) == {"2", "4"}
+    apply_changes(changes(frame(spark, inserts)), target)  # a replay cannot bring truncated rows back
+    assert set(table_rows(spark, target)) == {"2", "4"}
     drop = [rec(30, "ERASE", None, shard="t_01"), rec(30, "ERASE", None, shard="t_00")]
-    apply_changes(changes(frame(spark, drop)), tmp_path)
-    assert table_rows(spark, tmp_path) == {}
+    apply_changes(changes(frame(spark, drop)), target)
+    assert table_rows(spark, target) == {}
     create = [rec(40, "CREATE", None, shard="t_00"), rec(41, "INSERT", {"id": "5", "status": "e"})]
-    apply_changes(changes(frame(spark, [*inserts, *create])), tmp_path)
-    assert table_rows(spark, tmp_path) == {"5": {"id": 5, "status": "e"}}
+    apply_changes(changes(frame(spark, [*inserts, *create])), target)
+    assert table_rows(spark, target) == {"5": {"id": 5, "status": "e"}}
 
 
 def _workload(first: int, keys: range) -> list[tuple[str, bytes]]:
@@ -165,54 +170,74 @@ def _workload(first: int, keys: range) -> list[tuple[str, bytes]]:
     return out
 
 
-def test_apply_rewrites_only_touched_buckets_and_is_idempotent(spark: Any, tmp_path: Path) -> None:
-    base = frame(spark, _workload(1000, range(0, 300_000, 1000)))  # keys in three range buckets
-    apply_changes(changes(base), tmp_path)
-    before = {p: p.stat().st_ino for p in table_path(tmp_path, "d.t").rglob("*.parquet")}
+def test_apply_rewrites_only_touched_buckets_and_is_idempotent(spark: Any, target: MirrorTarget) -> None:
+    base = frame(spark, _workload(1000, range(1, 300_000, 1000)))  # keys in three range buckets
+    apply_changes(changes(base), target)
+    first = table_rows(spark, target)
+    mirror = MirrorTable(target, "d.t")
+    before, version = mirror.rows.files(), mirror.rows.version()
     batch = frame(spark, _workload(10**6, range(250_000, 250_010)))  # one bucket only
-    apply_changes(changes(batch), tmp_path)
-    after = {
-        p.relative_to(table_path(tmp_path, "d.t")): p.stat().st_ino
-        for p in table_path(tmp_path, "d.t").rglob("*.parquet")
-    }
-    kept = {p.relative_to(table_path(tmp_path, "d.t")): i for p, i in before.items()}
-    same = {p for p, i in after.items() if kept.get(p) == i}
-    assert {p.parts[0] for p in after} - {p.parts[0] for p in same} == {"relay_bucket=r2"}
-    expected = table_rows(spark, tmp_path)
-    apply_changes(changes(batch), tmp_path)  # the same micro-batch re-run
-    apply_changes(changes(base), tmp_path)  # a replay from the start
-    assert table_rows(spark, tmp_path) == expected
-    assert expected["250001"] == {"id": 250001, "status": "paid"} and "250000" not in expected
-    # Another engine reads the same table through the link: pyarrow, Hive partitioning.
-    arrow = pyarrow.dataset.dataset(str(table_path(tmp_path, "d.t")), partitioning="hive").to_table()
-    assert sorted(arrow.column("id").to_pylist()) == sorted(int(k) for k in expected)
+    apply_changes(changes(batch), target)
+    mirror.rows.refresh()
+    after = mirror.rows.files()
+    assert sorted(after) == ["r0", "r1", "r2"]
+    assert {b for b in after if after[b] != before[b]} == {"r2"}  # one bucket's file replaced
+    expected = table_rows(spark, target)
+    done = mirror.rows.version()
+    assert done != version
+    apply_changes(changes(batch), target)  # the same micro-batch re-run
+    apply_changes(changes(base), target)  # a replay from the start
+    mirror.rows.refresh()
+    assert mirror.rows.version() == done  # nothing changed, nothing committed
+    assert table_rows(spark, target) == expected
+    assert expected["250001"] == {"id": 250001, "status": "paid"} and "250005" not in expected
+    # Time travel: the version before the batch, read by the format's library.
+    assert {
+        str(r["id"]): {"id": r["id"], "status": r["status"]} for r in mirror.read(version).to_pylist()
+    } == first
+    assert first != expected and len(first) == 300
 
 
-def test_a_crash_mid_apply_leaves_the_last_table_and_is_repaired(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_kill_between_file_writes_and_commit_leaves_orphans_the_next_run_removes(
+    spark: Any, target: MirrorTarget, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    apply_changes(changes(frame(spark, _workload(1000, range(10)))), tmp_path)
-    good = table_rows(spark, tmp_path)
+    apply_changes(changes(frame(spark, _workload(1000, range(10)))), target)
+    good = table_rows(spark, target)
     batch = frame(spark, _workload(5000, range(5, 20)))
+    part = type(MirrorTable(target, "d.t").rows)
 
-    def crash(*_: Any) -> None:
-        raise KeyboardInterrupt("killed before the switch")
+    def killed(*_: Any, **__: Any) -> None:
+        raise KeyboardInterrupt("killed after the tasks wrote, before the commit")
 
-    monkeypatch.setattr(apply_mod, "_publish", crash)
+    monkeypatch.setattr(part, "commit", killed)
     with pytest.raises(KeyboardInterrupt):
-        apply_changes(changes(batch), tmp_path)
+        apply_changes(changes(batch), target)
     monkeypatch.undo()
-    assert table_rows(spark, tmp_path) == good  # the last good table, still readable
-    apply_changes(changes(batch), tmp_path)
-    fresh = tmp_path / "fresh"
+    assert table_rows(spark, target) == good  # the last committed table, still readable
+    orphans = _data_files(target) - _referenced(target)
+    assert orphans, "the killed write left no files: the test proves nothing"
+    apply_changes(changes(batch), target)  # the micro-batch again: orphans removed, then applied
+    assert not orphans & _data_files(target)
+    fresh = target_of(target.storage.uri("fresh"), format=target.format)
     apply_changes(changes(frame(spark, _workload(1000, range(10)))), fresh)
     apply_changes(changes(batch), fresh)
-    assert table_rows(spark, tmp_path) == table_rows(spark, fresh)
-    state = tmp_path / "_relay_state" / "d.t"
-    assert len([p for p in os.listdir(state) if p.endswith(".json")]) <= 2  # leftovers removed
+    assert table_rows(spark, target) == table_rows(spark, fresh)
 
 
-def test_scd2_history_holds_every_version(spark: Any, tmp_path: Path) -> None:
+def _data_files(target: MirrorTarget) -> set[str]:
+    """Every parquet file under the mirror's root, by path (what the storage holds)."""
+    return {str(p) for p in Path(target.storage.root).rglob("*.parquet") if "fresh" not in p.parts}
+
+
+def _referenced(target: MirrorTarget) -> set[str]:
+    mirror = MirrorTable(target, "d.t")
+    out = set()
+    for part in (mirror.rows, mirror.tombs):
+        out |= {u.removeprefix("file://") for files in part.files().values() for u in files}
+    return out
+
+
+def test_scd2_history_holds_every_version(spark: Any, target: MirrorTarget) -> None:
     versions = [
         rec(10, "INSERT", {"id": "1", "status": "new"}),
         rec(20, "UPDATE", {"id": "1", "status": "paid"}),
@@ -221,10 +246,10 @@ def test_scd2_history_holds_every_version(spark: Any, tmp_path: Path) -> None:
         rec(50, "INSERT", {"id": "1", "status": "again"}),
         rec(15, "INSERT", {"id": "2", "status": "other"}),
     ]
-    apply_history(changes(frame(spark, versions[:2])), tmp_path, "d.t")
-    apply_history(changes(frame(spark, versions)), tmp_path, "d.t")  # overlapping replay
-    apply_history(changes(frame(spark, versions[2:4])), tmp_path, "d.t")
-    rows = spark.read.parquet(str(history_path(tmp_path, "d.t"))).collect()
+    apply_history(changes(frame(spark, versions[:2])), target, "d.t")
+    apply_history(changes(frame(spark, versions)), target, "d.t")  # overlapping replay
+    apply_history(changes(frame(spark, versions[2:4])), target, "d.t")
+    rows = MirrorTable(target, "d.t", "history").read().to_pylist()
     got = sorted((r["id"], r["status"], r["_start_sequence"], r["_end_sequence"]) for r in rows)
     assert got == [
         (1, "again", 50, None),

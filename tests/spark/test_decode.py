@@ -10,8 +10,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from relay.spark.apply import apply_changes, table_path
+from relay.spark.apply import apply_changes
 from relay.spark.decode import changes, typed
+from relay.spark.tables import read_table
 
 TYPES = {"id": "bigint unsigned", "blob": "varbinary(4)", "price": "decimal(6,2)", "at": "datetime(3)"}
 
@@ -70,7 +71,7 @@ def test_typed_values_and_schema_change(spark: Any, tmp_path: Path) -> None:
         ],
     )
     apply_changes(changes(batch2), out)
-    table = {str(r["id"]): r for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    table = {str(r["id"]): r for r in read_table(out, "d.t").to_pylist()}
     assert table["7"]["extra"] == 5 and table["18446744073709551615"]["extra"] is None
     # Delete, then replay an older insert of the same key: the tombstone keeps it deleted.
     batch3 = frame(
@@ -82,7 +83,7 @@ def test_typed_values_and_schema_change(spark: Any, tmp_path: Path) -> None:
     )
     apply_changes(changes(batch3), out)
     apply_changes(changes(batch2), out)
-    ids = {str(r["id"]) for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    ids = {str(r["id"]) for r in read_table(out, "d.t").to_pylist()}
     assert ids == {"18446744073709551615"}
 
 
@@ -111,7 +112,7 @@ def test_source_id_and_generations_in_the_change_identity(spark: Any, tmp_path: 
     assert sorted(r["source_id"] for r in decoded.collect()) == ["", "shop-a", "shop-a", "shop-a"]
     out = tmp_path / "out"
     apply_changes(decoded, out)
-    table = {str(r["id"]): r for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    table = {str(r["id"]): r for r in read_table(out, "d.t").to_pylist()}
     assert table["1"]["price"] == Decimal("2.00")  # the standby's later change wins, lower file number
     assert table["1"]["_sequence"] == standby_first and table["1"]["_source_id"] == "shop-a"
     assert table["9"]["_source_id"] == ""
@@ -164,7 +165,7 @@ def test_shard_keys_keep_equal_ids_of_two_shards_and_a_key_change_leaves_no_old_
     df = df.selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
     out = tmp_path / "out"
     apply_changes(changes(df), out)
-    table = spark.read.parquet(str(table_path(out, "shop.orders"))).collect()
+    table = read_table(out, "shop.orders").to_pylist()
     got = sorted((r["id"], r["status"], r["_key"]) for r in table)
     assert got == [
         (1, "A", '["shop_00.orders_33","1"]'),
@@ -172,7 +173,7 @@ def test_shard_keys_keep_equal_ids_of_two_shards_and_a_key_change_leaves_no_old_
         (20, "C", '["shop_00.orders_33","20"]'),
     ]
     apply_changes(changes(df), out)  # re-applied: the same table
-    assert len(spark.read.parquet(str(table_path(out, "shop.orders"))).collect()) == 3
+    assert len(read_table(out, "shop.orders").to_pylist()) == 3
 
 
 def snapshot_read(seq: int, row: dict[str, Any]) -> bytes:
@@ -201,6 +202,6 @@ def test_snapshot_reads_are_marked_and_applied_as_upserts_by_sequence(spark: Any
     assert typed(decoded, "d.t").where("_snapshot").count() == 4
     out = tmp_path / "out"
     apply_changes(decoded, out)
-    table = {str(r["id"]): r for r in spark.read.parquet(str(table_path(out, "d.t"))).collect()}
+    table = {str(r["id"]): r for r in read_table(out, "d.t").to_pylist()}
     assert sorted(table) == ["1", "2"]  # 3 deleted after its snapshot read
     assert table["1"]["price"] == Decimal("2.00") and table["2"]["_sequence"] == chunk

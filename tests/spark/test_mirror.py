@@ -10,6 +10,7 @@ the start into a fresh directory rebuilds the same table; the protobuf codec mir
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import itertools
 import json
 import time
@@ -18,13 +19,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from pyspark.sql.types import DecimalType, LongType, StringType
 
-from relay.spark.apply import apply_changes, history_path, table_path
+from relay.spark.apply import apply_changes
 from relay.spark.decode import changes
+from relay.spark.layout import BUCKET
 from relay.spark.mirror import MirrorConfig, start
+from relay.spark.tables import MirrorTable, target_of
 from tests.integration.relay_harness import (
     RelayThread,
     create_shards,
@@ -65,11 +68,22 @@ def relay_run(
     return RelayThread(cfg)
 
 
-def mirrored(spark: Any, out: Path, table: str) -> dict[str, dict[str, Any]]:
-    """Every table column of every mirrored row (the ``_`` meta columns left out), by id."""
-    df = spark.read.parquet(str(table_path(out, table)))
-    columns = [c for c in df.columns if not c.startswith("_") and c != "relay_bucket"]
-    return {str(r["id"]): {c: r[c] for c in columns} for r in df.collect()}
+def mirrored(spark: Any, out: Any, table: str, version: int | None = None) -> dict[str, dict[str, Any]]:
+    """Every table column of every mirrored row (the ``_`` meta columns left out), by id, read by the
+    format's library (deltalake / pyiceberg); TIMESTAMP (an instant) as naive UTC, as Spark shows it."""
+    rows = MirrorTable(target_of(out), table).read(version).to_pylist()
+    columns = [c for c in (rows[0] if rows else {}) if not c.startswith("_") and c != BUCKET]
+    return {str(r["id"]): {c: _utc(r[c]) for c in columns} for r in rows}
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def schema_of(out: Any, table: str) -> dict[str, Any]:
+    return {f.name: f.type for f in MirrorTable(target_of(out), table).rows.schema()}
 
 
 def _text(value: Any) -> str | None:
@@ -178,9 +192,9 @@ def test_mirror_equals_select_through_restart_and_replay(
     assert as_text(mirrored(spark, out, f"{prefix}.customers")) == select_all(
         conn, [f"{prefix}_00.customers"]
     )
-    schema = {f.name: f.dataType for f in spark.read.parquet(str(table_path(out, table))).schema.fields}
-    assert schema["id"] == LongType() and schema["amount"] == DecimalType(12, 2)
-    assert schema["status"] == StringType() and schema["note"] == StringType()
+    schema = schema_of(out, table)
+    assert schema["id"] == pa.int64() and schema["amount"] == pa.decimal128(12, 2)
+    assert schema["status"] == pa.string() and schema["note"] == pa.string()
     assert isinstance(next(iter(got.values()))["amount"], Decimal)
     assert "extra" in schema  # the ALTER TABLE … ADD COLUMN of one shard appears as a column
 
@@ -356,8 +370,9 @@ def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
         assert as_text(got) == expected
         assert any(row["extra"] is not None for row in expected.values())
         assert {row["flags"] for row in expected.values()} - {None} == {str(b) for b in BITS}
-        schema = dict(spark.read.parquet(str(table_path(config.out, topic))).dtypes)
-        assert schema["at"] == "timestamp" and schema["flags"] == "decimal(20,0)" and schema["extra"] == "int"
+        schema = schema_of(config.out, topic)
+        assert schema["at"] == pa.timestamp("us", tz="UTC") and schema["flags"] == pa.decimal128(20, 0)
+        assert schema["extra"] == pa.int32()
     finally:
         with contextlib.closing(mysql_service.connect()) as c:
             drop_shards(c, prefix, SHARDS)
@@ -400,7 +415,10 @@ def test_scd2_history_equals_what_select_showed_over_time(
         history=True,
     )
     run_mirror(spark, config)
-    history = spark.read.parquet(str(history_path(config.out, table))).orderBy("_start_sequence").collect()
+    history = sorted(
+        MirrorTable(target_of(config.out), table, "history").read().to_pylist(),
+        key=lambda r: r["_start_sequence"],
+    )
     versions = [
         {c: None if r[c] is None else str(r[c]) for c in ("id", "status", "amount", "note")} for r in history
     ]
@@ -409,4 +427,4 @@ def test_scd2_history_equals_what_select_showed_over_time(
     assert [(r["_start_sequence"], r["_end_sequence"]) for r in history] == list(
         itertools.pairwise(sequences)
     )  # each version ends where the next change (the last one: the DELETE) begins
-    assert spark.read.parquet(str(table_path(config.out, table))).where("id = 7").count() == 0
+    assert "7" not in mirrored(spark, config.out, table)
