@@ -62,7 +62,8 @@ def main(argv: list[str]) -> int:
         big = [(n, name) for n, name in items if n > limit and name.split(":")[0] not in EXCEPTIONS]
         kept = [(n, name) for n, name in items if n > limit and name.split(":")[0] in EXCEPTIONS]
         over += len(big)
-        print(f"{kind} over {limit} lines: {len(big)}" + (f" (+{len(kept)} kept, see EXCEPTIONS)" if kept else ""))
+        note = f" (+{len(kept)} kept, see EXCEPTIONS)" if kept else ""
+        print(f"{kind} over {limit} lines: {len(big)}{note}")
         for n, name in big:
             print(f"  {n:5d}  {name}")
         for n, name in kept:
