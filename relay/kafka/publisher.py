@@ -322,12 +322,17 @@ class KafkaPublisher:
                 # The reason may already wait in the client (fenced by a successor): serve it first, so the
                 # relay stops for what happened (fenced: exit 3) rather than for the timeout it caused.
                 self.poll(0.5)
-            if self._fatal is None:
+            if self._fatal_now() is None:
                 self._fatal = ProducerFatalError(
                     f"{error}: the open transaction's outcome is unknown; stopping (nothing of it is "
                     "acked; a restart's init_transactions aborts it)"
                 )
                 log.error("%s", self._fatal)
+
+    def _fatal_now(self) -> ProducerFatalError | None:
+        """``_fatal`` read afresh: ``poll`` serves callbacks that may set it, and a type checker (and mypyc,
+        which compiles its checks in) keeps a narrowing of the attribute across such calls."""
+        return self._fatal
 
     def _call_abort(self) -> None:
         """``abort_transaction``, called again while it fails retriably ("retry call to resume": under load
