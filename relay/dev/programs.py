@@ -25,6 +25,14 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
 }
 
+# Programs some tests use where they exist and skip without (saying so): listed, never installed by
+# scripts/bootstrap. A container engine takes machine-wide set-up (see tests/integration/containers.py).
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "podman": ("podman", "tests: building and running deploy/Dockerfile (docker serves too)"),
+    "podman-compose": ("podman-compose", "tests: running deploy/test/compose.yml"),
+    "docker": ("docker.io", "tests: the same with docker, where podman is missing"),
+}
+
 # absolute path → (Debian package, who reads it)
 FILES: dict[str, tuple[str, str]] = {
     "/usr/share/java/zookeeper.jar": ("zookeeper", "the embedded ZooKeeper"),
