@@ -31,6 +31,10 @@ from tests.integration.relay_harness import (
     write_configs,
 )
 
+# Building the images takes minutes the first time (and after an edit of the relay's source): more than the
+# suite's 300 s per test, which the setup of the first test here includes.
+pytestmark = pytest.mark.timeout(3600)
+
 CONFIG = "/etc/relay/relay.yaml"
 STATE = "/var/lib/relay/{instance}"
 INSIDE = """
