@@ -71,7 +71,14 @@ def build(tag: str, dockerfile: str, log: Path, build_args: Sequence[str] = ()) 
         )
     if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise AssertionError(f"building {tag} from {dockerfile} failed (exit {done.returncode}):\n{tail}")
+        hint = (
+            "\n(where a build cannot reach the package index by itself, RELAY_TEST_CONTAINER_BUILD names a "
+            "build command that mounts the machine's index settings and CA certificates)"
+            if "RELAY_TEST_CONTAINER_BUILD" not in os.environ
+            else ""
+        )
+        failed = f"building {tag} from {dockerfile} failed (exit {done.returncode})"
+        raise AssertionError(f"{failed}:\n{tail}{hint}")
 
 
 def run(
@@ -105,10 +112,10 @@ def python_in(container: str, code: str, *, user: str | None = None, timeout: fl
     return json.loads(out.strip().splitlines()[-1])
 
 
-def volume_owner(volume: str, path: str) -> dict[str, int]:
-    """{file under ``path`` in ``volume``: its owner uid}, read by a throwaway container."""
+def volume_owner(volume: str, path: str, image: str = "canal-relay:test") -> dict[str, int]:
+    """{file under ``path`` in ``volume``: its owner uid}, read by a throwaway container of ``image``."""
     listing = run(
-        "run", "--rm", "--user", "0", "-v", f"{volume}:/v:ro", "--entrypoint", "find", "canal-relay:test",
+        "run", "--rm", "--user", "0", "-v", f"{volume}:/v:ro", "--entrypoint", "find", image,
         f"/v/{path.strip('/')}", "-printf", "%U %P\\n",
     )  # fmt: skip
     owners: dict[str, int] = {}
@@ -116,6 +123,20 @@ def volume_owner(volume: str, path: str) -> dict[str, int]:
         uid, _, name = line.partition(" ")
         owners[name] = int(uid)
     return owners
+
+
+def logs(container: str) -> str:
+    """A container's output, standard output and error together (the relay logs to standard error)."""
+    done = subprocess.run(
+        [require_engine(), "logs", container],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        timeout=60,
+        check=False,
+    )
+    return done.stdout
 
 
 def unique(prefix: str) -> str:
