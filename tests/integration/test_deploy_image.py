@@ -36,7 +36,6 @@ from tests.integration.relay_harness import (
 pytestmark = pytest.mark.timeout(3600)
 
 CONFIG = "/etc/relay/relay.yaml"
-STATE = "/var/lib/relay/{instance}"
 INSIDE = """
 import importlib.util, json, os, shutil, subprocess
 import relay._native as native
@@ -94,8 +93,8 @@ def container_names() -> Iterator[dict[str, str]]:
 
 
 def _config(tmp_path: Path, mysql: MySQLService, kafka: KafkaService, prefix: str) -> Path:
-    """A config for the container: the test servers, the password from the environment, the state paths on
-    the volume. Readable by the image's user (the folder is mounted read-only)."""
+    """A config for the container: the test servers, the password from the environment, the default state
+    directory. Readable by the image's user (the folder is mounted read-only)."""
     path = write_configs(
         tmp_path,
         mysql=mysql,
@@ -106,13 +105,9 @@ def _config(tmp_path: Path, mysql: MySQLService, kafka: KafkaService, prefix: st
         include=f"{prefix}_\\d+\\..*",
         extra={
             "source": {"password": "${RELAY_MYSQL_PASSWORD}"},
-            "snapshot": {
-                "mode": "when_needed",
-                "request_file": "/var/lib/relay/{instance}/snapshot-request.json",
-            },
-            "positions": {"path": "/var/lib/relay/{instance}/position.json"},
-            "schema": {"path": "/var/lib/relay/{instance}/schema-history.jsonl"},
-            "status": {"file": "/var/lib/relay/{instance}/status.json"},
+            "snapshot": {"mode": "when_needed"},
+            # The default: relative to the working directory, the image's WORKDIR (the state volume).
+            "state_dir": "var/{instance}",
             "mapping": {"file": "/etc/relay/mapping.yaml"},
             "logging": {"level": "INFO", "format": "json"},
         },
@@ -215,7 +210,7 @@ def test_the_image_relays_the_test_server_writing_state_only_to_its_volume(
     # A graceful stop (SIGTERM) ends with status 0; everything written is on the volume, by the image's user.
     containers.run("stop", "-t", "45", name, timeout=90)
     assert containers.run("inspect", "--format", "{{.State.ExitCode}}", name).strip() == "0"
-    owners = containers.volume_owner(volume, prefix)
+    owners = containers.volume_owner(volume, f"var/{prefix}")
     # (the snapshot request was written there too: the relay took it, and removed it, above)
     for written in ("position.json", "status.json", "schema-history.jsonl"):
         assert owners.get(written) == containers.IMAGE_USER, owners
