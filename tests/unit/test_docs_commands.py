@@ -72,7 +72,7 @@ def test_the_scan_sees_a_command_without_its_config() -> None:
         build_parser().parse_args(argv_of("relay schema show --table db.t"))
 
 
-@pytest.mark.parametrize("doc", [*DOCS, "conf/relay.yaml", "conf/mapping.yaml"])
+@pytest.mark.parametrize("doc", [*DOCS, "conf/relay.yaml", "conf/mapping.yaml", "CHANGELOG.md"])
 def test_every_deploy_file_named_exists(doc: str) -> None:
     # (deploy/.env is the one the user makes from deploy/.env.example)
     text = (ROOT / doc).read_text(encoding="utf-8")
