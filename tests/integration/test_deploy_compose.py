@@ -151,10 +151,14 @@ def stack(relay_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     finally:
         for service in ("relay-a", "relay-b", "spark-mirror", "mysql", "kafka", "zookeeper"):
             logs.joinpath(f"{service}.log").write_text(containers.logs(stack.container(service)))
+        # Nothing of a test outlives it: the containers with their anonymous volumes (the image's VOLUME where
+        # a service mounts none, e.g. the mirror's /var/lib/relay), then the named volumes and the network.
+        label = f"label=io.podman.compose.project={stack.project}"
+        started = containers.run("ps", "-a", "-q", "--filter", label, check=False).split()
+        if started:
+            containers.run("rm", "-f", "-v", "-t", "5", *started, check=False, timeout=120)
         _compose(stack, "down", "-v", "-t", "5", check=False)
-        # Anything compose left behind (a failed start) goes too: nothing of a test outlives it.
-        for kind in ("container", "volume"):
-            label = f"label=io.podman.compose.project={stack.project}"
+        for kind in ("volume", "network"):
             names = containers.run(kind, "ls", "-q", "--filter", label, check=False).split()
             if names:
                 containers.run(kind, "rm", "-f", *names, check=False)
