@@ -18,9 +18,19 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mariadbd": ("mariadb-server-core", "the embedded MariaDB (relay.dev.services: tests, demo, bench)"),
     "mariadb-install-db": ("mariadb-server-core", "creating the embedded MariaDB's data directory"),
     "my_print_defaults": ("mariadb-client-core", "called by mariadb-install-db"),
+    "mysql": ("mariadb-client-core", "tests: deploy/mysql/init/10-relay-user.sh runs the mysql client"),
+    "mariadb": ("mariadb-client-core", "the same client under its MariaDB name (the script takes either)"),
     "mariadb-tzinfo-to-sql": ("mariadb-client", "tests: loading time zones into MariaDB"),
     "java": ("default-jre-headless", "the embedded ZooKeeper"),
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
+}
+
+# Programs some tests use where they exist and skip without (saying so): listed, never installed by
+# scripts/bootstrap. A container engine takes machine-wide set-up (see tests/integration/containers.py).
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "podman": ("podman", "tests: building and running deploy/Dockerfile (docker serves too)"),
+    "podman-compose": ("podman-compose", "tests: running deploy/test/compose.yml"),
+    "docker": ("docker.io", "tests: the same with docker, where podman is missing"),
 }
 
 # absolute path → (Debian package, who reads it)

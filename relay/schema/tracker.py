@@ -39,8 +39,8 @@ from relay.schema.model import Catalog, TableDef, column_meta, event_signature, 
 log = logging.getLogger(__name__)
 
 RESYNC_HINT = (
-    "check the table on the server, then run `relay schema resync --table {table}` to take its live "
-    "definition for this place (the relay must be stopped)"
+    "check the table on the server, then run `relay schema resync -c CONFIG --table {table}` to take its "
+    "live definition for this place (the relay must be stopped)"
 )
 
 

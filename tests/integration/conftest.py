@@ -15,3 +15,14 @@ def no_relay_outlives_its_test() -> Iterator[None]:
     a leftover relay would go on reading a test server and loading the machine for the rest of the session."""
     yield
     RelayProcess.stop_started()
+
+
+@pytest.fixture(scope="session")
+def relay_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """deploy/Dockerfile built as ``canal-relay:test``, once per session (no container engine: skipped)."""
+    from tests.integration import containers
+
+    containers.require_engine()
+    log = tmp_path_factory.mktemp("images") / "relay-image.log"
+    containers.build("canal-relay:test", "deploy/Dockerfile", log)
+    return "canal-relay:test"

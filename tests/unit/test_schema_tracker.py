@@ -155,7 +155,7 @@ def test_an_unreadable_ddl_stops_without_full_metadata_and_is_learned_past_with_
         strict.on_query(query(sql, 300))
     message = str(caught.value)
     assert f"the DDL at {FILE}:300 on shop.orders cannot be applied" in message
-    assert "relay schema resync --table shop.orders" in message and "CONVERT TO" in message
+    assert "relay schema resync -c CONFIG --table shop.orders" in message and "CONVERT TO" in message
     h = history(ORDERS)
     lenient = SchemaTracker(h, START, "auto", full=True)
     with caplog.at_level(logging.WARNING):
