@@ -5,9 +5,10 @@ images are built from ``deploy/`` with the engine's layer cache, once per test s
 edit of the relay's source redoes only the compile step on; nothing changed, it takes seconds.
 
 - ``RELAY_TEST_CONTAINER_ENGINE``: ``podman`` or ``docker`` (default: the first of them that answers);
-- ``RELAY_TEST_CONTAINER_BUILD``: the build command (default ``<engine> build``); on machines without an image
-  registry whose package index needs its own settings, the wrapper that mounts them, e.g.
-  ``RELAY_TEST_CONTAINER_BUILD="../shared/tools/containers build"``.
+- ``RELAY_TEST_CONTAINER_BUILD``: the build command. Default: the workplace's wrapper
+  ``../shared/tools/containers build`` beside the checkout where it exists (it mounts the machine's package
+  index settings and CA certificates for the build; a plain ``podman build`` cannot reach the index there),
+  else ``<engine> build``.
 """
 
 from __future__ import annotations
@@ -57,9 +58,17 @@ def require_engine() -> str:
     return program
 
 
+def _default_build() -> str:
+    wrapper = ROOT.parent / "shared" / "tools" / "containers"
+    if wrapper.is_file() and os.access(wrapper, os.X_OK):
+        require_engine()
+        return f"{shlex.quote(str(wrapper))} build"
+    return f"{require_engine()} build"
+
+
 def build(tag: str, dockerfile: str, log: Path, build_args: Sequence[str] = ()) -> None:
     """Build ``dockerfile`` (relative to the repository) from the repository root as ``tag``."""
-    command = shlex.split(os.environ.get("RELAY_TEST_CONTAINER_BUILD") or f"{require_engine()} build")
+    command = shlex.split(os.environ.get("RELAY_TEST_CONTAINER_BUILD") or _default_build())
     args = [f"--build-arg={arg}" for arg in build_args]
     with log.open("ab") as out:
         done = subprocess.run(
