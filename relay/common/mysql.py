@@ -39,7 +39,9 @@ def connect(
             host=host,
             port=port,
             user=user,
-            password=password,
+            # As UTF-8 bytes: PyMySQL sends a str password as latin-1, so a password set by a UTF-8
+            # client (any character past ASCII) would not log in, and one past latin-1 raised.
+            password=password.encode("utf-8"),
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             write_timeout=write_timeout,

@@ -1,0 +1,26 @@
+"""The one MySQL connection helper on a real MariaDB: a password past ASCII logs in (PyMySQL would send a str
+password as latin-1: a UTF-8 password set by the mysql client, or by deploy/mysql, would be refused)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from relay.common import mysql
+
+
+def test_a_utf8_password_logs_in(mysql_service: Any) -> None:
+    user, password = f"u{uuid.uuid4().hex[:8]}", "pässwörd ✓ & | ' \" \\"
+    admin = mysql_service.connect()
+    try:
+        with admin.cursor() as cur:
+            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+        conn = mysql.connect(mysql_service.host, mysql_service.port, user, password, tls=None)
+        with conn.cursor() as cur:
+            cur.execute("SELECT CURRENT_USER()")
+            assert cur.fetchone()[0].startswith(f"{user}@")
+        conn.close()
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (user,))
+        admin.close()
