@@ -64,7 +64,14 @@ from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
 from relay.daemon import snapshot_requests
 from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.status import RelayStats, write_status
-from relay.errors import InvalidMappingError, MappingError, PublishError, RecordRejectedError, RelayError
+from relay.errors import (
+    InvalidMappingError,
+    LeadershipError,
+    MappingError,
+    PublishError,
+    RecordRejectedError,
+    RelayError,
+)
 from relay.ha.leadership import Leadership
 from relay.kafka.codec import RecordEncoder
 from relay.kafka.history import MovePlan, TableMove
@@ -268,7 +275,7 @@ class Relay:
             self._drain()
         except BaseException as exc:
             self.stats.state, self.stats.error = "failed", str(exc)
-            self._abandon()
+            self._abandon(term_over=isinstance(exc, LeadershipError))
             raise
         finally:
             self._moves.abandon()
@@ -604,13 +611,15 @@ class Relay:
         self._abandon()
         log.info("relay %s stopped; position %s", self.config.instance, self._saved())
 
-    def _abandon(self) -> None:
+    def _abandon(self, term_over: bool = False) -> None:
+        """Save what was acked, roll back the rest; ``term_over`` (leadership lost): the open transaction
+        is left to the successor, which aborts it (``KafkaPublisher.abort_inflight``)."""
         try:  # what was acked is delivered: its position is written before anything else happens
             self.instance.save_pending()
         except RelayError as exc:
             log.warning("could not save the position %s: %s", self.instance.saved_point, exc)
         try:
-            aborted = self.publisher.abort_inflight()
+            aborted = self.publisher.abort_inflight(term_over=term_over)
             if aborted:
                 self.instance.rollback()
                 log.info(

@@ -634,8 +634,13 @@ class KafkaPublisher:
         """How many batches are sent but not yet handed back by ``completed_prefix``."""
         return len(self._inflight)
 
-    def abort_inflight(self) -> list[int]:
+    def abort_inflight(self, *, term_over: bool = False) -> list[int]:
         """Forget every outstanding batch (the caller rolls back and resends); returns their ids.
+
+        ``term_over``: this relay is no longer the active one (leadership lost). An open transaction is
+        then left to the broker, never aborted from here: the successor's ``init_transactions`` aborts
+        it (or ``transaction.timeout.ms`` does), and an abort sent by a process that is already a zombie
+        would only wait on the records the broker refuses as fenced — for up to the delivery timeout.
 
         Also starts a fresh producer session: librdkafka's idempotence state (producer id, sequence
         numbers) still covers the records we just disowned, and a broker that lost that state (a
@@ -651,9 +656,13 @@ class KafkaPublisher:
             for handle in self._inflight:
                 handle.aborted = True
             self._inflight.clear()
-            self._abort_transaction()
+            if term_over:
+                self._txn_since = None
+            else:
+                self._abort_transaction()
             if ids:
-                done = "abandoned (the broker aborts it)" if self._fatal else "aborted"
+                left = term_over or self._fatal is not None
+                done = "abandoned (the broker aborts it)" if left else "aborted"
                 log.warning("%s the transaction of %s; they will be sent again", done, ", ".join(labels))
             return ids
         if not ids and not len(self._producer):

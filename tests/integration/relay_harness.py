@@ -353,8 +353,12 @@ class RelayProcess:
         self.popen.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
+        """The exit status; a relay still running after ``timeout`` fails the test with its log's tail."""
         assert self.popen is not None
-        return self.popen.wait(timeout)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the relay still runs after {timeout} s:\n{self.log()[-4000:]}") from None
 
     def stop(self) -> None:
         """Make sure the child is gone (test clean-up): SIGKILL if it still runs."""

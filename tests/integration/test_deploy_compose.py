@@ -64,15 +64,20 @@ consumer.close()
 print(json.dumps(out))
 """
 
+# The answer is written and flushed, then os._exit: the reader was seen (CI) to end with status 134,
+# "terminate called without an active exception" — a native thread pool (pyarrow's, delta-rs's) torn down
+# by the interpreter's exit; the rows printed before it are all this check needs.
 READ_MIRROR = """
-import json, os
+import json, os, sys
 rows = []
 path = "/var/lib/relay/mirror/shop.orders"  # the Delta table (the mirror's default format), read by delta-rs
 if os.path.isdir(os.path.join(path, "_delta_log")):
     from deltalake import DeltaTable
     wanted = ("id", "status", "amount", "_source")
     rows = [{k: str(row[k]) for k in wanted} for row in DeltaTable(path).to_pyarrow_table().to_pylist()]
-print(json.dumps(rows))
+sys.stdout.write(json.dumps(rows) + "\\n")
+sys.stdout.flush()
+os._exit(0)
 """
 
 

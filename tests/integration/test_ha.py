@@ -378,6 +378,24 @@ def open_transaction_at_freeze(log: str) -> int:
     return records
 
 
+def freeze_in_a_transaction(relay: RelayProcess) -> int:
+    """SIGSTOP the relay while a transaction of its is open with records sent; returns how many.
+
+    Frozen just after a commit, it would have none open: it is then resumed at once (a freeze of half a
+    second ends long before its ZooKeeper session, so nobody takes over) and frozen again.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        wait_for(lambda: open_transaction_at_freeze(relay.log()) > 0, 30, "a transaction open")
+        relay.signal(signal.SIGSTOP)
+        time.sleep(0.5)  # what was on the wire lands; nobody is elected before the session (4 s) ends
+        pending = open_transaction_at_freeze(relay.log())
+        if pending > 0:
+            return pending
+        assert time.monotonic() < deadline, "the relay was never frozen with a transaction open"
+        relay.signal(signal.SIGCONT)
+
+
 def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its_successor(
     cluster: Cluster, spark: Any
 ) -> None:
@@ -401,10 +419,8 @@ def test_a_transactional_relay_frozen_in_a_transaction_commits_nothing_after_its
     writer.start()
     wait_for(lambda: a.status().get("batches_acked", 0) >= 5, 60, "relay-0 publishing")
 
-    a.signal(signal.SIGSTOP)
-    time.sleep(0.5)  # what was on the wire lands; relay-1 cannot be elected before the session (4 s) ends
+    pending = freeze_in_a_transaction(a)
     frozen_ends = end_offsets(cluster.bootstrap, cluster.topic)
-    pending = open_transaction_at_freeze(a.log())
     wait_for(lambda: b.status().get("state") == "running", SESSION + 10, "relay-1 took over")
     wait_for(lambda: b.status().get("batches_acked", 0) >= 3, 30, "relay-1 publishing")
     zk = KazooClient(hosts=cluster.zk.hosts)
