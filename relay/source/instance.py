@@ -111,6 +111,7 @@ class CanalInstance:
         # The parser's read-ahead (relay.source.read_ahead): what it has read and not put, and the
         # read ahead of a transaction too large to hold back until its end.
         self._pending = Pending(self.store.config)
+        self.failover.hold_bytes = max(1, self.store.config.memory_budget // 2)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
         self.last_saved: ResumePoint | None = None  # written to the position store
