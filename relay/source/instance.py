@@ -269,7 +269,7 @@ class CanalInstance:
                     event = self.source.read(wait)
                 except SourceUnavailableError as exc:
                     builder = self._unavailable(exc, xa, holding)
-                    start, published = self.start_point, None
+                    published = None
                     continue
                 if event is None:
                     if snap is not None:
@@ -311,7 +311,7 @@ class CanalInstance:
                             self._scan.run(self.source, txn_start)
                         except SourceUnavailableError as exc:
                             builder = self._unavailable(exc, xa, holding)
-                            start, published = self.start_point, None
+                            published = None
                             continue
                         scanned = txn_start
                     self._put(pending.take())
