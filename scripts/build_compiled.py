@@ -59,6 +59,7 @@ MODULES = (
     "relay.kafka.records",
     "relay.source.binlog_source",
     "relay.source.instance",
+    "relay.source.read_ahead",
     "relay.source.snapshot_rows",
 )
 

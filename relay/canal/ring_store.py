@@ -2,8 +2,10 @@
 
 Owned here: the ring of slots, the three sequences ``ack <= get <= put`` (all starting at -1, slot of
 sequence ``s`` is ``s & (buffer_size - 1)``), the memory accounting (an entry weighs its binlog event
-length, ``Entry.size``), and the batches handed out by ``get`` (``Events``, with a ``PositionRange``
-whose ``ack`` is the last transaction boundary of the batch).
+length, ``Entry.size``, as in canal; or, with ``entry_weight: memory`` — the relay's default — its
+decoded size, ``Entry.footprint``, so that the budget bounds the memory the store really holds), and
+the batches handed out by ``get`` (``Events``, with a ``PositionRange`` whose ``ack`` is the last
+transaction boundary of the batch).
 
 Threads: one producer (the sink) calls ``put``; consumers (the server, on behalf of the publisher) call
 ``get``/``ack``/``rollback``. One lock and two conditions (``not_full`` for puts, ``not_empty`` for gets);
@@ -117,6 +119,8 @@ class RingStore:
         self._ddls: deque[int] = deque()  # sequences of unacked DDL entries (DDL isolation only)
         self._last_put: Entry | None = None  # its position is made when asked: not per put
         self._put_waiting = 0  # entries in the put currently waiting for room; 0 when none
+        self._by_memory = self.config.by_memory  # weigh entries by Entry.footprint, not Entry.size
+        self._draining = False  # the producer waits in ``await_below`` for what is held to be acked
         self._closed = False
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
@@ -183,9 +187,10 @@ class RingStore:
     def _do_put(self, entries: Sequence[Entry]) -> None:
         seq, total = self._put, self._put_bytes
         track_ddl = self.config.ddl_isolation
+        by_memory = self._by_memory
         for entry in entries:
             seq += 1
-            total += entry.size
+            total += entry.footprint if by_memory else entry.size
             slot = seq & self._mask
             self._slots[slot] = entry
             self._cum[slot] = total
@@ -252,7 +257,9 @@ class RingStore:
 
     def _producer_stuck(self) -> bool:
         """True when entries are waiting and the producer cannot add more until something is acked."""
-        return self._put > self._get and not self._has_room(max(1, self._put_waiting))
+        if self._put <= self._get:
+            return False
+        return self._draining or not self._has_room(max(1, self._put_waiting))
 
     def _do_get(self, end: int) -> Events:
         first = self._get + 1
@@ -323,6 +330,26 @@ class RingStore:
     def fill(self) -> Fill:
         with self._lock:
             return self._fill()
+
+    def await_below(self, weight: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until the store holds (put, not acked) less than ``weight``
+        bytes; True when it does. The parser thread calls it while it holds a transaction's entries
+        back: they count against the store's budget too (``relay.source.instance``)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._put_bytes - self._ack_bytes >= weight:
+                self._check_open()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                # A get waiting for a full batch must learn that the producer waits for it.
+                self._draining = True
+                self._not_empty.notify_all()
+                try:
+                    self._not_full.wait(remaining)
+                finally:
+                    self._draining = False
+            return True
 
     def _fill(self) -> Fill:
         return Fill(self._put - self._ack, self._put_bytes - self._ack_bytes)

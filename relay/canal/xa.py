@@ -9,7 +9,9 @@ the rows, ``XA END``, XA_PREPARE_LOG — and the decision later, as a statement 
 
 ``XaBuffer.process(event, entries)`` runs on the parser thread right after the entry builder. It takes
 a prepared transaction's entries out of the stream and keeps them (in memory, at most
-``source.xa_buffer_bytes`` for all of them together: ``XaBufferFullError`` beyond, fail closed); at its
+``source.xa_buffer_bytes`` for all of them together, weighed by their decoded size ``Entry.footprint``
+and counted from the first entry read, so one XA transaction larger than the cap is refused while it is
+read, not after: ``XaBufferFullError`` beyond, fail closed); at its
 XA COMMIT it puts them back into the stream just before the XA COMMIT entry, in the XA COMMIT's
 transaction (renumbered from its ``txn_index``), so they are published in commit order; at XA ROLLBACK
 it drops them. Released entries keep their own headers — the rows events' binlog positions — so their
@@ -117,7 +119,8 @@ class XaBuffer:
         self._collecting: list[Entry] | None = None  # the XA transaction being read, up to XA END
         self._ended: list[Entry] | None = None  # read through XA END, waiting for its XA_PREPARE
         self._prepared: dict[str, _Prepared] = {}  # by XID, in prepare (= binlog) order
-        self._bytes = 0
+        self._bytes = 0  # of the prepared transactions
+        self._reading = 0  # of the XA transaction being read (collecting, or ended and not yet prepared)
         # A released transaction whose XA COMMIT's own transaction is still open: (that transaction,
         # the released one's context, how many entries were inserted into it).
         self._releasing: tuple[TxnContext, TxnContext, int] | None = None
@@ -129,7 +132,7 @@ class XaBuffer:
 
     @property
     def held_bytes(self) -> int:
-        return self._bytes
+        return self._bytes + self._reading
 
     def process(self, event: BinlogEvent, entries: list[Entry]) -> list[Entry]:
         """The entries that go on, given the entries the builder made of ``event``."""
@@ -153,23 +156,41 @@ class XaBuffer:
         if collecting is not None:
             if entry.txn is collecting[0].txn:
                 collecting.append(entry)
+                self._hold(entry)
                 if entry.entry_type == EntryType.TRANSACTIONEND:
                     self._ended, self._collecting = collecting, None
                 return
             # The builder abandoned it (a GTID inside it): it never reached its PREPARE.
             log.warning("XA transaction at %s:%d was never prepared; dropped", *_where(collecting[0]))
-            self._collecting = None
+            self._collecting, self._reading = None, 0
         if entry.entry_type == EntryType.TRANSACTIONBEGIN and (
             self._next_is_xa or _xa_type(entry) == "XA START"
         ):
             self._next_is_xa = False
-            self._collecting = [entry]
+            self._collecting, self._reading = [entry], 0
+            self._hold(entry)
             return
         value = entry.store_value
         if isinstance(value, RowChange) and value.event_type in (EventType.XACOMMIT, EventType.XAROLLBACK):
             self._decide(entry, value.event_type == EventType.XACOMMIT, out)
             return
         self._emit(entry, out)
+
+    def _hold(self, entry: Entry) -> None:
+        """Count an entry of the XA transaction being read against the cap, as it is read."""
+        self._reading += entry.footprint
+        if self._bytes + self._reading > self.limit:
+            first = (self._collecting or self._ended or [entry])[0]
+            raise XaBufferFullError(
+                f"{entry.header.logfile_name}:{entry.header.logfile_offset}: the XA transaction read from "
+                f"{first.header.logfile_name}:{first.header.logfile_offset} holds {self._reading} bytes "
+                f"of changes in memory so far and the prepared, undecided ones {self._bytes}: more than "
+                f"source.xa_buffer_bytes ({self.limit}) together. XA transactions are published only when "
+                "committed, so their changes are held until then and the relay stops here (nothing past "
+                "this point is acknowledged). Raise source.xa_buffer_bytes, or commit / roll back the "
+                "prepared transactions (XA RECOVER lists them)"
+                + (f"; undecided: {', '.join(self._prepared)}" if self._prepared else "")
+            )
 
     def _emit(self, entry: Entry, out: list[Entry]) -> None:
         releasing = self._releasing
@@ -193,6 +214,7 @@ class XaBuffer:
     # -- PREPARE, COMMIT, ROLLBACK ---------------------------------------------------------------
     def _on_prepare(self, event: XaPrepareEvent) -> list[Entry]:
         ended, self._ended = self._ended, None
+        size, self._reading = self._reading, 0
         if ended is None:
             return []  # reading started between its XA END and its XA_PREPARE: it was handled before
         if event.one_phase:
@@ -204,7 +226,6 @@ class XaBuffer:
         if xid in self._prepared:
             log.warning("XA %s prepared again before a decision was seen; keeping the newer one", xid)
             self._bytes -= self._prepared.pop(xid).size
-        size = sum(e.size for e in ended)
         self._prepared[xid] = _Prepared(xid, ended[0].txn, ended, size)
         self._bytes += size
         if self._bytes > self.limit:

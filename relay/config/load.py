@@ -19,6 +19,7 @@ from relay.common.redact import register_config_secrets
 from relay.common.retry import RetryPolicy
 from relay.config.sections import (
     BatchMode,
+    EntryWeight,
     HAConfig,
     MetricsConfig,
     SnapshotConfig,
@@ -63,6 +64,7 @@ class StoreSettings:
     memunit: int = 1_024
     batch_mode: str = "MEMSIZE"
     ddl_isolation: bool = True
+    entry_weight: str = "memory"
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,8 @@ class RelayConfig:
 
     def store_config(self) -> StoreConfig:
         s = self.store
-        return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation)
+        weight = EntryWeight(s.entry_weight.lower())
+        return StoreConfig(s.buffer_size, s.memunit, BatchMode(s.batch_mode.upper()), s.ddl_isolation, weight)
 
     def validate(self) -> None:
         """Everything that can be checked without a network, so a bad config changes nothing."""
@@ -262,7 +265,9 @@ class RelayConfig:
             levels = "DEBUG, INFO, WARNING or ERROR"
             raise ConfigError("logging.level", f"must be {levels}, got {self.logging.level!r}")
         s = self.store
-        for name, problem in store_problems(s.buffer_size, s.memunit, s.batch_mode, s.ddl_isolation):
+        for name, problem in store_problems(
+            s.buffer_size, s.memunit, s.batch_mode, s.ddl_isolation, s.entry_weight
+        ):
             raise ConfigError(f"store.{name}", problem)
         f = self.filter
         compile_filter(f.include, "filter.include")

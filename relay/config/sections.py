@@ -158,6 +158,17 @@ class BatchMode(StrEnum):
     ITEMSIZE = "ITEMSIZE"
 
 
+class EntryWeight(StrEnum):
+    """What an entry weighs in MEMSIZE mode (its share of ``buffer_size x memunit`` and of a batch).
+
+    ``event_length``: its binlog event length, as canal weighs it; ``memory``: its decoded size in
+    memory (``Entry.footprint``), so that the budget bounds the store's real memory — a small row takes
+    about eleven times its binlog length once decoded. The relay's config defaults to ``memory``."""
+
+    MEMORY = "memory"
+    EVENT_LENGTH = "event_length"
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Ring store settings; canal's defaults. ``batch_mode`` also accepts the plain strings.
@@ -170,13 +181,20 @@ class StoreConfig:
     memunit: int = 1024
     batch_mode: BatchMode = BatchMode.MEMSIZE
     ddl_isolation: bool = False
+    entry_weight: EntryWeight = EntryWeight.EVENT_LENGTH  # canal's; the relay's config: memory
 
     def __post_init__(self) -> None:
         for name, problem in store_problems(
-            self.buffer_size, self.memunit, self.batch_mode, self.ddl_isolation
+            self.buffer_size, self.memunit, self.batch_mode, self.ddl_isolation, self.entry_weight
         ):
             raise StoreError(f"{name}: {problem}")
         object.__setattr__(self, "batch_mode", BatchMode(str(self.batch_mode).upper()))
+        object.__setattr__(self, "entry_weight", EntryWeight(str(self.entry_weight).lower()))
+
+    @property
+    def by_memory(self) -> bool:
+        """MEMSIZE mode weighing entries by their decoded size: the budget bounds memory."""
+        return self.batch_mode is BatchMode.MEMSIZE and self.entry_weight is EntryWeight.MEMORY
 
     @property
     def memory_budget(self) -> int:
@@ -185,7 +203,11 @@ class StoreConfig:
 
 
 def store_problems(
-    buffer_size: object, memunit: object, batch_mode: object, ddl_isolation: object
+    buffer_size: object,
+    memunit: object,
+    batch_mode: object,
+    ddl_isolation: object,
+    entry_weight: object = EntryWeight.EVENT_LENGTH,
 ) -> list[tuple[str, str]]:
     """(field, problem) for every wrong store setting; empty when they are usable."""
     out: list[tuple[str, str]] = []
@@ -199,6 +221,9 @@ def store_problems(
         out.append(("batch_mode", f"must be one of {modes}, got {batch_mode!r}"))
     if not isinstance(ddl_isolation, bool):
         out.append(("ddl_isolation", f"must be true or false, got {ddl_isolation!r}"))
+    if str(entry_weight).lower() not in {w.value for w in EntryWeight}:
+        weights = ", ".join(w.value for w in EntryWeight)
+        out.append(("entry_weight", f"must be one of {weights}, got {entry_weight!r}"))
     return out
 
 

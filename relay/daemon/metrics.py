@@ -219,7 +219,11 @@ class RelayCollector(Collector):
         )
         fill = relay.instance.store.fill()
         yield _gauge("relay_store_entries", "Entries held by the ring store (put, not acked)", fill.entries)
-        yield _gauge("relay_store_bytes", "Bytes held by the ring store", fill.bytes)
+        yield _gauge(
+            "relay_store_bytes",
+            "Bytes held by the ring store (as it weighs entries: store.entry_weight)",
+            fill.bytes,
+        )
         store = relay.instance.store.config
         yield _gauge("relay_store_slots", "Ring store capacity in entries", store.buffer_size)
         yield _gauge(

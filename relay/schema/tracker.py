@@ -153,19 +153,45 @@ class SchemaTracker:
             return event
         return TableMapEvent(event.header, event.table_id, event.schema, event.table, cached[2], True)
 
+    def check(self, event: TableMapEvent) -> TableMapEvent:
+        """``resolve`` without its effects, for a transaction read ahead on a second connection
+        (``relay.source.read_ahead``): the same columns and the same refusal (``SchemaError``), but
+        nothing is learned, appended or cached — ``resolve`` does that when the parser's own stream
+        reaches the event. No DDL lies inside a transaction, so the catalog now is the one it will use."""
+        if event.schema in SYSTEM_SCHEMAS:
+            return event
+        table = self.catalog.tables.get((event.schema, event.table))
+        try:
+            columns = self._verify(event, table)
+        except _MismatchError as exc:
+            if not self._learns(event):
+                raise self._mismatch(event, str(exc)) from None
+            columns = event.columns
+        if columns is event.columns:
+            return event
+        return TableMapEvent(event.header, event.table_id, event.schema, event.table, columns, True)
+
+    def _learns(self, event: TableMapEvent) -> bool:
+        """A mismatch is learned from the event (full metadata, mode auto), not a refusal."""
+        return event.names_from_binlog and self.mode == "auto"
+
+    @staticmethod
+    def _mismatch(event: TableMapEvent, difference: str) -> SchemaError:
+        where = f"{event.header.log_file}:{event.header.start}"
+        name = f"{event.schema}.{event.table}"
+        return SchemaError(
+            f"schema history: the TABLE_MAP of {name} at {where} does not match the history: "
+            f"{difference}. A DDL was not applied, or the table changed outside the binlog; "
+            + RESYNC_HINT.format(table=name)
+        )
+
     def _columns(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
         try:
             return self._verify(event, table)
         except _MismatchError as exc:
             difference = str(exc)
-        where = f"{event.header.log_file}:{event.header.start}"
-        name = f"{event.schema}.{event.table}"
-        if not (event.names_from_binlog and self.mode == "auto"):
-            raise SchemaError(
-                f"schema history: the TABLE_MAP of {name} at {where} does not match the history: "
-                f"{difference}. A DDL was not applied, or the table changed outside the binlog; "
-                + RESYNC_HINT.format(table=name)
-            )
+        if not self._learns(event):
+            raise self._mismatch(event, difference)
         self._learn(event, table, difference)
         return event.columns
 

@@ -581,13 +581,16 @@ class BinlogSource:
         self._stream = stream
         log.info("binlog source %s streaming from %s", self.config.address, start.reason or start)
 
-    def side_stream(self, journal: str, offset: int) -> BinlogStream:
+    def side_stream(self, journal: str, offset: int, *, checked: bool = False) -> BinlogStream:
         """A second dump connection reading from ``journal``:``offset`` (under another replica server id):
-        for reading ahead without moving this source. The caller closes it."""
+        for reading ahead without moving this source. ``checked``: its TABLE_MAPs are verified against
+        the schema history as this source's are, without changing the history (``SchemaTracker.check``;
+        within a transaction, which holds no DDL). The caller closes it."""
         if self.info is None:
             self.check()
         assert self.info is not None
-        stream = BinlogStream(_stream_config(self.config, self.info, side=True))
+        resolver = self.schema.check if checked and self.schema is not None else None
+        stream = BinlogStream(_stream_config(self.config, self.info, resolver, side=True))
         try:
             stream.open_at(journal, offset)
         except BaseException:

@@ -126,17 +126,34 @@ def digest(entry: Entry) -> bytes:
     return hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogateescape"), digest_size=16).digest()
 
 
-@dataclass
+DIGEST = 16  # bytes of one change's digest
+# What a re-read transaction being matched may hold before its held changes are let go (module docstring
+# of FingerprintSkip): the instance passes half the store's budget.
+HOLD_BYTES = 8 << 20
+
+
+@dataclass(slots=True)
 class _Txn:
+    """A transaction put: where and when it started, and its changes' digests, back to back (16 bytes
+    each: ~64 bytes a change less than a list of ``bytes``, which matters for a large transaction)."""
+
     start: EntryPosition
     time_ms: int
-    digests: list[bytes]
+    digests: bytearray
     closed: bool = False  # its END (or a closing statement) was put: nothing of it comes after
+
+    @property
+    def changes(self) -> int:
+        return len(self.digests) // DIGEST
+
+    def digest(self, k: int) -> bytes:
+        return bytes(self.digests[k * DIGEST : (k + 1) * DIGEST])
 
 
 class History:
     """The transactions recently put into the store (after the sink's filters), as the digests of their
-    changes (ROWDATA entries: rows and statements), covering ``window_ms`` of binlog time."""
+    changes (ROWDATA entries: rows and statements), covering ``window_ms`` of binlog time: about 250 bytes
+    a transaction and 16 a rows event (at most ``max_txns`` transactions)."""
 
     def __init__(self, window_ms: int, max_txns: int = 200_000) -> None:
         self.window_ms = window_ms
@@ -147,9 +164,9 @@ class History:
             last = self.txns[-1] if self.txns else None
             if e.entry_type == EntryType.ROWDATA:
                 if last is None or last.start != e.txn.start:
-                    last = _Txn(e.txn.start, e.header.execute_time, [])
+                    last = _Txn(e.txn.start, e.header.execute_time, bytearray())
                     self.txns.append(last)
-                last.digests.append(digest(e))
+                last.digests += digest(e)
             # BEGIN/END carry no change (and the sink passes empty ones by its own clock): not compared
             if e.closes_txn and last is not None and last.start == e.txn.start:
                 last.closed = True
@@ -178,9 +195,19 @@ class FingerprintSkip:
     inside it, ``closed`` False): matching its recorded entries drops just those, and everything after
     passes (the rest of that transaction included). A transaction older than the oldest one recorded is
     dropped (the same reason). One newer than every recorded one (by binlog time) ends the filtering.
+
+    The held entries of a standby transaction being matched are bounded by ``hold_bytes`` (their
+    ``Entry.footprint``): beyond it they are let go (``_discarded`` counts them), since every outcome but
+    an improbable one drops them — a full match (the copy of a transaction put whole), or a partial one
+    (the master died inside it: what was put is dropped, the rest passes). Should the transaction then
+    need them — it differs after matching more than ``hold_bytes`` of changes put, or goes on past a
+    partial one it matched beyond that — the relay stops (``SourceError``): which of them were published
+    cannot be told any more, and it does not guess.
     """
 
-    def __init__(self, history: History, *, covered: bool = True, address: str = "") -> None:
+    def __init__(
+        self, history: History, *, covered: bool = True, address: str = "", hold_bytes: int = HOLD_BYTES
+    ) -> None:
         self.history = list(history.txns)
         # False: the standby's binlog may have lost (purged) transactions before the first one it holds
         # (``locate_by_timestamp``); only a match proves that it holds the copy of one put and,
@@ -195,11 +222,15 @@ class FingerprintSkip:
         self._current: EntryPosition | None = None
         self._state = "pass"  # of the current standby transaction: match, pass or drop
         self._held: list[Entry] = []
+        self.hold_bytes = hold_bytes
+        self._held_bytes = 0  # the footprint of ``_held``
+        self._discarded = 0  # entries of the current transaction let go before ``_held`` (class docstring)
+        self.discards = 0  # transactions whose held entries were let go (tests, logs)
         self._matched = 0  # ROWDATA entries of the current transaction matched so far
         self._finish_next = False  # the last transaction put was matched whole: done at the next one
         self._candidates: list[int] = []
         # A partial (not closed) recorded transaction whose every recorded change the current standby
-        # transaction matched: (its index, how many held entries those are).
+        # transaction matched: (its index, how many of its entries those are, counted from its start).
         self._partial: tuple[int, int] | None = None
         self._matched_any = False  # some recorded transaction was matched whole (see the docstring)
         self.preceding = 0  # unmatched transactions dropped before the first match (they precede it)
@@ -218,16 +249,50 @@ class FingerprintSkip:
     def _hold(self, e: Entry) -> list[Entry]:
         """BEGIN (or another entry without a change) of a transaction being matched: held with it; its
         END decides (``_ended``)."""
-        self._held.append(e)
+        self._keep(e)
         return self._ended() if e.closes_txn else []
+
+    def _keep(self, e: Entry) -> None:
+        self._held.append(e)
+        self._held_bytes += e.footprint
+        if self._held_bytes > self.hold_bytes:
+            if not self._discarded:
+                self.discards += 1
+                log.info(
+                    "failover: a re-read transaction at %s:%d matches changes put for more than %d bytes; "
+                    "its matched changes are let go as they are read (class FingerprintSkip)",
+                    e.txn.start.journal, e.txn.start.offset, self.hold_bytes,
+                )  # fmt: skip
+            self._discarded += len(self._held)
+            self._held, self._held_bytes = [], 0
+
+    def _reset(self) -> None:
+        self._held, self._held_bytes, self._discarded, self._matched, self._partial = [], 0, 0, 0, None
+
+    def _let_go(self, needed_from: int) -> None:
+        """Entries from ``needed_from`` (counted from the transaction's start) must be passed on: stop if
+        some of them were let go (class docstring)."""
+        if needed_from < self._discarded:
+            start = self._current
+            where = f"{start.journal}:{start.offset}" if start is not None else "?"
+            raise SourceError(
+                f"failover to the standby {self.address}: the re-read transaction at {where} matched "
+                f"{self._discarded} changes put from the master — more than could be held (half the "
+                "store's budget) — and then differed from every transaction put; which of its changes "
+                "were published cannot be told any more. Not guessing: switch by GTID (servers with "
+                "GTIDs, source.failover.mode auto or gtid), or raise store.memunit so the whole "
+                "transaction can be held while it is matched"
+            )
 
     def _unmatched(self, released: list[Entry]) -> list[Entry]:
         """The held entries of a standby transaction that matches no recorded one (and the rest of it):
         new once a recorded transaction was matched; before that, it precedes the first one put."""
-        self._held, self._matched, self._partial = [], 0, None
         if self._matched_any:
+            self._let_go(0)
+            self._reset()
             self._state = "pass"
             return released
+        self._reset()
         self.preceding += 1
         log.debug("failover: dropped a re-read transaction from before the first one put")
         self._state = "drop"
@@ -236,8 +301,8 @@ class FingerprintSkip:
     def _begin(self, e: Entry) -> list[Entry]:
         """A new standby transaction; the previous one, if still held, never closed: it matched a partial
         recorded one, or none."""
-        released = self._settle([]) if self._held else []
-        self._held, self._matched, self._partial = [], 0, None
+        released = self._settle([]) if self._held or self._discarded else []
+        self._reset()
         self._current = e.txn.start
         t = e.header.execute_time
         if self.done:  # that was the last (partial) transaction put
@@ -257,17 +322,15 @@ class FingerprintSkip:
         k = self._matched
         d = digest(e)
         hist = self.history
-        alive = [i for i in self._candidates if k < len(hist[i].digests) and hist[i].digests[k] == d]
+        alive = [i for i in self._candidates if k < hist[i].changes and hist[i].digest(k) == d]
         if not alive:  # diverged: it goes on past (or differs from) every recorded transaction
             return self._settle([e])
         self._candidates = alive
-        self._held.append(e)
+        self._keep(e)
         self._matched += 1
-        partial = next(
-            (i for i in alive if not hist[i].closed and len(hist[i].digests) == self._matched), None
-        )
+        partial = next((i for i in alive if not hist[i].closed and hist[i].changes == self._matched), None)
         if partial is not None:
-            self._partial = (partial, len(self._held))
+            self._partial = (partial, self._discarded + len(self._held))
         return self._ended() if e.closes_txn else []
 
     def _ended(self) -> list[Entry]:
@@ -275,14 +338,15 @@ class FingerprintSkip:
         as many changes, else a partial one it started with, else none."""
         hist = self.history
         full = next(
-            (i for i in self._candidates if hist[i].closed and len(hist[i].digests) == self._matched),
+            (i for i in self._candidates if hist[i].closed and hist[i].changes == self._matched),
             None,
         )
         if full is None:
             return self._settle([])
-        log.debug("failover: dropped %d re-read entries already put", len(self._held))
+        log.debug("failover: dropped %d re-read entries already put", self._discarded + len(self._held))
         hist.pop(full)
-        self._held, self._matched, self._partial, self._state = [], 0, None, "drop"
+        self._reset()
+        self._state = "drop"
         self._matched_any = True
         if full == len(hist):  # that was the last one put: everything after it is new
             self._finish_next = True
@@ -294,10 +358,12 @@ class FingerprintSkip:
         if self._partial is None:
             return self._unmatched([*self._held, *rest])
         index, put = self._partial
-        released = [*self._held[put:], *rest]
+        self._let_go(put)
+        released = [*self._held[put - self._discarded :], *rest]
         log.debug("failover: dropped %d re-read entries of a transaction put in part", put)
         self.history.pop(index)
-        self._held, self._matched, self._partial, self._state = [], 0, None, "pass"
+        self._reset()
+        self._state = "pass"
         self._matched_any = True
         if index == len(self.history):  # the master died inside it: the rest of it is new
             self._finish("matched the last (partial) transaction put from the master")
@@ -499,6 +565,9 @@ class Failover:
         # With a schema history, a standby without binlog_row_metadata=FULL is accepted, and ``prepare``
         # (``open_standby``) gives its source the history's tracker before it streams.
         self.accept_schema_history = False
+        # How much of a re-read transaction being matched ``FingerprintSkip`` holds (the instance: half
+        # the store's budget).
+        self.hold_bytes = HOLD_BYTES
 
     @property
     def recording(self) -> bool:
@@ -610,7 +679,9 @@ class Failover:
         reason = f"first transaction at or after {target} ms ({journal}:{offset}), dropping what was put"
         if not where.covered:
             reason += f" (the standby's binlog begins after it: {where.oldest})"
-        drop = FingerprintSkip(self.history, covered=where.covered, address=cfg.address)
+        drop = FingerprintSkip(
+            self.history, covered=where.covered, address=cfg.address, hold_bytes=self.hold_bytes
+        )
         return StartPoint(journal, offset, 0, None, reason), drop
 
     def _from_saved(

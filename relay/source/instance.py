@@ -41,11 +41,12 @@ from relay.canal.sink import Sink, SinkConfig
 from relay.canal.statements import StatementDmlGuard
 from relay.canal.xa import XaBuffer
 from relay.config.sections import SnapshotConfig, SourceConfig, StoreConfig
-from relay.errors import RelayError, ServerError, SourceConnectionError, SourceError, SourceUnavailableError
+from relay.errors import RelayError, ServerError, SourceError, SourceUnavailableError
 from relay.positions.store import PositionStore, ResumePoint, already_published, next_generation, resume_after
 from relay.schema.history import SchemaHistory
 from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint, resolve_start
 from relay.source.failover import EntryFilter, Failover, master_config, standby_config
+from relay.source.read_ahead import Pending, TransactionScan
 from relay.source.schema_start import attach_schema_history
 from relay.source.snapshot import (
     EXTRA_KEY,
@@ -64,7 +65,6 @@ log = logging.getLogger(__name__)
 # The parser is at the binlog end (``_idle``: a caught-up point is saved at once) when this passes
 # with no event and nothing held back.
 IDLE_SECONDS = 0.01
-PUT_BURST = 256  # most entries put into the store in one call
 NO_CAPTURED_TABLE = "no captured table matches"  # request_snapshot's answer when no table is left
 
 
@@ -109,6 +109,10 @@ class CanalInstance:
         self.server = EmbeddedServer(self.store)
         self.sink = Sink(config.sink)
         self.statements = StatementDmlGuard(config.source.statement_dml, self.sink.keeps_table)
+        # The parser's read-ahead (relay.source.read_ahead): what it has read and not put, and the
+        # read ahead of a transaction too large to hold back until its end.
+        self._pending = Pending(self.store.config)
+        self.failover.hold_bytes = max(1, self.store.config.memory_budget // 2)
         self.info: ServerInfo | None = None
         self.start_point: StartPoint | None = None
         self.last_saved: ResumePoint | None = None  # written to the position store
@@ -122,6 +126,7 @@ class CanalInstance:
         self._writer: threading.Thread | None = None
         self._resume: dict[int, ResumePoint] = {}
         self._stopping = threading.Event()
+        self._scan = TransactionScan(config.name, self.statements, self._stopping)
         self._parser_thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
@@ -239,22 +244,22 @@ class CanalInstance:
         published = self._published_before(start)
         # Entries of the events that are already buffered are put into the store together: one lock
         # round and one wake-up per burst instead of per event. The burst ends as soon as reading would
-        # have to wait, so an idle stream adds no latency.
-        burst = max(1, min(PUT_BURST, self.store.config.buffer_size // 4))
-        # A transaction's entries are held back until it ends (up to half the store), so that a
-        # change refused further in (an incomplete row image, a statement-logged DML) stops the
-        # relay before anything of that transaction can be published.
-        txn_limit = max(burst, self.store.config.buffer_size // 2)
-        prescanned: EntryPosition | None = None  # the start of the transaction read ahead and found sound
-        pending: list[Entry] = []
+        # have to wait, so an idle stream adds no latency. A transaction's entries are held back until
+        # it ends, or until it is read ahead whole and found sound (``relay.source.read_ahead``), so
+        # that a change refused further in stops the relay before anything of it can be published.
+        pending = self._pending
+        scanned: EntryPosition | None = None  # the start of the transaction read ahead and found sound
         try:
             while not self._stopping.is_set():
-                holding = builder.in_transaction
+                txn_start = builder.transaction_start
+                holding = txn_start is not None and txn_start != scanned
                 snap = self.snapshot
                 if snap is not None and snap.failure is not None:
                     # A reader stopped on an error it cannot retry: the relay stops with it (fail closed),
                     # after what closed before is published; a restart continues from the checkpoint.
                     raise snap.failure
+                if holding and not self._room_to_hold():
+                    continue  # the store and the held entries are at the budget: wait for acks
                 try:
                     if pending and not holding:
                         wait = 0.0  # put what is buffered as soon as reading would have to wait
@@ -264,24 +269,14 @@ class CanalInstance:
                         wait = min(wait, 0.005)  # a chunk waits for the parser to reach its watermark
                     event = self.source.read(wait)
                 except SourceUnavailableError as exc:
-                    if not self.failover.enabled or self._drop is not None:
-                        raise
-                    if xa.prepared:  # fail closed: their entries and positions are the master's
-                        raise SourceError(
-                            f"instance {self.config.name}: cannot fail over while XA transactions are "
-                            f"prepared and undecided ({', '.join(xa.prepared)}): their changes were read "
-                            "from the master and are published only at their XA COMMIT"
-                        ) from exc
-                    pending = self._put(pending)
-                    self._fail_over(exc)
-                    start, published = self.start_point, None
-                    builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=start.gtid_set))
+                    builder = self._unavailable(exc, xa, holding)
+                    published = None
                     continue
                 if event is None:
                     if snap is not None:
-                        pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
+                        pending.add(snap.due(builder.in_transaction, builder.gtid_set))
                     if not holding:
-                        pending = self._put(pending)
+                        self._put(pending.take())
                         if wait > 0 and not self._idle:  # silent for a whole wait: at the binlog end
                             self._idle = True
                             with self._acked:
@@ -303,23 +298,30 @@ class CanalInstance:
                     # After the sink: what the standby re-reads is compared with what was put.
                     entries = self._drop.filter(entries)
                 if entries:
-                    pending.extend(entries)
+                    pending.add(entries)
                 if snap is not None:
-                    pending.extend(snap.due(builder.in_transaction, builder.gtid_set))
-                if len(pending) >= (txn_limit if builder.in_transaction else burst):
-                    txn_start = builder.transaction_start
-                    if txn_start is not None and txn_start != prescanned:
-                        # Too large to hold until its end: read the rest ahead, with the same checks,
-                        # before any of it goes to the store (it raises what the parser would raise).
-                        self._prescan(txn_start)
-                        prescanned = txn_start
-                    pending = self._put(pending)
+                    pending.add(snap.due(builder.in_transaction, builder.gtid_set))
+                txn_start = builder.transaction_start
+                holding = txn_start is not None and txn_start != scanned
+                if pending.due(holding):
+                    if holding:
+                        assert txn_start is not None
+                        try:
+                            # Too large to hold until its end: read the rest ahead, with the same checks,
+                            # before any of it goes to the store (it raises what the parser would raise).
+                            self._scan.run(self.source, txn_start)
+                        except SourceUnavailableError as exc:
+                            builder = self._unavailable(exc, xa, holding)
+                            published = None
+                            continue
+                        scanned = txn_start
+                    self._put(pending.take())
         except RelayError as exc:
             if not self._stopping.is_set():
                 log.error("instance %s: parser stopped: %s", self.config.name, exc)
                 # What closed before the failing transaction is sound: it goes to the store, to be
                 # published and acknowledged before the failure stops the consumer (get_without_ack).
-                self._put(_closed_prefix(pending))
+                self._put(_closed_prefix(pending.take()))
                 self._failure = exc
         except BaseException as exc:
             log.exception("instance %s: parser crashed", self.config.name)
@@ -327,37 +329,29 @@ class CanalInstance:
         finally:
             self.source.close()
 
-    def _prescan(self, start: EntryPosition) -> None:
-        """Read the transaction starting at ``start`` to its end on a second connection, checking what the
-        parser checks (complete row images, no statement-logged DML in a captured table): a refusal is
-        raised before anything of the transaction is put, so a transaction too large to hold back in
-        memory is as fail-closed as a small one. Costs one more read of that transaction's events."""
-        assert self.info is not None
-        side = self.source.side_stream(start.journal, start.offset)
-        builder = EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=None))
-        deadline = self.config.source.read_timeout
-        log.info(
-            "instance %s: reading ahead the large transaction at %s:%d",
-            self.config.name,
-            start.journal,
-            start.offset,
-        )
-        try:
-            while not self._stopping.is_set():
-                event = side.read(timeout=deadline)
-                if event is None:
-                    raise SourceConnectionError(
-                        f"reading ahead the transaction at {start.journal}:{start.offset}: no event within "
-                        f"{deadline} s"
-                    )
-                if event.header.artificial:
-                    continue
-                if isinstance(event, QueryEvent):
-                    self.statements.check(event)
-                if any(e.closes_txn for e in builder.build(event)):
-                    return
-        finally:
-            side.close()
+    def _unavailable(self, exc: SourceUnavailableError, xa: XaBuffer, holding: bool) -> EntryBuilder:
+        """The server is gone (a read, or a read ahead, gave up): fail over to the standby, if there is
+        one, after putting what is sound — not the held part of a transaction not read ahead: the
+        standby reads it again whole, after the last entry put. Returns the builder for the standby."""
+        if not self.failover.enabled or self._drop is not None:
+            raise exc
+        if xa.prepared:  # fail closed: their entries and positions are the master's
+            raise SourceError(
+                f"instance {self.config.name}: cannot fail over while XA transactions are "
+                f"prepared and undecided ({', '.join(xa.prepared)}): their changes were read "
+                "from the master and are published only at their XA COMMIT"
+            ) from exc
+        held = self._pending.take()
+        self._put(_closed_prefix(held) if holding else held)
+        self._fail_over(exc)
+        assert self.start_point is not None and self.info is not None
+        return EntryBuilder(BuilderConfig(mariadb=self.info.mariadb, gtid_set=self.start_point.gtid_set))
+
+    def _room_to_hold(self) -> bool:
+        """Entries held back count against the store's budget: True when the store holds less than the
+        budget minus them, after waiting at most a poll for acknowledgements."""
+        limit = self._pending.store_limit()
+        return limit is None or self.store.await_below(limit, self.config.poll_seconds)
 
     def _published_before(self, start: StartPoint) -> ResumePoint | None:
         """What was published already at the place reading starts: skip entries up to it."""
@@ -376,22 +370,24 @@ class CanalInstance:
             return ResumePoint(start.journal, start.offset, start.skip)
         return None
 
-    def _put(self, entries: list[Entry]) -> list[Entry]:
-        """Put ``entries``, waiting while the store is full; returns an empty list for the next burst."""
+    def _put(self, entries: list[Entry]) -> None:
+        """Put ``entries``, a burst at a time (``Pending.bursts``), each waiting while the store is full."""
         if entries and self.generation:
             for e in entries:
                 e.generation = self.generation
-        while entries and not self._stopping.is_set():
-            if self.store.put(entries, timeout=self.config.poll_seconds):
-                # A failover continues the binlog after the last binlog entry put; snapshot chunks are
-                # no binlog transaction (no time, nothing a standby re-reads): they are not recorded.
-                binlog = entries if self.snapshot is None else [e for e in entries if not is_snapshot(e)]
-                if binlog:
-                    self._last_put = binlog[-1]
-                    if self.failover.recording:
-                        self.failover.record(binlog)
-                break
-        return []
+        for burst in self._pending.bursts(entries):
+            while not self._stopping.is_set():
+                if self.store.put(burst, timeout=self.config.poll_seconds):
+                    break
+            else:
+                return
+            # A failover continues the binlog after the last binlog entry put; snapshot chunks are
+            # no binlog transaction (no time, nothing a standby re-reads): they are not recorded.
+            binlog = burst if self.snapshot is None else [e for e in burst if not is_snapshot(e)]
+            if binlog:
+                self._last_put = binlog[-1]
+                if self.failover.recording:
+                    self.failover.record(binlog)
 
     # -- failover (parser thread) ----------------------------------------------------------------
     def _fail_over(self, cause: SourceUnavailableError) -> None:

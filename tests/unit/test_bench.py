@@ -150,7 +150,8 @@ def test_command_line_options() -> None:
     assert opts.rows["W2"] == 500 and opts.rows["W3"] == 10_000
     assert opts.settings == {"publish.batch_size": 512}
     default = options_from_args(build_parser().parse_args(["bench"]))
-    assert default.repeat == 3 and default.stall_mb == 1024 and default.workloads == ("W1", "W2", "W3", "W4")
+    assert default.repeat == 3 and default.stall_mb == 1024
+    assert default.workloads == ("W1", "W2", "W3", "W4", "W5") and default.rows["W5"] == 1_000_000
     with pytest.raises(SystemExit):
         options_from_args(build_parser().parse_args(["bench", "--workloads", "W9"]))
 
@@ -285,4 +286,30 @@ def test_workload_rows_have_eleven_columns_and_w4_rows_about_4_kb() -> None:
     small, big = wl.row(7), wl.row(7, big=True)
     assert len(small) == len(big) == len(wl.COLUMNS.split(", ")) == 11
     assert 4000 <= len(big[9]) + len(big[10]) <= 4200
-    assert {wl.rows_per_step(n) for n in wl.WORKLOADS} == {1, 10, 100, 1000}
+    assert {wl.rows_per_step(n) for n in wl.STEP_WORKLOADS} == {1, 10, 100, 1000}
+
+
+def test_w5_targets_say_vs_stock_and_peak_rss_against_the_bound() -> None:
+    opts = options_from_args(
+        build_parser().parse_args(["bench", "--workloads", "W5", "--w5-rows", "5000000"])
+    )
+    assert opts.workloads == ("W5",) and opts.rows["W5"] == 5_000_000
+    assert opts.store_budget_mb == 16.0 and opts.rss_bound_mb == 216.0
+    bigger = options_from_args(build_parser().parse_args(["bench", "--set", "store.memunit=4096"]))
+    assert bigger.rss_bound_mb == 64.0 + 200.0
+    r = WorkloadResult("W5", "bulk", 1_400_000, 1 << 27, rss_bound_mb=216.0)
+    for relay, stock, rss in (
+        (70_000.0, 20_000.0, 150.0),
+        (66_000.0, 21_000.0, 190.0),
+        (60_000.0, 19_000.0, 160.0),
+    ):
+        r.relay.add(relay)
+        r.stock.add(stock)
+        r.relay_rss_mb.add(rss)
+    line = render_targets([r])
+    assert line == (
+        "W5: vs stock 3.3x (target 3.0x): met; peak RSS 190 MB (bound 216 MB: store budget 16 + 200): within"
+    )
+    assert r.to_json()["rss_within_bound"] is True
+    r.relay_rss_mb.add(230.0)  # one drain over the bound is over, whatever the median
+    assert render_targets([r]).endswith("peak RSS 230 MB (bound 216 MB: store budget 16 + 200): OVER")

@@ -3,6 +3,8 @@ and by fingerprint (the timestamp fallback: transactions already put from the ma
 
 from __future__ import annotations
 
+import pytest
+
 from relay.binlog.events import RowImage
 from relay.canal.entry import (
     Entry,
@@ -541,3 +543,63 @@ def test_fingerprint_skip_matches_a_transaction_put_with_a_later_time_than_the_l
         out += skip.filter([e])
     assert values(out) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
     assert skip.done
+
+
+# --- what matching holds: bounded (issue 32) -------------------------------------------------------------
+
+
+def _feed(skip: FingerprintSkip, entries: list[Entry]) -> list[Entry]:
+    out: list[Entry] = []
+    for e in entries:  # one at a time, as the parser hands them over
+        out += skip.filter([e])
+    return out
+
+
+def test_a_large_transaction_put_whole_is_matched_without_holding_it_whole() -> None:
+    rows = [f"r{i}" for i in range(200)]
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, rows))
+    skip = FingerprintSkip(history, hold_bytes=20 * 1_000)  # about 25 entries
+    out = _feed(skip, txn("replica", 120, "", 5_000, rows) + txn("replica", 9_000, "", 6_000, ["new"]))
+    assert values(out) == ["TRANSACTIONBEGIN", "new", "TRANSACTIONEND"]
+    assert skip.discards == 1 and skip.done
+    assert not skip._held  # nothing left held
+
+
+def test_the_rest_of_a_large_transaction_put_in_part_passes_after_matching_beyond_the_hold() -> None:
+    rows = [f"r{i}" for i in range(200)]
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, rows)[:151])  # BEGIN + 150 rows: the master died there
+    skip = FingerprintSkip(history, hold_bytes=20 * 1_000)
+    out = _feed(skip, txn("replica", 120, "", 5_000, rows))
+    assert values(out) == [f"r{i}" for i in range(150, 200)] + ["TRANSACTIONEND"]
+    assert skip.discards == 1 and skip.done
+
+
+def test_a_transaction_that_differs_after_more_than_the_hold_stops_instead_of_guessing() -> None:
+    rows = [f"r{i}" for i in range(100)]
+    history = History(window_ms=60_000)
+    history.record(txn("master", 50, "", 5_000, ["x"]))
+    history.record(txn("master", 100, "", 5_000, rows))
+    history.record(txn("master", 900, "", 6_000, ["z"]))
+    skip = FingerprintSkip(history, hold_bytes=20 * 1_000, address="standby:3306")
+    assert _feed(skip, txn("replica", 60, "", 5_000, ["x"])) == []
+    other = txn("replica", 120, "", 5_000, [*rows[:60], "other"])
+    with pytest.raises(
+        SourceError, match=r"standby:3306: the re-read transaction at replica-bin\.000001:120"
+    ):
+        _feed(skip, other)
+    # Within the hold, the same divergence is released whole, as before.
+    history2 = History(window_ms=60_000)
+    history2.record(txn("master", 50, "", 5_000, ["x"]))
+    history2.record(txn("master", 100, "", 5_000, rows))
+    roomy = FingerprintSkip(history2)
+    _feed(roomy, txn("replica", 60, "", 5_000, ["x"]))
+    assert values(_feed(roomy, other)) == ["TRANSACTIONBEGIN", *rows[:60], "other", "TRANSACTIONEND"]
+
+
+def test_history_keeps_sixteen_bytes_a_change() -> None:
+    history = History(window_ms=60_000)
+    history.record(txn("master", 100, "", 5_000, [f"r{i}" for i in range(1000)]))
+    (recorded,) = history.txns
+    assert recorded.changes == 1000 and len(recorded.digests) == 16_000

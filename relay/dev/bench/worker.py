@@ -433,6 +433,16 @@ def stock_parse(spec: dict[str, Any]) -> None:
     )
 
 
+def _produce(producer: Any, topic: str, value: bytes, key: bytes, delivered: Callable[..., None]) -> None:
+    """``produce``, waiting while librdkafka's queue is full (a transaction larger than the queue: W5)."""
+    while True:
+        try:
+            producer.produce(topic, value, key=key, on_delivery=delivered)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def naive_relay(spec: dict[str, Any]) -> None:
     from confluent_kafka import Producer
     from pymysqlreplication.event import QueryEvent, XidEvent
@@ -468,7 +478,7 @@ def naive_relay(spec: dict[str, Any]) -> None:
                     if kind == "UPDATE":
                         message["old"] = r["before_values"]
                     value = json.dumps(message, default=str).encode()
-                    producer.produce(topic, value, key=str(values["id"]).encode(), on_delivery=delivered)
+                    _produce(producer, topic, value, str(values["id"]).encode(), delivered)
                     rows += 1
             elif isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and event.query == "COMMIT"):
                 producer.flush()

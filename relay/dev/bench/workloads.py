@@ -1,15 +1,19 @@
-"""The four standard workloads on a mixed-type table, as SQL written through PyMySQL.
+"""The five standard workloads on a mixed-type table, as SQL written through PyMySQL.
 
 Owned here: the table (eleven columns: integers, decimal, double, varchar, enum, datetime(3), date,
 text, blob), the backlog writers (as fast as the server takes them: the binlog the drains read), the
-paced writers (a fixed offered rate, recording each row's commit time for the latency figure), and the
-stall backlog (server-side ``INSERT … SELECT`` from MariaDB's sequence engine: a large binlog, fast).
+paced writers (a fixed offered rate, recording each row's commit time for the latency figure), the bulk
+transaction of W5 and the stall backlog (server-side ``INSERT … SELECT`` from MariaDB's sequence engine,
+or a recursive CTE on MySQL: a large binlog, fast).
 Runs on the bench's main thread; it hands back row counts and ``(id, type) → commit time`` maps.
 
 - W1: single-row autocommit INSERT / UPDATE / DELETE (2 inserts, 1 update, 1 delete per cycle);
 - W2: 100-row INSERT transactions (one multi-row statement each);
 - W3: UPDATE statements touching 1,000 rows each (over rows inserted with ``sql_log_bin=0``);
-- W4: rows of about 4 KB (2 KB of text, 2 KB of blob), 10-row INSERT transactions.
+- W4: rows of about 4 KB (2 KB of text, 2 KB of blob), 10-row INSERT transactions;
+- W5: ONE transaction: an ``INSERT … SELECT`` of N rows (default 1,000,000) and an ``UPDATE`` of 40 % of
+  them (ids with ``id % 5 < 2``): a bulk load, what every backfill does — 1.4 N row changes, far more
+  than the relay's store holds (its memory must not grow with the transaction; issue 32).
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ WORKLOADS = {
     "W2": Workload("W2", "w2", "100-row INSERT transactions"),
     "W3": Workload("W3", "w3", "UPDATE statements of 1,000 rows"),
     "W4": Workload("W4", "w4", "~4 KB rows (text + blob), 10-row INSERT transactions"),
+    "W5": Workload("W5", "w5", "one transaction: INSERT ... SELECT of N rows + UPDATE of 40 % of them"),
 }
+STEP_WORKLOADS = ("W1", "W2", "W3", "W4")  # written statement by statement (W5: one bulk transaction)
+W5_UPDATED = "id % 5 < 2"  # 40 % of the rows
 
 
 def row(i: int, big: bool = False) -> tuple[Any, ...]:
@@ -191,6 +198,43 @@ def populate_w3(conn: Any, population: int) -> None:
                 _insert(cur, "w3", [row(i) for i in range(lo, min(lo + 1000, population))])
         finally:
             cur.execute("SET SESSION sql_log_bin = 1")
+
+
+def sequence_source(conn: Any, rows: int, db: str = DB) -> str:
+    """A row source of ``seq`` = 1 … ``rows`` for ``INSERT … SELECT … FROM`` it: MariaDB's sequence engine
+    (a virtual table in any database, ``db``), else a recursive CTE (MySQL 8; the session's recursion limit
+    raised for it)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        version = str(cur.fetchone()[0])
+        if "MariaDB" in version:
+            return f"{db}.seq_1_to_{rows}"
+        cur.execute("SET SESSION cte_max_recursion_depth = %s", (rows + 1,))
+    return (
+        f"(WITH RECURSIVE s (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM s WHERE seq < {rows})"
+        " SELECT seq FROM s) AS q"
+    )
+
+
+def write_bulk(conn: Any, table: str, rows: int) -> int:
+    """W5: ONE transaction — ``rows`` rows by ``INSERT … SELECT``, then an ``UPDATE`` of 40 % of them;
+    returns the row changes it committed (the INSERT's rows and the UPDATE's)."""
+    source = sequence_source(conn, rows)
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        inserted = cur.execute(
+            f"INSERT INTO {DB}.{table} ({COLUMNS}) SELECT seq, (seq * 7919) % 1000003, seq % 60000,"
+            f" CONCAT(seq % 100000, '.', LPAD(seq % 100, 2, '0')), seq / 8, CONCAT('name-', seq),"
+            f" ELT(1 + seq % 4, 'NEW', 'PAID', 'SHIPPED', 'DONE'),"
+            f" '2026-11-21 06:00:00.123' + INTERVAL seq SECOND, '2026-01-01' + INTERVAL seq % 365 DAY,"
+            f" CONCAT('note ', seq), UNHEX(LPAD(HEX(seq % 4294967296), 8, '0')) FROM {source}"
+        )
+        updated = cur.execute(
+            f"UPDATE {DB}.{table} SET k = k + 1, status = 'PAID', note = CONCAT(note, ' u')"
+            f" WHERE {W5_UPDATED}"
+        )
+        cur.execute("COMMIT")
+    return int(inserted) + int(updated)
 
 
 def write_backlog(conn: Any, step: Step, steps: int, progress: Callable[[int], None]) -> int:
