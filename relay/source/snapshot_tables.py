@@ -44,6 +44,11 @@ _BLOBS = {
     "longtext": 4, "longblob": 4,
 }  # fmt: skip
 _TEMPORAL = {"datetime": t.DATETIME2, "timestamp": t.TIMESTAMP2, "time": t.TIME2}
+# Spatial types: the binlog and SELECT both give the server's internal value (SRID + WKB) as bytes.
+_SPATIAL = frozenset({
+    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection", "geomcollection",
+})  # fmt: skip
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
 
 
@@ -162,8 +167,12 @@ def _members(column_type: str) -> tuple[str, ...]:
     return tuple(m.replace("''", "'") for m in _MEMBERS.findall(inner))
 
 
-def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMeta, int]:
-    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``)."""
+def column_meta(
+    index: int, row: dict[str, Any], is_key: bool, *, spatial: bool = False
+) -> tuple[ColumnMeta, int]:
+    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``).
+    ``spatial``: a spatial column is read as its bytes (``relay verify`` compares it; a snapshot
+    refuses it)."""
     data_type = str(row["DATA_TYPE"]).lower()
     column_type = str(row["COLUMN_TYPE"]).lower()
     unsigned = "unsigned" in column_type
@@ -205,6 +214,8 @@ def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMe
     elif data_type == "bit":
         bits = int(row["NUMERIC_PRECISION"] or 1)
         code, meta, kind = t.BIT, (bits // 8) << 8 | bits % 8, K_BIT
+    elif spatial and data_type in _SPATIAL:
+        code, meta, charset = t.GEOMETRY, 4, 63
     else:
         raise SourceError(f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted")
     if kind == K_TEXT and charset == 63:
@@ -246,9 +257,12 @@ def list_tables(conn: Any, captures: Callable[[str, str], bool]) -> list[tuple[s
     return sorted(x for x in out if captures(x[0], x[1]))
 
 
-def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> TableSpec:
+def describe_table(
+    conn: Any, db: str, table: str, estimated_rows: int = 0, *, spatial: bool = False
+) -> TableSpec:
     """The ``TableSpec`` of one table: columns as a full-metadata TABLE_MAP would describe them, and the
-    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none)."""
+    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none). ``spatial``: see
+    ``column_meta``."""
     cols = _dicts(
         conn,
         "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE, c.CHARACTER_OCTET_LENGTH, "
@@ -285,7 +299,7 @@ def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> T
     metas, kinds = [], []
     for i, c in enumerate(cols):
         try:
-            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary)
+            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary, spatial=spatial)
         except SourceError as exc:
             raise SourceError(f"{db}.{table}: {exc}") from exc
         metas.append(meta)
