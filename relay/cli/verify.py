@@ -134,7 +134,9 @@ def _mirror_target(args: argparse.Namespace, config: Any, shards: list[Any], loc
         shards,
         parse_values=False,
     )
-    return MirrorTarget(reader, index, args.table, config.source_id)
+    target = MirrorTarget(reader, index, args.table, config.source_id, config.source.timezone)
+    target.use(shards)
+    return target
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

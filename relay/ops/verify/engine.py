@@ -204,6 +204,13 @@ class Verifier:
         )  # fmt: skip
         return True
 
+    @property
+    def buckets_rows(self) -> int:
+        return self.options.buckets_rows
+
+    def result(self, shard: str) -> ShardResult:
+        return self.state.results[shard]
+
     def start_identity(self, window: Window) -> Identity:
         return (sequence(window.start.journal, window.start.offset, 0, self.generation), -1)
 
@@ -218,7 +225,7 @@ class Verifier:
             elif shard.method == MULTISET:
                 self.state.multiset_open[shard.name] = None
         if digests or any(s.method == MULTISET for s in self.shards.values()):
-            self._sync_or_note(self.reader.binlog_end())
+            self.sync_or_note(self.reader.binlog_end())
         for shard, lo, hi, count, total in digests:
             if self._chunk_equal(shard, lo, hi, count, total):
                 result = self.state.results[shard.name]
@@ -235,7 +242,7 @@ class Verifier:
             if shard.method == MULTISET:
                 self._multiset(shard)
 
-    def _sync_or_note(self, high: Place) -> bool:
+    def sync_or_note(self, high: Place) -> bool:
         ok = self._sync(high)
         if not ok:
             note = f"the relay had not published up to {high} within {self.options.wait_seconds:.0f} s"
@@ -251,13 +258,13 @@ class Verifier:
             count, total = self.reader.range_digest(shard, lo, hi)
             out.append((shard, lo, hi, count, total))
             self.state.results[shard.name].chunks += 1
-            self._read(f"{shard.name} chunk digests", count)
+            self.note_read(f"{shard.name} chunk digests", count)
             if hi is None:
                 break
             lo = hi
         return out
 
-    def _read(self, what: str, rows: int) -> None:
+    def note_read(self, what: str, rows: int) -> None:
         self._rows_read += rows
         self.progress(what, self._rows_read, max(self._expected, self._rows_read))
 
@@ -303,7 +310,7 @@ class Verifier:
             self._compare_ranges(batch)
 
     def _compare_ranges(self, batch: list[tuple[Shard, ChunkKey | None, ChunkKey | None, list[Any]]]) -> None:
-        self._sync_or_note(self.reader.binlog_end())
+        self.sync_or_note(self.reader.binlog_end())
         for shard, lo, hi, rows in batch:
             seen = self._compare_hashes(shard, rows)
             for key in self._in_range(shard, lo, hi):
@@ -334,11 +341,11 @@ class Verifier:
         while not self.stop.is_set():
             rows = self.reader.hashes(shard, lo, None, self.options.chunk_rows)
             self.state.results[shard.name].chunks += 1
-            self._read(f"{shard.name} row digests", len(rows))
+            self.note_read(f"{shard.name} row digests", len(rows))
             buffer.extend(rows)
             last = len(rows) < self.options.chunk_rows or not shard.spec.key
             if len(buffer) >= HASH_BUFFER or last:
-                self._sync_or_note(self.reader.binlog_end())
+                self.sync_or_note(self.reader.binlog_end())
                 seen |= self._compare_hashes(shard, buffer)
                 buffer = []
             if last:
@@ -385,7 +392,7 @@ class Verifier:
                 reads.append((shard, batch, rows, Window(start, high)))
                 start = low
         if reads:
-            caught_up = self._sync_or_note(max((w.high for *_, w in reads), key=lambda p: p.pos))
+            caught_up = self.sync_or_note(max((w.high for *_, w in reads), key=lambda p: p.pos))
             for shard, batch, rows, window in reads:
                 self._judge_batch(shard, batch, rows, window, caught_up)
         for name in list(self.state.multiset_open):

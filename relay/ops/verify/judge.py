@@ -17,17 +17,30 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from relay.ops.verify.digest import ABSENT
-from relay.ops.verify.report import Difference
+from relay.ops.verify.report import Difference, ShardResult
 from relay.ops.verify.shards import JoinKey, Shard
-from relay.ops.verify.source import Window
-
-if TYPE_CHECKING:
-    from relay.ops.verify.engine import Verifier
+from relay.ops.verify.source import Place, SourceReader, Window
+from relay.ops.verify.target import Identity, Target
 
 Verdict = tuple[Any, ...]
+
+
+class Context(Protocol):
+    """What judging needs of the verifier (``relay.ops.verify.engine.Verifier``)."""
+
+    reader: SourceReader
+    target: Target
+
+    @property
+    def buckets_rows(self) -> int: ...
+
+    def start_identity(self, window: Window) -> Identity: ...
+    def sync_or_note(self, high: Place) -> bool: ...
+    def note_read(self, what: str, rows: int) -> None: ...
+    def result(self, shard: str) -> ShardResult: ...
 
 
 def plain(value: Any) -> Any:
@@ -45,60 +58,76 @@ def plain(value: Any) -> Any:
 
 
 def judge_keys(
-    verifier: Verifier,
+    verifier: Context,
     shard: Shard,
     keys: Sequence[JoinKey],
     rows: dict[JoinKey, tuple[Sequence[str | None], bool]],
     window: Window,
     caught_up: bool,
 ) -> dict[JoinKey, Verdict]:
+    """A verdict per key: ``equal``, ``out`` (outside ``--where``), ``changed`` / ``behind`` (no moment to
+    compare at: again next pass), or a finding (``missing`` / ``extra`` / ``different``, what identifies
+    it, the ``Difference``). Sides that agree are equal whenever they were read: only a disagreement needs
+    the target to be comparable with the read."""
     target = verifier.target
     start = verifier.start_identity(window)
     out: dict[JoinKey, Verdict] = {}
+    findings: dict[JoinKey, Verdict] = {}
     both: list[tuple[JoinKey, Sequence[str | None], Any]] = []
     for key in keys:
+        found = rows.get(key)
+        held = target.held(key)
+        live = held is not None and not held.deleted
+        identity = None if held is None else held.identity
+        if found is not None and not found[1]:
+            out[key] = ("out",)  # outside --where: not compared
+        elif found is None:
+            findings[key] = (
+                ("extra", identity, _difference(shard, key, "extra", identity)) if live else ("equal",)
+            )
+        elif not live:
+            findings[key] = ("missing", identity, _difference(shard, key, "missing", identity))
+        else:
+            both.append((key, found[0], held))
+    values = target.values(shard, [k for k, _, _ in both])
+    for key, row, held in both:
+        actual = values.get(key)
+        if actual is None:  # the record could not be read again: look next pass
+            out[key] = ("changed",)
+            continue
+        findings[key] = _compare(target, shard, key, row, actual, held)
+    for key, verdict in findings.items():
         latest = target.latest(key)
-        if not caught_up:
+        if verdict[0] == "equal":
+            out[key] = verdict
+        elif not caught_up:
             out[key] = ("behind",)
         elif latest is not None and latest >= start:
             out[key] = ("changed",)
         elif target.behind(key):
             out[key] = ("behind",)
         else:
-            found = rows.get(key)
-            held = target.held(key)
-            live = held is not None and not held.deleted
-            identity = None if held is None else held.identity
-            if found is not None and not found[1]:
-                out[key] = ("out",)  # outside --where: not compared
-            elif found is None:
-                out[key] = (
-                    ("extra", identity, _difference(shard, key, "extra", identity)) if live else ("equal",)
-                )
-            elif not live:
-                out[key] = ("missing", identity, _difference(shard, key, "missing", identity))
-            else:
-                both.append((key, found[0], identity))
-    values = target.values(shard, [k for k, _, _ in both])
-    for key, row, identity in both:
-        actual = values.get(key)
-        if actual is None:  # the record could not be read again: look next pass
-            out[key] = ("changed",)
-            continue
-        expected = target.expected(shard, row)
-        columns = [
-            (c, plain(row[i]), plain(actual.get(c, ABSENT)))
-            for i, (c, e) in enumerate(expected.items())
-            if not target.same(shard, c, e, actual.get(c, ABSENT))
-        ]
-        columns += [(c, plain(ABSENT), plain(v)) for c, v in actual.items() if c not in expected]
-        if not columns:
-            out[key] = ("equal",)
-        else:
-            names = tuple(c for c, _, _ in columns)
-            diff = Difference(shard.name, "different", _key(shard, key), tuple(columns), identity)
-            out[key] = ("different", (identity, names), diff)
+            out[key] = verdict
     return out
+
+
+def _compare(
+    target: Target, shard: Shard, key: JoinKey, row: Sequence[str | None], actual: dict[str, Any], held: Any
+) -> Verdict:
+    expected = target.expected(shard, row)
+    columns = [
+        (c, plain(row[i]), plain(actual.get(c, ABSENT)))
+        for i, (c, e) in enumerate(expected.items())
+        if not target.same(shard, c, e, actual.get(c, ABSENT))
+    ]
+    columns += [(c, plain(ABSENT), plain(v)) for c, v in actual.items() if c not in expected]
+    if held.shard != shard.name:  # the key's row on the target comes from another shard
+        columns.insert(0, ("(physical table)", shard.name, held.shard))
+    if not columns:
+        return ("equal",)
+    names = tuple(c for c, _, _ in columns)
+    diff = Difference(shard.name, "different", _key(shard, key), tuple(columns), held.identity)
+    return ("different", (held.identity, names), diff)
 
 
 def _key(shard: Shard, key: JoinKey) -> dict[str, Any]:
@@ -109,18 +138,18 @@ def _difference(shard: Shard, key: JoinKey, kind: str, identity: Any) -> Differe
     return Difference(shard.name, kind, _key(shard, key), (), identity)
 
 
-def multiset(verifier: Verifier, shard: Shard) -> tuple[int, list[Difference]] | None:
+def multiset(verifier: Context, shard: Shard) -> tuple[int, list[Difference]] | None:
     """(source rows, differences) of a keyless shard, or None when it changed during the read or the
     target had not caught up (it is read again next pass)."""
     reader, target = verifier.reader, verifier.target
-    buckets = max(1, math.ceil(max(shard.spec.estimated_rows, 1) / verifier.options.buckets_rows))
+    buckets = max(1, math.ceil(max(shard.spec.estimated_rows, 1) / verifier.buckets_rows))
     low = reader.binlog_end()
     digests = reader.bucket_digests(shard, buckets)
     high = reader.binlog_end()
-    result = verifier.state.results[shard.name]
+    result = verifier.result(shard.name)
     result.chunks += buckets
     rows = sum(n for n, _ in digests.values())
-    verifier._read(f"{shard.name} bucket digests", rows)
+    verifier.note_read(f"{shard.name} bucket digests", rows)
     if not _comparable(verifier, shard, Window(low, high)):
         return None
     held = target.multiset(shard)
@@ -151,8 +180,8 @@ def multiset(verifier: Verifier, shard: Shard) -> tuple[int, list[Difference]] |
     return rows, _multiset_differences(shard, theirs, mine_rows)
 
 
-def _comparable(verifier: Verifier, shard: Shard, window: Window) -> bool:
-    if not verifier._sync_or_note(window.high):
+def _comparable(verifier: Context, shard: Shard, window: Window) -> bool:
+    if not verifier.sync_or_note(window.high):
         return False
     held = verifier.target.multiset(shard)
     return not held.behind and held.latest < verifier.start_identity(window)

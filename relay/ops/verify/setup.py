@@ -15,7 +15,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from mapping.model import Mapping
 from relay.config.load import RelayConfig

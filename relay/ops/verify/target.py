@@ -44,6 +44,7 @@ class Multiset:
     rows: Counter[tuple[Any, ...]] = field(default_factory=Counter)
     latest: Identity = ZERO
     behind: bool = False  # the target has not applied the topic's latest change of the table
+    where: Any = None  # the topic record of ``latest`` (topic, partition, offset)
 
 
 class Target(Protocol):

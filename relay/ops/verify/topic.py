@@ -201,7 +201,9 @@ class TopicIndex:
                 at = first - 1
                 while at < end:
                     if time.monotonic() > deadline:
-                        raise VerifyError(f"records {topic} [{partition}] {first}..{end} could not be read again")
+                        raise VerifyError(
+                            f"records {topic} [{partition}] {first}..{end} could not be read again"
+                        )
                     for msg in consumer.consume(num_messages=500, timeout=0.5):
                         if msg.error() is not None:
                             continue
@@ -233,7 +235,7 @@ class TopicIndex:
         ident = (int(h[H_SEQUENCE]), int(h.get(H_PART, b"0")))
         where = (str(msg.topic()), partition, int(msg.offset()))
         if shard.method == MULTISET:
-            self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true")
+            self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
         elif shard.by_data:
             if value is not None:
                 self._by_data(shard, ident, value, where)
@@ -278,11 +280,13 @@ class TopicIndex:
         deleted = kind == "DELETE"
         self.held[key] = Held(ident, deleted, shard.name, 0 if deleted else data_digest(shard, data), where)
 
-    def _multiset(self, shard: Shard, ident: Identity, value: bytes | None, snapshot: bool) -> None:
+    def _multiset(
+        self, shard: Shard, ident: Identity, value: bytes | None, snapshot: bool, where: Any
+    ) -> None:
         state = self.multisets[shard.name]
         if value is None or ident <= state.latest:
             return  # a tombstone (no row) or a repeat
-        state.latest = ident
+        state.latest, state.where = ident, where
         if not self.parse_values:
             return
         kind, data, old = parse_value(value)
