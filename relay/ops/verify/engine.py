@@ -314,7 +314,7 @@ class Verifier:
         for shard, lo, hi, rows in batch:
             seen = self._compare_hashes(shard, rows)
             for key in self._in_range(shard, lo, hi):
-                if key not in seen:
+                if key not in seen and self._live(key):
                     self._suspect(shard, key, "digest")
 
     def _compare_hashes(self, shard: Shard, rows: list[tuple[JoinKey, ChunkKey, int]]) -> set[JoinKey]:
@@ -352,10 +352,15 @@ class Verifier:
                 break
             lo = rows[-1][1]
         for key in list(self.target.keys_of(shard.name)):
-            if key not in seen:
+            if key not in seen and self._live(key):
                 self._suspect(shard, key, "digest")
 
     # -- bookkeeping -----------------------------------------------------------------------------------
+    def _live(self, key: JoinKey) -> bool:
+        """Whether the target holds a row for ``key`` (a key it holds deleted is no row to compare)."""
+        held = self.target.held(key)
+        return held is not None and not held.deleted
+
     def _count(self, shard: Shard, key: JoinKey, kind: str) -> None:
         mark = (shard.name, key)
         self.state.pending.pop(mark, None)

@@ -150,7 +150,7 @@ class SourceReader:
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             with self._conn.cursor() as cur:
-                cur.execute(sql, params or None)
+                cur.execute(sql, tuple(params))  # always formatted: every % of the text is doubled
                 return list(cur.fetchall())
         except pymysql.err.MySQLError as exc:
             raise mysql.translate(exc, f"relay verify: {sql[:120]}") from exc
