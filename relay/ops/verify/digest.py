@@ -1,13 +1,14 @@
-"""Row digests: one canonical byte string per row, hashed the same way by MySQL and by Python.
+"""Row digests: one canonical text per row, hashed the same way by MySQL and by Python.
 
-A row's canonical bytes are, column by column in table order, ``N`` for NULL or ``<length>:<bytes>``
-for a value, where the bytes are the column's canal text (what the binlog and snapshot readers publish,
-``relay.binlog.values`` / ``relay.source.snapshot_rows``) as MySQL can render it in SQL:
+A row's canonical text is a header — per column, in table order, ``N`` for NULL or the length in
+characters of the column's text, joined by commas — a ``|``, then the columns' texts one after the
+other. The header makes it unambiguous; the texts are the column's canal text (what the binlog and
+snapshot readers publish, ``relay.binlog.values`` / ``relay.source.snapshot_rows``) as MySQL renders it:
 
 - integers, DECIMAL, date and time types (TIMESTAMP in the session zone the snapshot readers set),
-  YEAR, CHAR/VARCHAR/TEXT, ENUM, SET, JSON: ``CAST(c AS CHAR CHARACTER SET utf8mb4)`` — canal's text in
-  UTF-8, as the type tests prove (``tests/integration/test_type_table.py``);
-- BINARY/VARBINARY/BLOB/GEOMETRY: the bytes (canal's text is one ISO-8859-1 character per byte);
+  YEAR, CHAR/VARCHAR/TEXT, ENUM, SET, JSON: ``CAST(c AS CHAR CHARACTER SET utf8mb4)`` — canal's text, as
+  the type tests prove (``tests/integration/test_type_table.py``);
+- BINARY/VARBINARY/BLOB/GEOMETRY: ``HEX(c)`` (canal's text is one ISO-8859-1 character per byte: its hex);
 - BIT: ``c+0`` (canal's text is the unsigned number);
 - DOUBLE, FLOAT: canal's text is Java's ``Double.toString`` / ``Float.toString``, which SQL cannot write.
   MySQL writes the value's shortest round-trip digits in a layout of its own (``1e15``, ``0.000015``):
@@ -15,11 +16,11 @@ for a value, where the bytes are the column's canal text (what the binlog and sn
   FLOAT through ``CAST(c AS DOUBLE)``, the stored float32 exactly). ``double_probes`` checks the layout
   against the server before it is trusted.
 
-The row hash is the first 8 bytes of the MD5 of those bytes, as an unsigned integer; MySQL computes it
-per row (``row_hash_sql``) and sums it per chunk, Python computes it from canal text (``canal_row_hash``).
-A digest is only ever a filter: rows whose digests differ are read in full and compared as canal text
-(``relay.ops.verify.compare``), so a rendering that MySQL and Python do not share costs a read, never a
-false report. Pure functions, any thread.
+The row hash is the first 8 bytes of the MD5 of the UTF-8 of that text, as an unsigned integer; MySQL
+computes it per row (``row_hash_sql``) and sums it per chunk, Python computes it from canal text
+(``canal_row_hash``) in a handful of C-level operations per row. A digest is only ever a filter: rows whose
+digests differ are read in full and compared as canal text (``relay.ops.verify.judge``), so a rendering
+that MySQL and Python do not share costs a read, never a false report. Pure functions, any thread.
 """
 
 from __future__ import annotations
@@ -53,8 +54,6 @@ class _Absent:
 
 
 ABSENT: Final = _Absent()
-NULL_ITEM = b"N"
-ABSENT_ITEM = b"A"  # never produced by SQL: a row missing a column never matches
 _F32 = struct.Struct("<f")
 
 
@@ -76,30 +75,24 @@ def quote_name(name: str) -> str:
 
 
 def value_sql(name: str, kind: HashKind) -> str:
-    """The SQL of a column's digest bytes (NULL stays NULL)."""
+    """The SQL of a column's digest text (NULL stays NULL)."""
     c = quote_name(name)
     if kind == HashKind.BINARY:
-        return f"CAST({c} AS BINARY)"
+        return f"HEX({c})"
     if kind == HashKind.BIT:
-        text = f"CAST({c}+0 AS CHAR)"
-    elif kind == HashKind.FLOAT:
-        text = f"CAST(CAST({c} AS DOUBLE) AS CHAR)"
-    elif kind == HashKind.DOUBLE:
-        text = f"CAST({c} AS CHAR)"
-    else:
-        text = f"CAST({c} AS CHAR CHARACTER SET utf8mb4)"
-    return f"CAST({text} AS BINARY)"
-
-
-def item_sql(name: str, kind: HashKind) -> str:
-    value = value_sql(name, kind)
-    return f"IF({quote_name(name)} IS NULL, 'N', CONCAT(LENGTH({value}), ':', {value}))"
+        return f"CAST({c}+0 AS CHAR CHARACTER SET utf8mb4)"
+    if kind == HashKind.FLOAT:
+        return f"CAST(CAST({c} AS DOUBLE) AS CHAR CHARACTER SET utf8mb4)"
+    return f"CAST({c} AS CHAR CHARACTER SET utf8mb4)"
 
 
 def row_hash_sql(names: Sequence[str], kinds: Sequence[HashKind]) -> str:
     """The SQL expression of a row's hash (an unsigned 64-bit integer)."""
-    items = ", ".join(item_sql(n, k) for n, k in zip(names, kinds, strict=True))
-    return f"CAST(CONV(LEFT(MD5(CONCAT({items})), 16), 16, 10) AS UNSIGNED)"
+    values = [value_sql(n, k) for n, k in zip(names, kinds, strict=True)]
+    header = ", ".join(f"IFNULL(CHAR_LENGTH({v}), 'N')" for v in values)
+    body = ", ".join(f"IFNULL({v}, '')" for v in values)
+    text = f"CONCAT(CONCAT_WS(',', {header}), '|', {body})"
+    return f"CAST(CONV(LEFT(MD5({text}), 16), 16, 10) AS UNSIGNED)"
 
 
 def _digits(x: float) -> tuple[str, int]:
@@ -119,6 +112,9 @@ def mysql_double_text(x: float) -> str:
     ``<d>[.<ddd>]e<exp>``. Checked against the server (``double_probes``) before digests rely on it."""
     if x == 0.0:
         return "0"
+    if 1e-4 <= abs(x) < 1e15:  # Python's repr is positional here, with the same shortest digits
+        text = repr(x)
+        return text[:-2] if text.endswith(".0") else text
     digits, point = _digits(x)
     sign = "-" if x < 0 else ""
     n = len(digits)
@@ -137,27 +133,51 @@ def float32(x: float) -> float:
     return value
 
 
-def canal_item(kind: HashKind, text: object) -> bytes:
-    """The digest bytes of one canal text value (None: NULL; ``ABSENT``: a column the row lacks)."""
+def _binary_text(text: str) -> str:
+    try:
+        return text.encode("latin-1").hex().upper()
+    except UnicodeEncodeError:
+        return text  # not one byte per character: no digest can agree, the row is compared in full
+
+
+def _number_text(text: str, single: bool) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return mysql_double_text(float32(value) if single else value)
+
+
+def column_text(kind: HashKind, text: object) -> str | None:
+    """A canal text value as its column's digest text (None: NULL; ``ABSENT``: never equal to a value)."""
     if text is None:
-        return NULL_ITEM
+        return None
     if text is ABSENT or not isinstance(text, str):
-        return ABSENT_ITEM
+        return "\x00absent"  # a NUL byte: not in any text MySQL renders here
     if kind == HashKind.BINARY:
-        try:
-            raw = text.encode("latin-1")
-        except UnicodeEncodeError:
-            raw = text.encode("utf-8", "surrogateescape")
-    elif kind in (HashKind.DOUBLE, HashKind.FLOAT):
-        try:
-            value = float(text)
-        except ValueError:
-            raw = text.encode("utf-8", "surrogateescape")
-        else:
-            raw = mysql_double_text(float32(value) if kind == HashKind.FLOAT else value).encode()
+        return _binary_text(text)
+    if kind == HashKind.DOUBLE:
+        return _number_text(text, False)
+    if kind == HashKind.FLOAT:
+        return _number_text(text, True)
+    return str(text)
+
+
+_HEADERS: dict[int, str] = {}
+
+
+def digest_text(texts: Sequence[str | None]) -> bytes:
+    """The canonical bytes of a row from its columns' digest texts."""
+    if None in texts:
+        header = ",".join(["N" if t is None else str(len(t)) for t in texts])
+        body = "".join([t for t in texts if t is not None])
     else:
-        raw = text.encode("utf-8", "surrogateescape")
-    return b"%d:%b" % (len(raw), raw)
+        form = _HEADERS.get(len(texts))
+        if form is None:
+            form = _HEADERS[len(texts)] = ",".join(["%d"] * len(texts)) + "|"
+        header, body = form % tuple(map(len, texts)), "".join(texts)  # type: ignore[arg-type]
+        return (header + body).encode("utf-8", "surrogateescape")
+    return (header + "|" + body).encode("utf-8", "surrogateescape")
 
 
 def digest_of(data: bytes) -> int:
@@ -166,7 +186,10 @@ def digest_of(data: bytes) -> int:
 
 def canal_row_hash(kinds: Sequence[HashKind], values: Sequence[object]) -> int:
     """A row's hash from its canal text values (in table order), equal to ``row_hash_sql`` on the same row."""
-    return digest_of(b"".join([canal_item(k, v) for k, v in zip(kinds, values, strict=True)]))
+    texts = [
+        v if k == 0 and v.__class__ is str else column_text(k, v) for k, v in zip(kinds, values, strict=True)
+    ]
+    return digest_of(digest_text(texts))
 
 
 # Values whose server text the Python layout must reproduce before DOUBLE/FLOAT digests are trusted.

@@ -25,7 +25,8 @@ from relay.ops.verify.report import Report
 from relay.ops.verify.shards import MULTISET, JoinKey, Shard, build_shard
 from relay.ops.verify.source import RateLimit, SourceReader
 from relay.ops.verify.target import Target
-from relay.ops.verify.topic import TopicIndex, TopicTarget
+from relay.ops.verify.topic import TopicIndex
+from relay.ops.verify.topic_target import TopicTarget
 from relay.positions.store import PositionStore, ResumePoint
 from relay.source.snapshot import check_where
 from relay.wiring import open_positions, snapshot_captures

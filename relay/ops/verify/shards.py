@@ -96,7 +96,7 @@ class Shard:
     def name(self) -> str:
         return self.spec.name
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.spec.columns)
 
@@ -104,7 +104,16 @@ class Shard:
     def names_set(self) -> frozenset[str]:
         return frozenset(self.names)
 
-    @property
+    @cached_property
+    def converted(self) -> tuple[int, ...]:
+        """Columns whose digest text is not their canal text (``digest.column_text`` converts them)."""
+        return tuple(i for i, k in enumerate(self.kinds) if k not in (HashKind.TEXT, HashKind.BIT))
+
+    @cached_property
+    def textual(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.kinds) if k in (HashKind.TEXT, HashKind.BIT))
+
+    @cached_property
     def key_names(self) -> tuple[str, ...]:
         return tuple(self.spec.columns[i].name for i in self.join)
 
@@ -143,14 +152,16 @@ class Shard:
         return ", ".join(f"{n}={v!r}" for n, v in zip(self.key_names, values, strict=True)) or "(whole row)"
 
     def sort_key(self) -> Callable[[JoinKey], Any]:
-        """Orders join keys of this shard as MySQL orders its chunk key (RANGE only)."""
+        """Orders chunk keys (a join key's ``key_values``) of this shard as MySQL orders them (RANGE only)."""
         keys = [sort_key_of(self.spec, i) for i in self.join]
-        assert all(k is not None for k in keys)
         fns: list[Callable[[str | None], Any]] = [k for k in keys if k is not None]
-        skip = 1 if self.shard_value is not None else 0
+        assert len(fns) == len(keys)
+        if len(fns) == 1:
+            one = fns[0]
+            return lambda key: (one(key[0]),)
 
         def order(key: JoinKey) -> Any:
-            return tuple(f(v) for f, v in zip(fns, key[skip:], strict=True))
+            return tuple([f(v) for f, v in zip(fns, key, strict=True)])
 
         return order
 

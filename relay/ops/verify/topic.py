@@ -14,10 +14,11 @@ Each ``refresh`` opens a fresh consumer at the offsets the previous one stopped 
 partition until the broker says its end was reached (``enable.partition.eof``; a high watermark is not
 trusted: Tansu reports less than the end). What the relay published before the call is in the index.
 
-``TopicTarget`` is the ``Target`` over a topic: values are canal text, read again by offset for the keys
-compared in full. A table without a key is rebuilt as a multiset from its history (its records share one
-key and partition): INSERT adds the row, DELETE removes it, UPDATE both, and the first record of a new
-snapshot sequence replaces everything (a keyless table is snapshotted whole). Runs on the caller's thread.
+A table without a key is rebuilt as a multiset from its history (its records share one key and
+partition): INSERT adds the row, DELETE removes it, UPDATE both, and the first record of a new snapshot
+sequence replaces everything (a keyless table is snapshotted whole). ``relay.ops.verify.topic_target``
+makes the index a ``Target``. Runs on the caller's thread (a first read may be spread over processes:
+``relay.ops.verify.topic_parallel``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from relay.kafka.codec import (
     H_TABLE,
     H_TYPE,
 )
-from relay.ops.verify.digest import ABSENT, canal_row_hash
+from relay.ops.verify.digest import ABSENT, canal_row_hash, column_text, digest_of, digest_text
 from relay.ops.verify.shards import MULTISET, JoinKey, Shard
 from relay.ops.verify.target import Held, Identity, Multiset
 
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT = 120.0  # seconds a refresh may take to see every partition's end
 FETCH_GAP = 2000  # offsets apart two records are read through rather than sought again
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
+_DATA, _OLD = b'"data":[', b'],"old":'
 
 
 def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
@@ -76,16 +78,63 @@ def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | Non
     return rc.event_type.name, dict(zip(names, image or (), strict=True)), before  # type: ignore[union-attr]
 
 
+def _parse_all(texts: list[bytes]) -> list[Any]:
+    """Each JSON text parsed, in one ``json.loads`` (each alone where one of them is not JSON)."""
+    try:
+        parsed = json.loads(b"[" + b",".join(texts) + b"]")
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, list) and len(parsed) == len(texts):
+        return parsed
+    out: list[Any] = []
+    for text in texts:
+        try:
+            out.append(json.loads(text))
+        except ValueError:
+            out.append(None)
+    return out
+
+
+def parse_datas(values: list[bytes]) -> list[dict[str, Any]]:
+    """The rows (``data``) of records. canal-json: only the ``data`` objects are parsed, together — the
+    codec writes ``"data":[{…}],"old":`` and those bytes, with their unescaped quotes, cannot occur
+    inside a JSON string — else each whole value (``parse_value``)."""
+    slices: list[bytes | None] = []
+    for value in values:
+        start = value.find(_DATA) if value[:1] == b"{" else -1
+        end = value.find(_OLD, start) if start > 0 else -1
+        slices.append(value[start + len(_DATA) : end] if end > start > 0 else None)
+    found = _parse_all([s for s in slices if s is not None])
+    it = iter(found)
+    out = []
+    for value, piece in zip(values, slices, strict=True):
+        data = next(it) if piece is not None else None
+        out.append(data if isinstance(data, dict) else parse_value(value)[1])
+    return out
+
+
 def row_values(shard: Shard, data: dict[str, Any]) -> tuple[Any, ...]:
     """A record's row in the shard's column order (``ABSENT`` where the record has no such column)."""
-    return tuple(data.get(n, ABSENT) for n in shard.names)
+    names = shard.names
+    if len(data) == len(names) and shard.names_set.issuperset(data):
+        return tuple([data[n] for n in names])
+    return tuple([data.get(n, ABSENT) for n in names])
 
 
 def data_digest(shard: Shard, data: dict[str, Any]) -> int:
-    digest = canal_row_hash(shard.kinds, row_values(shard, data))
-    if len(data) > len(shard.names) or any(n not in shard.names_set for n in data):
-        digest ^= 1  # a column only the target has: the digests cannot agree
-    return digest
+    """The digest of a record's row (``canal_row_hash`` in the shard's column order)."""
+    names = shard.names
+    if len(data) != len(names) or not shard.names_set.issuperset(data):
+        digest = canal_row_hash(shard.kinds, row_values(shard, data))
+        return digest ^ 1 if not shard.names_set.issuperset(data) else digest  # a column only the target has
+    texts = [data[n] for n in names]
+    kinds = shard.kinds
+    for i in shard.converted:  # the columns whose digest text is not their canal text (DOUBLE, binary …)
+        texts[i] = column_text(kinds[i], texts[i])
+    for i in shard.textual:
+        if texts[i].__class__ is not str:  # a JSON number or another type where text was expected
+            texts[i] = column_text(kinds[i], texts[i])
+    return digest_of(digest_text(texts))
 
 
 class TopicIndex:
@@ -103,6 +152,7 @@ class TopicIndex:
     ) -> None:
         self.settings = dict(settings)
         self.topics = list(topics)
+        self.logical, self.source_id = logical, source_id
         db, _, table = logical.partition(".")
         self._db, self._table = db.encode(), table.encode()
         self._source = source_id.encode()
@@ -141,11 +191,20 @@ class TopicIndex:
             out.extend((topic, p) for p in sorted(info.partitions))
         return out
 
-    def refresh(self) -> int:
-        """Read every partition from where the last refresh stopped to its end; records read."""
+    def partitions(self) -> list[tuple[str, int]]:
         consumer = self._consumer()
         try:
-            parts = self._partitions(consumer)
+            return self._partitions(consumer)
+        finally:
+            consumer.close()
+
+    def refresh(self, only: Sequence[tuple[str, int]] | None = None) -> int:
+        """Read every partition (``only`` these) from where the last refresh stopped to its end; records
+        read."""
+        began, cpu = time.monotonic(), time.thread_time()
+        consumer = self._consumer()
+        try:
+            parts = list(only) if only is not None else self._partitions(consumer)
             consumer.assign(
                 [TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in parts]
             )
@@ -157,6 +216,7 @@ class TopicIndex:
                     raise VerifyError(
                         f"the topic's end was not reached in {READ_TIMEOUT:.0f} s: {sorted(pending)}"
                     )
+                batch = []
                 for msg in consumer.consume(num_messages=2000, timeout=0.5):
                     err = msg.error()
                     where = (str(msg.topic()), int(msg.partition() or 0))
@@ -165,14 +225,34 @@ class TopicIndex:
                             pending.discard(where)
                             continue
                         raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
-                    self._next[where] = int(msg.offset()) + 1
-                    self._record(msg, where[1])
-                    read += 1
+                    self._next[where] = msg.offset() + 1
+                    batch.append(msg)
+                self._records(batch)
+                read += len(batch)
         finally:
             consumer.close()
         self.records += read
         self._index_shards()
+        log.info(
+            "topic %s: %d record(s) read in %.2f s (%.2f s CPU; %d keys held)",
+            ",".join(self.topics), read, time.monotonic() - began, time.thread_time() - cpu, len(self.held),
+        )  # fmt: skip
         return read
+
+    def absorb(self, other: TopicIndex) -> None:
+        """What another index read from other partitions (``relay.ops.verify.topic_parallel``)."""
+        for key, held in other.held.items():
+            cur = self.held.get(key)
+            if cur is None or held.identity > cur.identity:
+                self.held[key] = held
+        for name, state in other.multisets.items():
+            if state.latest > self.multisets[name].latest:
+                self.multisets[name] = state
+                if name in other._snapshot_seq:
+                    self._snapshot_seq[name] = other._snapshot_seq[name]
+        self._next.update(other._next)
+        self.records += other.records
+        self._index_shards()
 
     def _index_shards(self) -> None:
         by: dict[str, list[JoinKey]] = {}
@@ -214,56 +294,65 @@ class TopicIndex:
             consumer.close()
         return out
 
-    # -- one record ----------------------------------------------------------------------------------
-    def _record(self, msg: Any, partition: int) -> None:
-        pairs = msg.headers()
-        value = msg.value()
-        if not pairs:
-            if value is None:
-                self._foreign_tombstone(msg, partition)
-            return
-        h = dict(pairs)
-        if h.get(H_TABLE) != self._table or h.get(H_DB) != self._db:
-            return
-        source = h.get(H_SOURCE_ID)
-        if source is not None and source != self._source:
-            return
-        shard = self._shards.get(h.get(H_PHYSICAL_DB, b"") + b"." + h.get(H_PHYSICAL_TABLE, b""))
-        kind = h.get(H_TYPE)
-        if shard is None or kind not in _ROW_TYPES or H_SEQUENCE not in h:
-            return
-        ident = (int(h[H_SEQUENCE]), int(h.get(H_PART, b"0")))
-        where = (str(msg.topic()), partition, int(msg.offset()))
-        if shard.method == MULTISET:
-            self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
-        elif shard.by_data:
-            if value is not None:
-                self._by_data(shard, ident, value, where)
-        else:
-            self._by_key(shard, ident, kind, msg.key(), value, where)
+    # -- records -------------------------------------------------------------------------------------
+    def _records(self, batch: list[Any]) -> None:
+        """One consumed batch, in order. Keyed records are gathered so that their keys and values are
+        parsed by one ``json.loads`` each (a call per record costs more than the parse)."""
+        keyed: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]] = []
+        for msg in batch:
+            pairs = msg.headers()
+            value = msg.value()
+            if not pairs:
+                if value is None:  # someone else's tombstone: after what came before it
+                    self._by_keys(keyed)
+                    keyed = []
+                    self._foreign_tombstone(msg, int(msg.partition() or 0))
+                continue
+            h = dict(pairs)
+            if h.get(H_TABLE) != self._table or h.get(H_DB) != self._db:
+                continue
+            source = h.get(H_SOURCE_ID)
+            if source is not None and source != self._source:
+                continue
+            shard = self._shards.get(h.get(H_PHYSICAL_DB, b"") + b"." + h.get(H_PHYSICAL_TABLE, b""))
+            kind = h.get(H_TYPE)
+            if shard is None or kind not in _ROW_TYPES or H_SEQUENCE not in h:
+                continue
+            ident = (int(h[H_SEQUENCE]), int(h.get(H_PART, b"0")))
+            where = (msg.topic(), msg.partition(), msg.offset())
+            if shard.method == MULTISET:
+                self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
+            elif shard.by_data:
+                if value is not None:
+                    self._by_data(shard, ident, value, where)
+            else:
+                keyed.append((shard, ident, kind, msg.key(), value, where))
+        self._by_keys(keyed)
 
-    def _by_key(
-        self, shard: Shard, ident: Identity, kind: bytes, key: bytes | None, value: bytes | None, where: Any
-    ) -> None:
-        try:
-            parsed = json.loads(key) if key else None
-        except ValueError:
+    def _by_keys(self, rows: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]]) -> None:
+        if not rows:
             return
-        if not isinstance(parsed, dict):
-            return
-        jk = tuple(parsed.values())
-        cur = self.held.get(jk)
-        if value is None:  # a tombstone: deletes at the identity of the DELETE it follows
-            if cur is None or ident >= cur.identity:
-                self.held[jk] = Held(ident, True, shard.name, 0, where)
-            return
-        if cur is not None and ident <= cur.identity:
-            return
-        deleted = _ROW_TYPES[kind] == 2
-        digest = 0
-        if self.parse_values and not deleted:
-            digest = data_digest(shard, parse_value(value)[1])
-        self.held[jk] = Held(ident, deleted, shard.name, digest, where)
+        keys = _parse_all([r[3] or b"null" for r in rows])
+        held = self.held
+        parse: list[tuple[Held, Shard, bytes]] = []
+        for (shard, ident, kind, _, value, where), parsed in zip(rows, keys, strict=True):
+            if not isinstance(parsed, dict):
+                continue
+            jk = tuple(parsed.values())
+            cur = held.get(jk)
+            if value is None:  # a tombstone: deletes at the identity of the DELETE it follows
+                if cur is None or ident >= cur.identity:
+                    held[jk] = Held(ident, True, shard.name, 0, where)
+                continue
+            if cur is not None and ident <= cur.identity:
+                continue
+            entry = Held(ident, _ROW_TYPES[kind] == 2, shard.name, 0, where)
+            held[jk] = entry
+            if self.parse_values and not entry.deleted:
+                parse.append((entry, shard, value))
+        if parse:
+            for (entry, shard, _), data in zip(parse, parse_datas([p[2] for p in parse]), strict=True):
+                entry.digest = data_digest(shard, data)
 
     def _by_data(self, shard: Shard, ident: Identity, value: bytes, where: Any) -> None:
         kind, data, old = parse_value(value)
@@ -324,53 +413,3 @@ def _remove(rows: Counter[tuple[Any, ...]], row: tuple[Any, ...]) -> None:
         rows[row] -= 1
     else:
         rows.pop(row, None)
-
-
-class TopicTarget:
-    """A topic's latest state as the ``Target`` of a comparison."""
-
-    def __init__(self, index: TopicIndex) -> None:
-        self.index = index
-        self.description = "topic " + ", ".join(index.topics)
-        self.notes: list[str] = []
-
-    def refresh(self) -> None:
-        self.index.refresh()
-
-    def latest(self, key: JoinKey) -> Identity | None:
-        held = self.index.held.get(key)
-        return None if held is None else held.identity
-
-    def held(self, key: JoinKey) -> Held | None:
-        return self.index.held.get(key)
-
-    def behind(self, key: JoinKey) -> bool:
-        return False
-
-    def keys_of(self, shard: str) -> Iterable[JoinKey]:
-        return self.index.by_shard.get(shard, ())
-
-    def values(self, shard: Shard, keys: Sequence[JoinKey]) -> dict[JoinKey, dict[str, Any]]:
-        places = {k: h.where for k in keys if (h := self.index.held.get(k)) is not None and not h.deleted}
-        raw = self.index.fetch(places.values())
-        out: dict[JoinKey, dict[str, Any]] = {}
-        for key, where in places.items():
-            value = raw.get(where)
-            if value is not None:
-                out[key] = parse_value(value)[1]
-        return out
-
-    def expected(self, shard: Shard, row: Sequence[str | None]) -> dict[str, Any]:
-        return {n: None if v is None else str(v) for n, v in zip(shard.names, row, strict=True)}
-
-    def same(self, shard: Shard, column: str, expected: Any, actual: Any) -> bool:
-        return bool(expected == actual) and actual is not ABSENT
-
-    def multiset(self, shard: Shard) -> Multiset:
-        return self.index.multisets[shard.name]
-
-    def row_digest(self, shard: Shard, row: tuple[Any, ...]) -> int:
-        return canal_row_hash(shard.kinds, row)
-
-    def close(self) -> None:
-        return None
