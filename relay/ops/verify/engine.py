@@ -4,9 +4,9 @@ Pass 1 reads every shard once (``relay.ops.verify.shards`` says how): chunk dige
 of the chunks whose digests differ (``range``); per-row digests of every chunk (``rows``); hash-bucket
 digests, then the rows of differing buckets (``multiset``). Equal digests settle rows at once; every other
 key — digests differ, a key only the target has — becomes *pending*. Before any comparison the target is
-brought up to the reads (``_sync``): the relay's saved position has passed the binlog end after them
-(what it published before is in the topic), or the binlog in between holds nothing of these tables
-(``SourceReader.gap_touches``); then the target is read again.
+brought up to the reads (``relay.ops.verify.catchup.TargetSync``): the relay's saved position has passed
+the binlog end after them (what it published before is in the topic), or the binlog in between holds
+nothing of these tables (``SourceReader.gap_touches``); then the target is read again.
 
 Later passes re-read the pending keys in full, in batches, each a ``Window`` of the binlog, and judge
 each key (``relay.ops.verify.judge``): a key whose latest change on the topic is at or after the window's
@@ -20,7 +20,6 @@ pass are reported as skipped. Nothing is locked or written on the source. Runs o
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 from relay.errors import VerifyError
 from relay.kafka.codec import sequence
 from relay.ops.verify import judge
+from relay.ops.verify.catchup import KeyRanges, TargetSync
 from relay.ops.verify.report import Difference, Report, ShardResult, Skipped
 from relay.ops.verify.shards import MULTISET, RANGE, JoinKey, Shard
 from relay.ops.verify.source import ChunkKey, Place, SourceReader, Window
@@ -98,13 +98,18 @@ class Verifier:
         self.progress = progress or (lambda what, done, total: None)
         self.stop = stop or threading.Event()
         self.state = _State({s.name: ShardResult(s.name, s.method, s.reason) for s in shards})
-        self.generation = 0
         self.passes = 0
         self.notes: list[str] = []
-        self._sorted: dict[str, tuple[list[Any], list[JoinKey]]] = {}
-        self._prefetch: threading.Thread | None = None
-        self._covered: Place | None = None  # the relay's saved position read before the target last was
-        self._prefetch_error: BaseException | None = None
+        self.ranges = KeyRanges(target)
+        self.catchup = TargetSync(
+            reader,
+            target,
+            published.point,
+            set(self.shards),
+            options.wait_seconds,
+            self.stop,
+            self.ranges.clear,
+        )
         self._rows_read = 0
         self._expected = sum(max(s.spec.estimated_rows, 1) for s in shards)
 
@@ -118,9 +123,9 @@ class Verifier:
         point = self.published.point()
         if point is None:
             raise VerifyError("the relay has saved no position: nothing it published can be compared yet")
-        self.generation = point.generation
+        self.catchup.generation = point.generation
         if pending_only is None:
-            self._start_prefetch()
+            self.catchup.start_prefetch()
             self._first_pass()
         else:
             for name, keys in pending_only.items():
@@ -139,7 +144,7 @@ class Verifier:
             self.stop.wait(pause)
             pause = min(pause * 2, 5.0)
             self._recheck_pass()
-        return self._report(time.monotonic() - began)
+        return _report(self, time.monotonic() - began)
 
     def _work_left(self) -> bool:
         return bool(self.state.pending) or bool(self.state.multiset_open)
@@ -149,71 +154,9 @@ class Verifier:
             v is not None for v in self.state.multiset_open.values()
         )
 
-    # -- bringing the target up to a read -------------------------------------------------------------
-    def _start_prefetch(self) -> None:
-        point = self.published.point()  # read BEFORE the target: all it published is in what is read
-        self._covered = None if point is None else Place(point.journal, point.offset)
-
-        def read() -> None:
-            try:
-                self.target.refresh()
-            except BaseException as exc:
-                self._prefetch_error = exc
-
-        self._prefetch = threading.Thread(target=read, name="verify-target", daemon=True)
-        self._prefetch.start()
-
-    def _sync(self, high: Place) -> bool:
-        """Wait until what the relay published covers the binlog up to ``high`` for these tables, then
-        read the target again; False when that did not happen within ``wait_seconds``."""
-        if self._prefetch is not None:
-            self._prefetch.join()
-            self._prefetch = None
-            if self._prefetch_error is not None:
-                raise self._prefetch_error
-        deadline = time.monotonic() + self.options.wait_seconds
-        names = set(self.shards)
-        covered = self._covered
-        if covered is not None and (
-            covered.pos >= high.pos
-            or self.reader.gap_touches((covered.journal, covered.offset), high.pos, names, 10_000) is False
-        ):
-            return True  # what the target was read with already covers ``high``: no second read
-        last: Any = None
-        still = time.monotonic()
-        delay = 0.02
-        while True:
-            point = self.published.point()
-            if point is None:
-                raise VerifyError("the relay's saved position disappeared")
-            if point.generation != self.generation:
-                self.generation = point.generation
-            at = Place(point.journal, point.offset)
-            if at.pos >= high.pos:
-                break
-            now = time.monotonic()
-            if at != last:
-                last, still = at, now
-            elif now - still > 0.5:  # the relay is not moving: is anything of ours still unpublished?
-                if self.reader.gap_touches((at.journal, at.offset), high.pos, names, 100_000) is False:
-                    break
-                still = now
-            if now > deadline:
-                log.warning(
-                    "the relay published up to %s, not %s, within %.0f s", at, high, self.options.wait_seconds
-                )
-                return False
-            self.stop.wait(delay)
-            delay = min(delay * 2, 0.5)
-        waited = time.monotonic()
-        self._covered = at
-        self.target.refresh()
-        self._sorted.clear()
-        log.info(
-            "target caught up with %s: waited %.2f s for the relay, read the target in %.2f s",
-            high, waited - (deadline - self.options.wait_seconds), time.monotonic() - waited,
-        )  # fmt: skip
-        return True
+    @property
+    def generation(self) -> int:
+        return self.catchup.generation
 
     @property
     def buckets_rows(self) -> int:
@@ -240,7 +183,7 @@ class Verifier:
         if digests or any(s.method == MULTISET for s in self.shards.values()):
             self.sync_or_note(self.reader.binlog_end())
         for shard, lo, hi, count, total in digests:
-            if self._chunk_equal(shard, lo, hi, count, total):
+            if self.ranges.chunk_equal(shard, lo, hi, count, total):
                 result = self.state.results[shard.name]
                 result.rows += count
                 result.equal += count
@@ -256,7 +199,7 @@ class Verifier:
                 self._multiset(shard)
 
     def sync_or_note(self, high: Place) -> bool:
-        ok = self._sync(high)
+        ok = self.catchup.sync(high)
         if not ok:
             note = f"the relay had not published up to {high} within {self.options.wait_seconds:.0f} s"
             if note not in self.notes:
@@ -281,34 +224,6 @@ class Verifier:
         self._rows_read += rows
         self.progress(what, self._rows_read, max(self._expected, self._rows_read))
 
-    def _sorted_keys(self, shard: Shard) -> tuple[list[Any], list[JoinKey]]:
-        found = self._sorted.get(shard.name)
-        if found is None:
-            order = shard.sort_key()
-            pairs = [(order(shard.key_values(k)), k) for k in self.target.keys_of(shard.name)]
-            decorated = sorted(pairs, key=lambda pair: pair[0])
-            found = ([d[0] for d in decorated], [d[1] for d in decorated])
-            self._sorted[shard.name] = found
-        return found
-
-    def _in_range(self, shard: Shard, lo: ChunkKey | None, hi: ChunkKey | None) -> list[JoinKey]:
-        order = shard.sort_key()
-        sorts, keys = self._sorted_keys(shard)
-        i = 0 if lo is None else bisect.bisect_right(sorts, order(lo))
-        j = len(keys) if hi is None else bisect.bisect_right(sorts, order(hi))
-        return keys[i:j]
-
-    def _chunk_equal(
-        self, shard: Shard, lo: ChunkKey | None, hi: ChunkKey | None, count: int, total: int
-    ) -> bool:
-        t_count = t_total = 0
-        for key in self._in_range(shard, lo, hi):
-            held = self.target.held(key)
-            if held is not None and not held.deleted:
-                t_count += 1
-                t_total += held.digest
-        return (t_count, t_total) == (count, total)
-
     def _hash_ranges(self, ranges: list[tuple[Shard, ChunkKey | None, ChunkKey | None]]) -> None:
         """Per-row digests of key ranges whose chunk digests differed, compared key by key."""
         batch: list[tuple[Shard, ChunkKey | None, ChunkKey | None, list[tuple[JoinKey, ChunkKey, int]]]] = []
@@ -327,7 +242,7 @@ class Verifier:
         self.sync_or_note(self.reader.binlog_end())
         for shard, lo, hi, rows in batch:
             seen = self._compare_hashes(shard, rows)
-            for key in self._in_range(shard, lo, hi):
+            for key in self.ranges.in_range(shard, lo, hi):
                 if key not in seen and self._live(key):
                     self._suspect(shard, key, "digest")
 
@@ -464,24 +379,25 @@ class Verifier:
         self.state.differences.extend(differences)
         self.state.multiset_open.pop(shard.name, None)
 
-    # -- the report -------------------------------------------------------------------------------------
-    def _report(self, seconds: float) -> Report:
-        skipped = []
-        for (name, key), pending in sorted(self.state.pending.items(), key=lambda item: str(item[0])):
-            shard = pending.shard
-            reason = {
-                "behind": "the target had not applied the key's latest change",
-                "changed": "changed during every pass",
-            }.get(pending.reason, "not settled")
-            skipped.append(Skipped(name, shard.key_dict(key), reason))
-            self._count(shard, key, "skipped")
-        for name in self.state.multiset_open:
-            skipped.append(Skipped(name, {}, "the table changed during every pass (compared whole)"))
-        report = Report(self.options.table, self.target.description, self.reader.source.address)
-        report.shards = list(self.state.results.values())
-        report.differences = sorted(self.state.differences, key=lambda d: (d.shard, d.kind, str(d.key)))
-        report.skipped = skipped
-        report.passes = self.passes
-        report.seconds = seconds
-        report.notes = list(self.notes)
-        return report
+
+def _report(verifier: Verifier, seconds: float) -> Report:
+    """The run's outcome: keys still pending are skipped, and counted so."""
+    skipped = []
+    for (name, key), pending in sorted(verifier.state.pending.items(), key=lambda item: str(item[0])):
+        shard = pending.shard
+        reason = {
+            "behind": "the target had not applied the key's latest change",
+            "changed": "changed during every pass",
+        }.get(pending.reason, "not settled")
+        skipped.append(Skipped(name, shard.key_dict(key), reason))
+        verifier._count(shard, key, "skipped")
+    for name in verifier.state.multiset_open:
+        skipped.append(Skipped(name, {}, "the table changed during every pass (compared whole)"))
+    report = Report(verifier.options.table, verifier.target.description, verifier.reader.source.address)
+    report.shards = list(verifier.state.results.values())
+    report.differences = sorted(verifier.state.differences, key=lambda d: (d.shard, d.kind, str(d.key)))
+    report.skipped = skipped
+    report.passes = verifier.passes
+    report.seconds = seconds
+    report.notes = list(verifier.notes)
+    return report
