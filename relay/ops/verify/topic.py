@@ -17,8 +17,7 @@ trusted: Tansu reports less than the end). What the relay published before the c
 A table without a key is rebuilt as a multiset from its history (its records share one key and
 partition): INSERT adds the row, DELETE removes it, UPDATE both, and the first record of a new snapshot
 sequence replaces everything (a keyless table is snapshotted whole). ``relay.ops.verify.topic_target``
-makes the index a ``Target``. Runs on the caller's thread (a first read may be spread over processes:
-``relay.ops.verify.topic_parallel``).
+makes the index a ``Target``. Runs on the caller's thread.
 """
 
 from __future__ import annotations
@@ -152,7 +151,6 @@ class TopicIndex:
     ) -> None:
         self.settings = dict(settings)
         self.topics = list(topics)
-        self.logical, self.source_id = logical, source_id
         db, _, table = logical.partition(".")
         self._db, self._table = db.encode(), table.encode()
         self._source = source_id.encode()
@@ -191,20 +189,12 @@ class TopicIndex:
             out.extend((topic, p) for p in sorted(info.partitions))
         return out
 
-    def partitions(self) -> list[tuple[str, int]]:
-        consumer = self._consumer()
-        try:
-            return self._partitions(consumer)
-        finally:
-            consumer.close()
-
-    def refresh(self, only: Sequence[tuple[str, int]] | None = None) -> int:
-        """Read every partition (``only`` these) from where the last refresh stopped to its end; records
-        read."""
+    def refresh(self) -> int:
+        """Read every partition from where the last refresh stopped to its end; records read."""
         began, cpu = time.monotonic(), time.thread_time()
         consumer = self._consumer()
         try:
-            parts = list(only) if only is not None else self._partitions(consumer)
+            parts = self._partitions(consumer)
             consumer.assign(
                 [TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in parts]
             )
@@ -238,21 +228,6 @@ class TopicIndex:
             ",".join(self.topics), read, time.monotonic() - began, time.thread_time() - cpu, len(self.held),
         )  # fmt: skip
         return read
-
-    def absorb(self, other: TopicIndex) -> None:
-        """What another index read from other partitions (``relay.ops.verify.topic_parallel``)."""
-        for key, held in other.held.items():
-            cur = self.held.get(key)
-            if cur is None or held.identity > cur.identity:
-                self.held[key] = held
-        for name, state in other.multisets.items():
-            if state.latest > self.multisets[name].latest:
-                self.multisets[name] = state
-                if name in other._snapshot_seq:
-                    self._snapshot_seq[name] = other._snapshot_seq[name]
-        self._next.update(other._next)
-        self.records += other.records
-        self._index_shards()
 
     def _index_shards(self) -> None:
         by: dict[str, list[JoinKey]] = {}

@@ -1,8 +1,7 @@
 """A topic's latest state as the ``Target`` of a comparison (``relay.ops.verify.target``).
 
-Wraps a ``TopicIndex``: values are canal text, read again by offset for the keys compared in full; a
-first read of a large topic is spread over processes (``relay.ops.verify.topic_parallel``). Runs on the
-caller's thread.
+Wraps a ``TopicIndex``: values are canal text, read again by offset for the keys compared in full. Runs on
+the caller's thread.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from relay.ops.verify import topic_parallel
 from relay.ops.verify.digest import ABSENT, canal_row_hash
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.target import Held, Identity, Multiset
@@ -26,8 +24,7 @@ class TopicTarget:
         self.notes: list[str] = []
 
     def refresh(self) -> None:
-        if self.index.records or not topic_parallel.first_read(self.index):
-            self.index.refresh()
+        self.index.refresh()
 
     def latest(self, key: JoinKey) -> Identity | None:
         held = self.index.held.get(key)
