@@ -289,6 +289,12 @@ class SnapshotRequestError(RelayError):
     snapshot is already running, the table is unknown). Not retriable as such: the message says why."""
 
 
+class VerifyError(RelayError):
+    """``relay verify`` could not compare (the source, the topic or the mirror could not be read, the relay
+    names no position, a table is unknown). Not retriable as such: the message says what and where. A
+    difference found is no error: it is the report's finding (exit status 1)."""
+
+
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 

@@ -16,6 +16,7 @@ from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
 from relay.dev.bench.stats import render_stall, render_table, render_targets
+from relay.dev.bench.verify import render_verify
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 
@@ -42,7 +43,9 @@ def add_bench_parser(subparsers: Any) -> None:
         "--quick", action="store_true", help="small backlogs, 1 repetition, 128 MB stall (~1 min)"
     )
     bench.add_argument(
-        "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1,W2,W3,W4,W5"
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help="comma-separated subset of W1,W2,W3,W4,W5; none: only the snapshot (S) and verify (V) workloads",
     )
     bench.add_argument("--repeat", type=int, help="repetitions per figure (default 3; --quick 1)")
     for name in WORKLOADS:
@@ -59,8 +62,9 @@ def add_bench_parser(subparsers: Any) -> None:
     bench.add_argument(
         "--snapshot-rows",
         type=int,
-        help="existing rows for the snapshot workload S: snapshot -> Kafka acked vs a plain streaming SELECT "
-        "(default 100,000; --quick 20,000; 0 skips)",
+        help="existing rows for the snapshot workload S (snapshot -> Kafka acked vs a plain streaming "
+        "SELECT) and the verify workload V (relay verify of that table against its topic vs the same SELECT) "
+        "(default 100,000; --quick 20,000; 0 skips both)",
     )
     bench.add_argument("--no-baselines", action="store_true", help="measure the relay only")
     bench.add_argument(
@@ -95,9 +99,9 @@ def add_bench_parser(subparsers: Any) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
-    names = tuple(n.strip().upper() for n in args.workloads.split(",") if n.strip())
+    names = tuple(n.strip().upper() for n in args.workloads.split(",") if n.strip() and n.strip() != "none")
     unknown = [n for n in names if n not in WORKLOADS]
-    if unknown or not names:
+    if unknown or (not names and args.workloads.strip() != "none"):
         raise SystemExit(f"relay bench: unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
     base = BenchOptions.quick() if args.quick else BenchOptions()
     rows = dict(base.rows)
@@ -152,6 +156,8 @@ def render_report(report: BenchReport) -> str:
         lines += ["", render_stall(report.stall)]
     if report.snapshot is not None:
         lines += ["", render_snapshot(report.snapshot)]
+    if report.verify is not None:
+        lines += ["", render_verify(report.verify)]
     lines += report.notes
     return "\n".join(lines)
 

@@ -333,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.snapshot import add_snapshot_parser
 
     add_snapshot_parser(sub)
+    from relay.cli.verify import add_verify_parser
+
+    add_verify_parser(sub)
     return parser
 
 

@@ -44,6 +44,13 @@ def add_snapshot_parser(sub: Any) -> None:
         default="",
         help="an SQL condition the rows must meet (optional); checked on every shard before it starts",
     )
+    run.add_argument(
+        "--keys",
+        metavar="FILE",
+        help='snapshot only these keys (\'-\': stdin): a JSON list of {"shard": "db.table", "key": '
+        "{column: value}} (what `relay verify --json` lists under differences); a key the table no longer "
+        "has is published as a DELETE",
+    )
     run.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     run.set_defaults(func=cmd_snapshot_run)
     status = cmds.add_parser(
@@ -67,12 +74,18 @@ def add_snapshot_parser(sub: Any) -> None:
     cancel.set_defaults(func=cmd_snapshot_cancel)
 
 
-def _ask(args: argparse.Namespace, action: str, table: str = "", where: str = "") -> int:
+def _ask(
+    args: argparse.Namespace,
+    action: str,
+    table: str = "",
+    where: str = "",
+    keys: dict[str, Any] | None = None,
+) -> int:
     from relay.config.load import load_config
     from relay.ops.snapshot import await_answer, send_request
 
     config = load_config(args.config)
-    request_id = send_request(config, action, table, where)
+    request_id = send_request(config, action, table, where, keys)
     answer = await_answer(config, request_id)
     if not answer.get("accepted"):
         print(f"refused: {answer.get('reason')}")
@@ -81,8 +94,26 @@ def _ask(args: argparse.Namespace, action: str, table: str = "", where: str = ""
     return 0
 
 
+def read_keys(path: str) -> dict[str, Any]:
+    """A ``--keys`` file as a key request (``relay.source.snapshot_keys``)."""
+    import sys
+
+    from relay.errors import SnapshotRequestError
+    from relay.ops.snapshot import key_request
+
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+        items = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise SnapshotRequestError(f"--keys {path}: {exc}") from exc
+    if isinstance(items, dict):
+        items = items.get("repair_keys", items.get("differences"))
+    return key_request(items, f"--keys {path}")
+
+
 def cmd_snapshot_run(args: argparse.Namespace) -> int:
-    code = _ask(args, "run", args.table, args.where)
+    keys = read_keys(args.keys) if args.keys else None
+    code = _ask(args, "run", args.table, args.where, keys)
     if code == 0 and args.follow:
         return _follow(args)
     return code

@@ -1,7 +1,9 @@
 """On-demand snapshot requests: how ``relay snapshot run|cancel`` reaches a running relay.
 
 The channel is a file next to the status file (``snapshot.request_file``): the CLI writes one JSON
-request atomically (``{"id", "action": "run"|"cancel", "table": "<logical db>.<table>", "where"}``), the
+request atomically (``{"id", "action": "run"|"cancel", "table": "<logical db>.<table>", "where"}``, and for
+a snapshot of given keys ``"keys": {"<physical db.table>": {"columns": [...], "values": [[...], ...]}}``,
+``relay.source.snapshot_keys``), the
 relay's publisher thread looks for it at batch boundaries (at most every ``CHECK_SECONDS``), removes it
 and answers in its status file (``snapshot_request``: id, accepted, reason). A file needs no extra
 service and works wherever the CLI can reach the status file (the same host or volume); with HA, the
@@ -21,6 +23,7 @@ from typing import Any
 from mapping.model import Mapping
 from relay.errors import RelayError
 from relay.source.instance import NO_CAPTURED_TABLE, CanalInstance
+from relay.source.snapshot_keys import check_request
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,15 @@ def logical_table(mapping: Mapping, table: str) -> Any:
     return only
 
 
+def _among(only: Any, tables: set[str]) -> Any:
+    """``only``, narrowed to the physical ``db.table`` names of a key request."""
+
+    def among(db: str, name: str) -> bool:
+        return f"{db}.{name}" in tables and bool(only(db, name))
+
+    return among
+
+
 def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -> dict[str, Any]:
     """Carry out one request; the answer the status file shows."""
     action = request.get("action")
@@ -62,15 +74,19 @@ def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -
         reason = instance.cancel_snapshot()
     elif action == "run":
         table, where = str(request.get("table") or ""), str(request.get("where") or "")
+        keys = request.get("keys")
+        only = logical_table(mapping, table)
         if "." not in table:
             reason = f"--table must name a logical db.table, got {table!r}"
         elif ";" in where:
             reason = "--where must be one SQL condition (no ';')"
+        elif keys is not None and (where or check_request(keys)):
+            reason = check_request(keys) or "keys and --where exclude each other"
         else:
+            if keys is not None:
+                only = _among(only, set(keys))
             try:
-                reason = instance.request_snapshot(
-                    logical_table(mapping, table), str(request.get("id")), where
-                )
+                reason = instance.request_snapshot(only, str(request.get("id")), where, keys)
             except RelayError as exc:
                 reason = str(exc)
             if reason == NO_CAPTURED_TABLE:

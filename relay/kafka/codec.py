@@ -587,8 +587,10 @@ class RecordEncoder:
             middle: bytes | None = None
             tail = b""
             for i, row in enumerate(rc.rows):
-                assert row.after is not None  # a snapshot row is an after image
                 part = (chunk | i) << 1
+                if row.after is None:  # a key snapshot's delete row (relay.source.snapshot_keys)
+                    out.extend(self._snapshot_delete(plan, entry, rc, row, seq, part))
+                    continue
                 extra = codec_json.instants_text(plan.json, row.after) if plan.json.instants else ""
                 raw = fast(key_bytes, row.after) if fast is not None and key_bytes is not None else None
                 if raw is None:
@@ -604,10 +606,34 @@ class RecordEncoder:
         server = self.source.address
         for i, row in enumerate(rc.rows):
             part = (chunk | i) << 1
+            if row.after is None:
+                out.extend(self._snapshot_delete(plan, entry, rc, row, seq, part))
+                continue
             value = codec_protobuf.row_value(entry, rc, row, route, seq, server, self.source_id, part)
             key = self._key(plan, row.after)
             out.append(Record(route.topic, None, key, value, (*headers, *_identity(seq, part))))
         return out
+
+    def _snapshot_delete(
+        self, plan: _Plan, entry: Entry, rc: RowChange, row: RowImage, seq: int, part: int
+    ) -> list[Record]:
+        """A key snapshot's delete row: a DELETE of a key the table no longer has, marked as a snapshot
+        read (the before image holds the key columns), then a tombstone on a compacted topic."""
+        route = plan.route
+        if plan.json is not None:
+            je = codec_json.json_entry(plan.json, self._server(entry.header.server_id), entry, "DELETE")
+            assert row.before is not None
+            data = codec_json.object_text(plan.json.data_format, row.before)
+            value = _with_part(codec_json.snapshot_row_text(je, seq, data), part)
+        else:
+            value = codec_protobuf.row_value(
+                *_as(entry, rc, EventType.DELETE), row, route, seq, self.source.address, self.source_id, part
+            )
+        headers = (*plan.headers, (H_TYPE, b"DELETE"), *plan.tag, self._source_header, (H_SNAPSHOT, b"true"))
+        record = Record(
+            route.topic, None, self._key(plan, row.before), value, (*headers, *_identity(seq, part))
+        )
+        return [record, _tombstone(record)] if plan.compact else [record]
 
     @staticmethod
     def _key(plan: _Plan, image: tuple[str | None, ...] | None) -> bytes:

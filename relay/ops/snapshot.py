@@ -22,16 +22,40 @@ from relay.ops.status import snapshot_report
 from relay.wiring import open_positions
 
 
-def send_request(config: RelayConfig, action: str, table: str = "", where: str = "") -> str:
-    """Leave a request for the running relay; returns its id. Refused when no relay runs."""
+def send_request(
+    config: RelayConfig, action: str, table: str = "", where: str = "", keys: dict[str, Any] | None = None
+) -> str:
+    """Leave a request for the running relay; returns its id. Refused when no relay runs. ``keys``: a
+    snapshot of these keys only (``relay.source.snapshot_keys``)."""
     status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if not (isinstance(pid, int) and pid_running(pid)) or status.get("state") in ("stopped", "failed"):
         raise SnapshotRequestError(f"no relay runs instance {config.instance!r} (its status file says so)")
     request_id = f"{config.instance}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    body = {"id": request_id, "action": action, "table": table, "where": where}
+    body: dict[str, Any] = {"id": request_id, "action": action, "table": table, "where": where}
+    if keys is not None:
+        body["keys"] = keys
     atomic_write_text(config.state_path(SNAPSHOT_REQUEST_FILE), json.dumps(body) + "\n")
     return request_id
+
+
+def key_request(items: Any, where: str = "keys") -> dict[str, Any]:
+    """``[{"shard": "db.table", "key": {column: value}}, …]`` as a key request: per physical table its key
+    columns (the same for every key of it) and the keys' values."""
+    if not isinstance(items, list) or not items:
+        raise SnapshotRequestError(f"{where}: expected a non-empty list of {{shard, key}} objects")
+    out: dict[str, dict[str, Any]] = {}
+    for n, item in enumerate(items):
+        shard, key = (item.get("shard"), item.get("key")) if isinstance(item, dict) else (None, None)
+        if not isinstance(shard, str) or not isinstance(key, dict) or not key:
+            raise SnapshotRequestError(f'{where}[{n}]: expected {{"shard": "db.table", "key": {{…}}}}')
+        entry = out.setdefault(shard, {"columns": list(key), "values": []})
+        if list(key) != entry["columns"]:
+            raise SnapshotRequestError(
+                f"{where}[{n}]: {shard} keys name columns {entry['columns']}, not {list(key)}"
+            )
+        entry["values"].append([None if v is None else str(v) for v in key.values()])
+    return out
 
 
 def await_answer(config: RelayConfig, request_id: str, timeout: float = 30.0) -> dict[str, Any]:

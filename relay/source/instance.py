@@ -686,10 +686,15 @@ class CanalInstance:
         self._run_snapshot(state, (self.start_point.journal, self.start_point.offset), moved=True)
 
     def request_snapshot(
-        self, only: Callable[[str, str], bool], snapshot_id: str, where: str = ""
+        self,
+        only: Callable[[str, str], bool],
+        snapshot_id: str,
+        where: str = "",
+        keys: dict[str, Any] | None = None,
     ) -> str | None:
         """Start an on-demand snapshot of the physical tables ``only`` names (and the sink filters
-        keep) while streaming; returns why not, or None once it runs. Publisher thread."""
+        keep) while streaming; returns why not, or None once it runs. ``keys``: only these keys of these
+        tables (``relay.source.snapshot_keys``; the tables must be among those). Publisher thread."""
         running = self.snapshot
         if running is not None and running.active:
             return f"snapshot {running.state['id']} is still running"
@@ -708,6 +713,11 @@ class CanalInstance:
             problem = check_where(source, list(state["tables"]), where)
             if problem is not None:
                 return problem
+        if keys is not None:
+            unknown = sorted(set(keys) - set(state["tables"]))
+            if unknown:
+                return f"keys name tables this relay does not snapshot for it: {', '.join(unknown)}"
+            state["keys"] = keys
         self._run_snapshot(state, self.source.delivered)
         return None
 

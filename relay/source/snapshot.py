@@ -69,6 +69,7 @@ from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.errors import RelayError, SourceConnectionError, SourceError
+from relay.source import snapshot_keys
 from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables, quote_name
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class Chunk:
     redo: bool = False  # set instead of putting it: a DDL came in between, read it again
     whole: bool = False  # the whole of a table without a usable key: any change in its window voids it
     emitted: threading.Event = field(default_factory=threading.Event)
+    deleted: list[tuple[str | None, ...]] = field(default_factory=list)  # keys asked for, not found
 
 
 @dataclass
@@ -360,8 +362,11 @@ class Snapshot:
         except NoSuchTableError:
             self._skip(TableSpec(db, table, (), (), (), ""), after, "dropped or renamed")
             return
+        keys = (self.state.get("keys") or {}).get(name)
         try:
-            if spec.key:
+            if keys:
+                self._read_keys(conn, spec, keys, after)
+            elif spec.key:
                 self._read_chunks(conn, spec, after)
             else:
                 self._read_whole(conn, spec)
@@ -411,6 +416,38 @@ class Snapshot:
                 return
             after = last
             self._rate.take(len(rows))
+
+    def _read_keys(self, conn: Any, spec: TableSpec, request: dict[str, Any], after: Any) -> None:
+        """Given keys of a table (``relay.source.snapshot_keys``), in batches of ``chunk_rows``: each
+        batch's rows, and a delete row for each key not found, as one chunk with the usual watermarks."""
+        spec = snapshot_keys.key_spec(spec, request["columns"])
+        keys = [tuple(k) for k in request["values"]]
+        done = int(after[0]) if after else 0
+        self.watch(spec, since=_master_position(conn))
+        while done < len(keys) and not self._stop.is_set():
+            ddls = self._ddls(spec)
+            batch = keys[done : done + self.config.chunk_rows]
+            sql, params = snapshot_keys.key_query(spec, batch)
+            low = _master_position(conn)
+            rows = spec.read(conn, sql, params)
+            high = _master_position(conn)
+            last = done + len(batch)
+            chunk = Chunk(spec, low, high, rows, [str(last)], last >= len(keys), ddls)
+            chunk.deleted = [
+                snapshot_keys.delete_image(spec, k) for k in snapshot_keys.absent(spec, batch, rows)
+            ]
+            self._rows_read += len(rows)
+            self._submit(chunk)
+            while not chunk.emitted.wait(0.2):
+                if self._stop.is_set():
+                    return
+            if chunk.redo:
+                log.info("snapshot: table %s changed its definition; reading the keys again", spec.name)
+                spec = snapshot_keys.key_spec(describe_table(conn, spec.db, spec.table), request["columns"])
+                self.watch(spec, keep_changes=True)
+                continue
+            done = last
+            self._rate.take(len(rows) + len(chunk.deleted))
 
     def _read_whole(self, conn: Any, spec: TableSpec) -> None:
         """A table without a PRIMARY KEY or a UNIQUE key over NOT NULL columns: its rows cannot be told
@@ -537,7 +574,7 @@ class Snapshot:
     def _emit(self, chunk: Chunk, pos: Pos, journal: str, gtid_set: str | None) -> SnapshotEntry | None:
         spec = chunk.spec
         w = self._watches.get((spec.db, spec.table))
-        rows = chunk.rows
+        rows, deleted = chunk.rows, chunk.deleted
         if w is not None and (w.ddls != chunk.ddls or (chunk.whole and w.changes)):
             # A DDL between the definition this chunk was read under and its place: its rows have the
             # old shape (or its place follows the DDL). Or a change of a table read whole without a
@@ -549,6 +586,7 @@ class Snapshot:
             changed = {key for at, key in w.changes if at < pos}
             if changed:
                 rows = [r for r in rows if spec.key_of(r) not in changed]
+                deleted = [r for r in deleted if spec.key_of(r) not in changed]
             # The next chunk's window starts at this chunk's low: a change logged before its SELECT but
             # not yet visible to it (binlog written, engine commit pending) still supersedes.
             w.changes = [(at, key) for at, key in w.changes if at >= chunk.low]
@@ -564,7 +602,7 @@ class Snapshot:
         self.state["done"] = all(t["done"] for t in self.state["tables"].values())
         ordinal = self._place[1] + 1 if self._place is not None and self._place[0] == pos else 0
         self._place = (pos, ordinal)
-        entry = _chunk_entry(self, spec, rows, journal, pos[1], gtid_set)
+        entry = _chunk_entry(self, spec, rows, journal, pos[1], gtid_set, deleted)
         entry.ordinal = ordinal
         if self.state["done"]:
             log.info("snapshot %s: done", self.state["id"])
@@ -625,20 +663,24 @@ def _chunk_entry(
     journal: str,
     offset: int,
     gtid_set: str | None,
+    deleted: list[tuple[str | None, ...]] | None = None,
 ) -> SnapshotEntry:
+    """The chunk's entry: an INSERT of its rows (after images) and, for a key snapshot, delete rows (before
+    images only) for the keys asked for that the table does not have."""
+    gone = deleted or []
     start = EntryPosition(journal, offset - 1, snap.server_id)
     header = Header(journal, offset - 1, snap.server_id, 0, 1, EventType.INSERT, spec.db, spec.table)
     header.props.append((SNAPSHOT_PROP, "true"))
     value = RowChange(
         event_type=EventType.INSERT,
         columns=spec.columns,
-        rows=tuple(RowImage(None, r) for r in rows),
+        rows=(*(RowImage(None, r) for r in rows), *(RowImage(r, None) for r in gone)),
         props=[(SNAPSHOT_PROP, "true")],
     )
     ctx = TxnContext(start=start, gtid_set_before=gtid_set, mariadb=snap.mariadb)
     entry = SnapshotEntry(header, EntryType.ROWDATA, value, ctx, 0, True)
     entry.checkpoint = copy.deepcopy(snap.state)
-    entry.memory = 64 + sum(sum(len(v) for v in r if v is not None) + 8 * len(r) for r in rows)
+    entry.memory = 64 + sum(sum(len(v) for v in r if v is not None) + 8 * len(r) for r in [*rows, *gone])
     entry.ordinal = 0
     return entry
 

@@ -44,6 +44,12 @@ _BLOBS = {
     "longtext": 4, "longblob": 4,
 }  # fmt: skip
 _TEMPORAL = {"datetime": t.DATETIME2, "timestamp": t.TIMESTAMP2, "time": t.TIME2}
+_FIXED = {"json": (t.JSON, 4), "date": (t.DATE, 0), "year": (t.YEAR, 0)}  # type -> (code, meta)
+# Spatial types: the binlog and SELECT both give the server's internal value (SRID + WKB) as bytes.
+_SPATIAL = frozenset({
+    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection", "geomcollection",
+})  # fmt: skip
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
 
 
@@ -162,11 +168,13 @@ def _members(column_type: str) -> tuple[str, ...]:
     return tuple(m.replace("''", "'") for m in _MEMBERS.findall(inner))
 
 
-def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMeta, int]:
-    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``)."""
+def column_meta(
+    index: int, row: dict[str, Any], is_key: bool, *, spatial: bool = False
+) -> tuple[ColumnMeta, int]:
+    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``);
+    ``spatial``: a spatial column is read as bytes (``relay verify`` compares it; a snapshot refuses it)."""
     data_type = str(row["DATA_TYPE"]).lower()
     column_type = str(row["COLUMN_TYPE"]).lower()
-    unsigned = "unsigned" in column_type
     charset = int(row["COLLATION_ID"]) if row.get("COLLATION_ID") is not None else None
     octets = int(row["CHARACTER_OCTET_LENGTH"] or 0)
     enum_values = set_values = None
@@ -194,34 +202,31 @@ def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMe
     elif data_type in _BLOBS:
         code, meta = t.BLOB, _BLOBS[data_type]
         charset = 63 if data_type.endswith("blob") else charset
-    elif data_type == "json":
-        code, meta = t.JSON, 4
-    elif data_type == "date":
-        code, meta = t.DATE, 0
+    elif data_type in _FIXED:
+        code, meta = _FIXED[data_type]
     elif data_type in _TEMPORAL:
         code, meta = _TEMPORAL[data_type], int(row["DATETIME_PRECISION"] or 0)
-    elif data_type == "year":
-        code, meta = t.YEAR, 0
     elif data_type == "bit":
         bits = int(row["NUMERIC_PRECISION"] or 1)
         code, meta, kind = t.BIT, (bits // 8) << 8 | bits % 8, K_BIT
+    elif spatial and data_type in _SPATIAL:
+        code, meta, charset = t.GEOMETRY, 4, 63
     else:
         raise SourceError(f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted")
     if kind == K_TEXT and charset == 63:
         kind = K_BINARY
-    meta_obj = t.column_meta(
+    return t.column_meta(
         index,
         code,
         meta,
         str(row["IS_NULLABLE"]).upper() == "YES",
         name=str(row["COLUMN_NAME"]),
-        unsigned=unsigned,
+        unsigned="unsigned" in column_type,
         charset=charset if code in (t.VARCHAR, t.STRING, t.BLOB) else None,
         is_key=is_key,
         enum_values=enum_values,
         set_values=set_values,
-    )
-    return meta_obj, kind
+    ), kind
 
 
 def _dicts(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -246,9 +251,12 @@ def list_tables(conn: Any, captures: Callable[[str, str], bool]) -> list[tuple[s
     return sorted(x for x in out if captures(x[0], x[1]))
 
 
-def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> TableSpec:
+def describe_table(
+    conn: Any, db: str, table: str, estimated_rows: int = 0, *, spatial: bool = False
+) -> TableSpec:
     """The ``TableSpec`` of one table: columns as a full-metadata TABLE_MAP would describe them, and the
-    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none)."""
+    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none). ``spatial``: see
+    ``column_meta``."""
     cols = _dicts(
         conn,
         "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE, c.CHARACTER_OCTET_LENGTH, "
@@ -285,7 +293,7 @@ def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> T
     metas, kinds = [], []
     for i, c in enumerate(cols):
         try:
-            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary)
+            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary, spatial=spatial)
         except SourceError as exc:
             raise SourceError(f"{db}.{table}: {exc}") from exc
         metas.append(meta)

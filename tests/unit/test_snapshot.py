@@ -245,7 +245,9 @@ class _FakeInstance:
     def __init__(self) -> None:
         self.asked: list[tuple[str, str]] = []
 
-    def request_snapshot(self, only: Any, snapshot_id: str, where: str = "") -> str | None:
+    def request_snapshot(
+        self, only: Any, snapshot_id: str, where: str = "", keys: dict[str, Any] | None = None
+    ) -> str | None:
         from relay.source.instance import NO_CAPTURED_TABLE
 
         self.asked.append((snapshot_id, where))

@@ -43,6 +43,7 @@ from relay.dev.bench.common import (
 from relay.dev.bench.snapshot import SnapshotResult, run_snapshot
 from relay.dev.bench.stall import run_stall
 from relay.dev.bench.stats import Latency, StallResult, WorkloadResult
+from relay.dev.bench.verify import VerifyResult, run_verify
 from relay.errors import BenchError, RelayError
 
 __all__ = ["BenchError", "BenchOptions", "BenchReport", "run_bench"]
@@ -59,6 +60,7 @@ class BenchReport:
     stall: StallResult | None
     notes: list[str]
     snapshot: SnapshotResult | None = None
+    verify: VerifyResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +69,7 @@ class BenchReport:
             "workloads": [w.to_json() for w in self.workloads],
             "stall": self.stall.to_json() if self.stall else None,
             "snapshot": self.snapshot.to_json() if self.snapshot else None,
+            "verify": self.verify.to_json() if self.verify else None,
             "notes": self.notes,
         }
 
@@ -355,10 +358,11 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
                 ctx = Context(options, mysql, kafka, work, progress, conn, fresh_broker=fresh)
                 wl.create_schema(conn, list(options.workloads))
                 results = [run_workload(ctx, name) for name in options.workloads]
-                snapshot = None
+                snapshot = verified = None
                 if options.snapshot_rows > 0:
                     ctx.renew_broker()
                     snapshot = run_snapshot(ctx, options.snapshot_rows)
+                    verified = run_verify(ctx, options.snapshot_rows)
                 stall = None
                 if options.stall_mb > 0 and mysql.flavor != "mariadb":
                     notes.append("stall not measured: its backlog is written with MariaDB's sequence engine")
@@ -373,6 +377,6 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
                     cur.execute(f"DROP DATABASE IF EXISTS {wl.DB}")
                 conn.close()
         opts = {k: v for k, v in options.__dict__.items() if k not in ("mysql",)}
-        return BenchReport(info, opts, results, stall, notes, snapshot)
+        return BenchReport(info, opts, results, stall, notes, snapshot, verified)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,390 @@
+"""The topic side of ``relay verify``: a topic's latest state per key, read like a compacted topic reads.
+
+``TopicIndex`` consumes the logical table's topic from the start (``assign``, no group), keeping for each
+join key the record with the highest change identity (sequence, part) — repeats of a change are
+byte-identical, an older copy arriving late changes nothing, a key-changing UPDATE is a DELETE (part 0)
+under the old key and an INSERT (part 1) under the new, and a tombstone (null value) deletes the key it
+follows at the same identity (equal identities: the later offset wins, as compaction keeps the last
+record). A tombstone without the relay's headers, produced by someone else, deletes the key it names in
+its partition. Only records of this source (``relay.source.id``) and logical table, from the shards
+verified, count. Values are parsed only for a record newer than what the key holds; what is kept per key
+is its ``Held`` (identity, deleted, shard, digest, where the record is), not the row.
+
+Each ``refresh`` opens a fresh consumer at the offsets the previous one stopped at and reads every
+partition until the broker says its end was reached (``enable.partition.eof``; a high watermark is not
+trusted: Tansu reports less than the end). What the relay published before the call is in the index.
+
+A table without a key is rebuilt as a multiset from its history (its records share one key and
+partition): INSERT adds the row, DELETE removes it, UPDATE both, and the first record of a new snapshot
+sequence replaces everything (a keyless table is snapshotted whole). ``relay.ops.verify.topic_target``
+makes the index a ``Target``. Runs on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from relay.canal.proto.convert import decode_messages_packet
+from relay.errors import ProtoDecodeError, VerifyError
+from relay.kafka.codec import (
+    H_DB,
+    H_PART,
+    H_PHYSICAL_DB,
+    H_PHYSICAL_TABLE,
+    H_SEQUENCE,
+    H_SNAPSHOT,
+    H_SOURCE_ID,
+    H_TABLE,
+    H_TYPE,
+)
+from relay.ops.verify.digest import ABSENT, canal_row_hash, column_text, digest_of, digest_text
+from relay.ops.verify.shards import MULTISET, JoinKey, Shard
+from relay.ops.verify.target import Held, Identity, Multiset
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT = 120.0  # seconds a refresh may take to see every partition's end
+FETCH_GAP = 2000  # offsets apart two records are read through rather than sought again
+_ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
+_DATA, _OLD = b'"data":[', b'],"old":'
+
+
+def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """(type, data, old) of a row record, canal-json or canal-protobuf: ``data`` the row (the before image
+    of a DELETE), ``old`` an UPDATE's previous values of its changed columns (protobuf: all of them)."""
+    if value[:1] == b"{":
+        m = json.loads(value)
+        data = (m.get("data") or [{}])[0]
+        old = (m.get("old") or [None])[0]
+        return str(m.get("type")), data, old
+    try:
+        _, entries = decode_messages_packet(value)
+    except ProtoDecodeError as exc:
+        raise VerifyError(f"a record of the topic is neither canal-json nor canal-protobuf: {exc}") from exc
+    rc = entries[0].store_value
+    names = [c.name for c in rc.columns]  # type: ignore[union-attr]
+    row = rc.rows[0]  # type: ignore[union-attr]
+    image = row.after if row.after is not None else row.before
+    before = dict(zip(names, row.before, strict=True)) if row.before is not None and row.after else None
+    return rc.event_type.name, dict(zip(names, image or (), strict=True)), before  # type: ignore[union-attr]
+
+
+def _parse_all(texts: list[bytes]) -> list[Any]:
+    """Each JSON text parsed, in one ``json.loads`` (each alone where one of them is not JSON)."""
+    try:
+        parsed = json.loads(b"[" + b",".join(texts) + b"]")
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, list) and len(parsed) == len(texts):
+        return parsed
+    out: list[Any] = []
+    for text in texts:
+        try:
+            out.append(json.loads(text))
+        except ValueError:
+            out.append(None)
+    return out
+
+
+def parse_datas(values: list[bytes]) -> list[dict[str, Any]]:
+    """The rows (``data``) of records. canal-json: only the ``data`` objects are parsed, together — the
+    codec writes ``"data":[{…}],"old":`` and those bytes, with their unescaped quotes, cannot occur
+    inside a JSON string — else each whole value (``parse_value``)."""
+    slices: list[bytes | None] = []
+    for value in values:
+        start = value.find(_DATA) if value[:1] == b"{" else -1
+        end = value.find(_OLD, start) if start > 0 else -1
+        slices.append(value[start + len(_DATA) : end] if end > start > 0 else None)
+    found = _parse_all([s for s in slices if s is not None])
+    it = iter(found)
+    out = []
+    for value, piece in zip(values, slices, strict=True):
+        data = next(it) if piece is not None else None
+        out.append(data if isinstance(data, dict) else parse_value(value)[1])
+    return out
+
+
+def row_values(shard: Shard, data: dict[str, Any]) -> tuple[Any, ...]:
+    """A record's row in the shard's column order (``ABSENT`` where the record has no such column)."""
+    names = shard.names
+    if len(data) == len(names) and shard.names_set.issuperset(data):
+        return tuple([data[n] for n in names])
+    return tuple([data.get(n, ABSENT) for n in names])
+
+
+def data_digest(shard: Shard, data: dict[str, Any]) -> int:
+    """The digest of a record's row (``canal_row_hash`` in the shard's column order)."""
+    names = shard.names
+    if len(data) != len(names) or not shard.names_set.issuperset(data):
+        digest = canal_row_hash(shard.kinds, row_values(shard, data))
+        return digest ^ 1 if not shard.names_set.issuperset(data) else digest  # a column only the target has
+    texts = [data[n] for n in names]
+    kinds = shard.kinds
+    for i in shard.converted:  # the columns whose digest text is not their canal text (DOUBLE, binary …)
+        texts[i] = column_text(kinds[i], texts[i])
+    for i in shard.textual:
+        if texts[i].__class__ is not str:  # a JSON number or another type where text was expected
+            texts[i] = column_text(kinds[i], texts[i])
+    return digest_of(digest_text(texts))
+
+
+class TopicIndex:
+    """The latest change per key of one logical table in its topic(s), from this source."""
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        topics: Sequence[str],
+        logical: str,
+        source_id: str,
+        shards: Sequence[Shard],
+        *,
+        parse_values: bool = True,
+    ) -> None:
+        self.settings = dict(settings)
+        self.topics = list(topics)
+        db, _, table = logical.partition(".")
+        self._db, self._table = db.encode(), table.encode()
+        self._source = source_id.encode()
+        self._shards = {s.name.encode(): s for s in shards}
+        self.parse_values = parse_values
+        self.held: dict[JoinKey, Held] = {}
+        self.multisets: dict[str, Multiset] = {s.name: Multiset() for s in shards if s.method == MULTISET}
+        self._snapshot_seq: dict[str, int] = {}
+        self._next: dict[tuple[str, int], int] = {}
+        self.records = 0  # records read, all refreshes
+        self.by_shard: dict[str, list[JoinKey]] = {}
+
+    # -- reading -------------------------------------------------------------------------------------
+    def _consumer(self) -> Any:
+        return Consumer(
+            {
+                **self.settings,
+                "group.id": f"relay-verify-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
+            }
+        )
+
+    def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for topic in self.topics:
+            try:
+                meta = consumer.list_topics(topic, timeout=10)
+            except KafkaException as exc:
+                raise VerifyError(f"cannot read the metadata of topic {topic}: {exc.args[0]}") from exc
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                raise VerifyError(f"topic {topic} does not exist (has the relay published this table?)")
+            out.extend((topic, p) for p in sorted(info.partitions))
+        return out
+
+    def refresh(self) -> int:
+        """Read every partition from where the last refresh stopped to its end; records read."""
+        began, cpu = time.monotonic(), time.thread_time()
+        consumer = self._consumer()
+        try:
+            parts = self._partitions(consumer)
+            consumer.assign(
+                [TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in parts]
+            )
+            pending = set(parts)
+            deadline = time.monotonic() + READ_TIMEOUT
+            read = 0
+            while pending:
+                if time.monotonic() > deadline:
+                    raise VerifyError(
+                        f"the topic's end was not reached in {READ_TIMEOUT:.0f} s: {sorted(pending)}"
+                    )
+                batch = []
+                for msg in consumer.consume(num_messages=2000, timeout=0.5):
+                    err = msg.error()
+                    where = (str(msg.topic()), int(msg.partition() or 0))
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(where)
+                            continue
+                        raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
+                    self._next[where] = msg.offset() + 1
+                    batch.append(msg)
+                self._records(batch)
+                read += len(batch)
+        finally:
+            consumer.close()
+        self.records += read
+        self._index_shards()
+        log.info(
+            "topic %s: %d record(s) read in %.2f s (%.2f s CPU; %d keys held)",
+            ",".join(self.topics), read, time.monotonic() - began, time.thread_time() - cpu, len(self.held),
+        )  # fmt: skip
+        return read
+
+    def _index_shards(self) -> None:
+        by: dict[str, list[JoinKey]] = {}
+        for key, held in self.held.items():
+            by.setdefault(held.shard, []).append(key)
+        self.by_shard = by
+
+    def fetch(self, wheres: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes | None]:
+        """The values of the records at (topic, partition, offset)."""
+        out: dict[tuple[str, int, int], bytes | None] = {}
+        segments: list[list[tuple[str, int, int]]] = []
+        for where in sorted(set(wheres)):  # runs of nearby offsets of one partition are read through
+            last = segments[-1][-1] if segments else None
+            if last is not None and last[:2] == where[:2] and where[2] - last[2] <= FETCH_GAP:
+                segments[-1].append(where)
+            else:
+                segments.append([where])
+        consumer = self._consumer()
+        try:
+            for segment in segments:
+                topic, partition, first = segment[0]
+                wanted = {w[2] for w in segment}
+                consumer.assign([TopicPartition(topic, partition, first)])
+                deadline = time.monotonic() + 30
+                end = segment[-1][2]
+                at = first - 1
+                while at < end:
+                    if time.monotonic() > deadline:
+                        raise VerifyError(
+                            f"records {topic} [{partition}] {first}..{end} could not be read again"
+                        )
+                    for msg in consumer.consume(num_messages=500, timeout=0.5):
+                        if msg.error() is not None:
+                            continue
+                        at = max(at, int(msg.offset()))
+                        if at in wanted:
+                            out[(topic, partition, at)] = msg.value()
+        finally:
+            consumer.close()
+        return out
+
+    # -- records -------------------------------------------------------------------------------------
+    def _records(self, batch: list[Any]) -> None:
+        """One consumed batch, in order. Keyed records are gathered so that their keys and values are
+        parsed by one ``json.loads`` each (a call per record costs more than the parse)."""
+        keyed: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]] = []
+        for msg in batch:
+            pairs = msg.headers()
+            value = msg.value()
+            if not pairs:
+                if value is None:  # someone else's tombstone: after what came before it
+                    self._by_keys(keyed)
+                    keyed = []
+                    self._foreign_tombstone(msg, int(msg.partition() or 0))
+                continue
+            h = dict(pairs)
+            if h.get(H_TABLE) != self._table or h.get(H_DB) != self._db:
+                continue
+            source = h.get(H_SOURCE_ID)
+            if source is not None and source != self._source:
+                continue
+            shard = self._shards.get(h.get(H_PHYSICAL_DB, b"") + b"." + h.get(H_PHYSICAL_TABLE, b""))
+            kind = h.get(H_TYPE)
+            if shard is None or kind not in _ROW_TYPES or H_SEQUENCE not in h:
+                continue
+            ident = (int(h[H_SEQUENCE]), int(h.get(H_PART, b"0")))
+            where = (msg.topic(), msg.partition(), msg.offset())
+            if shard.method == MULTISET:
+                self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
+            elif shard.by_data:
+                if value is not None:
+                    self._by_data(shard, ident, value, where)
+            else:
+                keyed.append((shard, ident, kind, msg.key(), value, where))
+        self._by_keys(keyed)
+
+    def _by_keys(self, rows: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]]) -> None:
+        if not rows:
+            return
+        keys = _parse_all([r[3] or b"null" for r in rows])
+        held = self.held
+        parse: list[tuple[Held, Shard, bytes]] = []
+        for (shard, ident, kind, _, value, where), parsed in zip(rows, keys, strict=True):
+            if not isinstance(parsed, dict):
+                continue
+            jk = tuple(parsed.values())
+            cur = held.get(jk)
+            if value is None:  # a tombstone: deletes at the identity of the DELETE it follows
+                if cur is None or ident >= cur.identity:
+                    held[jk] = Held(ident, True, shard.name, 0, where)
+                continue
+            if cur is not None and ident <= cur.identity:
+                continue
+            entry = Held(ident, _ROW_TYPES[kind] == 2, shard.name, 0, where)
+            held[jk] = entry
+            if self.parse_values and not entry.deleted:
+                parse.append((entry, shard, value))
+        if parse:
+            for (entry, shard, _), data in zip(parse, parse_datas([p[2] for p in parse]), strict=True):
+                entry.digest = data_digest(shard, data)
+
+    def _by_data(self, shard: Shard, ident: Identity, value: bytes, where: Any) -> None:
+        kind, data, old = parse_value(value)
+        names = shard.key_names
+        key = (shard.name, *(data.get(n) for n in names))
+        if kind == "UPDATE" and old and any(n in old for n in names):
+            before = (shard.name, *(old.get(n, data.get(n)) for n in names))
+            cur = self.held.get(before)
+            if before != key and (cur is None or ident > cur.identity):
+                self.held[before] = Held(ident, True, shard.name, 0, where)
+        cur = self.held.get(key)
+        if cur is not None and ident <= cur.identity:
+            return
+        deleted = kind == "DELETE"
+        self.held[key] = Held(ident, deleted, shard.name, 0 if deleted else data_digest(shard, data), where)
+
+    def _multiset(
+        self, shard: Shard, ident: Identity, value: bytes | None, snapshot: bool, where: Any
+    ) -> None:
+        state = self.multisets[shard.name]
+        if value is None or ident <= state.latest:
+            return  # a tombstone (no row) or a repeat
+        state.latest, state.where = ident, where
+        if not self.parse_values:
+            return
+        kind, data, old = parse_value(value)
+        row = row_values(shard, data)
+        if snapshot and self._snapshot_seq.get(shard.name) != ident[0]:
+            self._snapshot_seq[shard.name] = ident[0]
+            state.rows = Counter()  # a keyless table is snapshotted whole: the chunk replaces it
+        if kind == "DELETE":
+            _remove(state.rows, row)
+        elif kind == "UPDATE":
+            _remove(state.rows, row_values(shard, {**data, **(old or {})}))
+            state.rows[row] += 1
+        else:
+            state.rows[row] += 1
+
+    def _foreign_tombstone(self, msg: Any, partition: int) -> None:
+        """A tombstone someone else produced (no headers): it deletes the key it names, in the partition
+        holding that key's records, as compaction would."""
+        try:
+            parsed = json.loads(msg.key()) if msg.key() else None
+        except ValueError:
+            return
+        if not isinstance(parsed, dict):
+            return
+        cur = self.held.get(tuple(parsed.values()))
+        if cur is not None and cur.where is not None and cur.where[:2] == (str(msg.topic()), partition):
+            cur.deleted, cur.digest = True, 0
+            cur.where = (str(msg.topic()), partition, int(msg.offset()))
+            log.warning("topic %s [%d] offset %d: a tombstone without the relay's headers deletes key %s",
+                        msg.topic(), partition, msg.offset(), msg.key())  # fmt: skip
+
+
+def _remove(rows: Counter[tuple[Any, ...]], row: tuple[Any, ...]) -> None:
+    if rows[row] > 1:
+        rows[row] -= 1
+    else:
+        rows.pop(row, None)
