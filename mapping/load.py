@@ -4,7 +4,7 @@ Owns the file format documented in ``conf/mapping.yaml`` and the translation of 
 errors into ``MappingError`` (syntax errors carry ``file:line:column``). Runs on whichever thread
 loads a mapping (CLI, relay startup, a reload watcher); hands on a ``mapping.model.Mapping``, which is
 valid by construction. ``dump_mapping`` writes the canonical form: ``parse_mapping(dump_mapping(m)) == m``.
-Comments are not kept by a dump.
+Comments are not kept by a dump; ``mapping.document`` keeps them when a store writes an edit.
 
 Parsing never stops at the first problem: unknown keys (with a "did you mean"), wrong types, bad
 regexes, overlaps, unknown logical dbs in the flat ``tables`` section… are all collected and raised
@@ -62,6 +62,8 @@ def parse_mapping(data: str | dict[str, Any], source: str = "<string>") -> Mappi
     fields["topics"] = _topics(reader, top)
     fields["unmapped"] = _unmapped(reader, top)
     fields["logical_dbs"] = _logical_dbs(reader, top)
+    if isinstance(data, str):
+        fields["text"] = data
     try:
         mapping = Mapping(**fields)
     except InvalidMappingError as exc:

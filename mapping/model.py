@@ -175,6 +175,9 @@ class Mapping:
     defaults: Defaults = field(default_factory=Defaults)
     unmapped: UnmappedRule = field(default_factory=UnmappedRule)
     topics: TopicSettings = field(default_factory=TopicSettings)
+    # The YAML text it was parsed from, comments and all (None when built otherwise, e.g. by an edit):
+    # what a store writes for a rollback or an import (``mapping.document``). Not part of the value.
+    text: str | None = field(default=None, compare=False, repr=False)
     _index: tuple[Claimant, ...] = field(default=(), init=False, repr=False, compare=False)
     _cache: dict[tuple[str, str], Route | None] = field(
         default_factory=dict, init=False, repr=False, compare=False

@@ -7,7 +7,8 @@ watcher to compare at its next batch boundary. Hands ``Mapping`` values to the e
 
 Layout under ``path`` (e.g. ``/canal-relay/mapping``):
 
-- ``path``: the current mapping's text (the history record format of ``mapping.store``);
+- ``path``: the current mapping's text (the history record format of ``mapping.store``: a header line,
+  then the YAML as imported, each edit applied in place with its comments kept, ``mapping.document``);
 - ``path/history/v0000000001`` …: every stored version's text.
 
 A write reads the node (text + stat), checks the mapping version against ``expected``, then commits
@@ -34,6 +35,7 @@ from kazoo.exceptions import (
 )
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
+from mapping.document import stored_text
 from mapping.load import parse_mapping
 from mapping.model import Mapping
 from mapping.store import VersionInfo, conflict, history_text, parse_history_header, unknown_version
@@ -119,7 +121,8 @@ class ZooKeeperMappingStore:
         if current.version != expected:
             raise conflict(self.name, expected, current.version)
         new = mapping.with_version(expected + 1)
-        data = history_text(new, note).encode()
+        body = stored_text(text, current, new, self.name)  # the text as it was written, this edit in it
+        data = history_text(new, note, body=body).encode()
         try:
             self._ensure_history()
             tx = self._client.transaction()
