@@ -67,9 +67,9 @@ def parse_mapping(data: str | dict[str, Any], source: str = "<string>") -> Mappi
     try:
         mapping = Mapping(**fields)
     except InvalidMappingError as exc:
-        raise InvalidMappingError(source, [*reader.errors, *exc.errors]) from None
+        raise InvalidMappingError(source, [*reader.errors, *exc.errors], version=version) from None
     if reader.errors:
-        raise InvalidMappingError(source, reader.errors)
+        raise InvalidMappingError(source, reader.errors, version=version)
     return mapping
 
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mapping.document import stored_text
 from mapping.load import load_mapping, parse_mapping
@@ -112,6 +112,15 @@ class MappingStore(Protocol):
         The relay calls it with every version it reads, so that a restart can resume under a version
         named by its saved position even when the edit that made it kept its record elsewhere (another
         state directory, a hand edit). A no-op where the history is complete by construction."""
+        ...
+
+    def announce(self, relay: str, info: dict[str, Any]) -> None:
+        """Say, where the store's other readers can see it, which version ``relay`` runs (``info``); a
+        no-op where the store has no shared place for it (a file: each relay's status file says it)."""
+        ...
+
+    def relays(self) -> list[dict[str, Any]]:
+        """What relays announced (``announce``), for ``relay mapping history``."""
         ...
 
     def close(self) -> None: ...
@@ -278,6 +287,12 @@ class FileMappingStore:
         except OSError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def announce(self, relay: str, info: dict[str, Any]) -> None:
+        pass  # each relay's status file says it (``relay mapping history -c`` reads it)
+
+    def relays(self) -> list[dict[str, Any]]:
+        return []
 
     def close(self) -> None:
         pass

@@ -156,13 +156,15 @@ class MappingError(RelayError):
 
 class InvalidMappingError(MappingError):
     """Every problem found in a mapping at once. ``errors`` holds one ``MappingError`` per problem,
-    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``)."""
+    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``); ``version`` the
+    version the text says it is, when it says one (what a relay reports as refused)."""
 
-    def __init__(self, source: str, errors: Iterable[MappingError]) -> None:
+    def __init__(self, source: str, errors: Iterable[MappingError], *, version: int | None = None) -> None:
         flat: list[MappingError] = []
         for err in errors:
             flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
         self.errors: tuple[MappingError, ...] = tuple(flat)
+        self.version = version
         count = len(self.errors)
         lines = "\n".join(f"  - {err}" for err in self.errors)
         super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")

@@ -202,13 +202,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         width = max(len(k) for k in report)
         for key, value in report.items():
-            if isinstance(value, dict):  # snapshot_tables: a line each
+            if isinstance(value, dict):  # snapshot_tables, mapping_refused: a line each
                 print(f"{key:<{width}}  {'-' if not value else ''}")
                 for name, line in value.items():
-                    print(f"  {name:<{width - 2}}  {line}")
+                    print(f"  {name:<{width - 2}}  {_one_line(line)}")
                 continue
-            print(f"{key:<{width}}  {value if value is not None else '-'}")
+            print(f"{key:<{width}}  {_one_line(value) if value is not None else '-'}")
     return 0 if report.get("running") else 1
+
+
+def _one_line(value: object) -> str:
+    """A value on one line of ``relay status``: a text of several lines (every problem of a refused
+    mapping) joined with " | "."""
+    return " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -304,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser(
         "status",
         help="show a relay's position, lag, store fill and publish rate",
-        description="Reads the running relay's status file and the saved position, and asks the MySQL server "
-        "how far its binlog has moved on. Exit status 0 when the relay is running, 1 when not.",
+        description="Reads the running relay's status file (in its state directory) and the saved position, "
+        "and asks the MySQL server how far its binlog has moved on. Shows the mapping version in use, the "
+        "store's current one, one waiting for the switch and the last version refused, with why. Exit "
+        "status 0 when the relay is running, 1 when not.",
     )
     status.add_argument("-c", "--config", required=True, help="the relay's config file")
     status.add_argument("--json", action="store_true", help="machine-readable output")

@@ -154,7 +154,15 @@ def add_mapping_parser(subparsers: Any) -> None:
     p.add_argument("--live", action="store_true", help="also list the live tables that move")
     p.set_defaults(func=_run(cmd_diff))
 
-    p = sub.add_parser("history", parents=[store], help="every stored version: time, who, what changed")
+    p = sub.add_parser(
+        "history",
+        parents=[store],
+        help="every stored version: time, who, what changed, which relay runs it",
+        description="Lists every stored version (time, who, what changed, the note), marks the version "
+        "each known relay runs (`<= runs on …`) and the one it refused, then lists the relays: the one of "
+        "-c CONFIG (its status file), its HA replicas (ZooKeeper, with ha.enabled) and, with a ZooKeeper "
+        "store, every relay reading the node.",
+    )
     p.set_defaults(func=_run(cmd_history))
 
     p = sub.add_parser(

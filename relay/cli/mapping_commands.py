@@ -23,6 +23,7 @@ from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
+from relay.cli.mapping_relays import known_relays, markers, print_relays
 from relay.common import mysql
 from relay.config.state import MAPPING_HISTORY_DIR
 from relay.errors import InvalidMappingError, MappingError, SourceError
@@ -212,6 +213,7 @@ def cmd_diff(args: argparse.Namespace, store: MappingStore) -> int:
 
 
 def cmd_history(args: argparse.Namespace, store: MappingStore) -> int:
+    relays, notes = known_relays(args, store)
     previous: Mapping | None = None
     for info in store.history():
         try:
@@ -221,7 +223,9 @@ def cmd_history(args: argparse.Namespace, store: MappingStore) -> int:
         except MappingError as exc:
             what = f"unreadable: {exc}"
         note = f'  "{info.note}"' if info.note else ""
-        print(f"{info.version:>6}  {info.saved or '-':<20}  {info.by or '-':<24}  {what}{note}")
+        mark = markers(relays, info.version)
+        print(f"{info.version:>6}  {info.saved or '-':<20}  {info.by or '-':<24}  {what}{note}{mark}")
+    print_relays(relays, notes)
     return 0
 
 

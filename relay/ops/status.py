@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from mapping.watch import Refusal
 from relay.common.binlog_names import bytes_behind
 from relay.config.load import RelayConfig
 from relay.config.state import STATE_ENV, STATUS_FILE
@@ -21,7 +22,7 @@ from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
 from relay.source.snapshot import read_percent
-from relay.wiring import open_positions, transactional_id
+from relay.wiring import mapping_store, open_positions, transactional_id
 
 
 def status_report(config: RelayConfig) -> dict[str, Any]:
@@ -61,6 +62,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "batches_acked": data.get("batches_acked"),
         "batches_rolled_back": data.get("batches_rolled_back"),
         "status_updated": _iso(data["updated"]) if "updated" in data else None,
+        **mapping_report(config, data, running),
         # idempotent / transactional / exactly-once: the running relay's, else the config's
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
@@ -79,6 +81,38 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     if running and report["lag_bytes"] == 0:
         report["lag_seconds"] = 0.0  # at the server's end: nothing to publish is waiting, however old
     return report
+
+
+def mapping_report(config: RelayConfig, data: dict[str, Any], running: bool) -> dict[str, Any]:
+    """``mapping_version``: the version the relay publishes under (stopped: the one it last used);
+    ``mapping_stored``: the store's current version (a newer one is pending, refused, or not read yet);
+    ``mapping_pending``; ``mapping_refused``: the last version refused — version, when, why."""
+    version = data.get("mapping_version")
+    refused = Refusal.from_dict(data.get("mapping_refused"))
+    report: dict[str, Any] = {
+        "mapping_version": version if running or version is None else f"{version} (last run)",
+        "mapping_stored": _stored_version(config),
+        "mapping_pending": data.get("mapping_pending") if running else None,
+        "mapping_refused": None
+        if refused is None
+        else {"version": refused.version, "at": _iso(refused.at), "reason": refused.reason},
+    }
+    if running and data.get("mapping_store_error"):
+        report["mapping_store_error"] = data["mapping_store_error"]
+    return report
+
+
+def _stored_version(config: RelayConfig) -> int | str:
+    try:
+        store = mapping_store(config)
+    except RelayError as exc:
+        return f"unreadable: {exc}"
+    try:
+        return store.read().version
+    except RelayError as exc:
+        return f"unreadable: {exc}"
+    finally:
+        store.close()
 
 
 def _state_dir_line(config: RelayConfig) -> str:

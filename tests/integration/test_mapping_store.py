@@ -304,3 +304,20 @@ def test_resolve_all_and_live_dry_run_list_real_tables(mysql_service: Any, tmp_p
     finally:
         drop_shards(conn, prefix, 2)
         conn.close()
+
+
+def test_relays_without_credentials_announce_what_they_run_beside_an_acl_node(zk_service: Any) -> None:
+    path = f"/relay-test/{uuid.uuid4().hex[:8]}/mapping"
+    operator = ZooKeeperMappingStore(ZooKeeperStoreConfig(zk_service.hosts, path, auth="ops:s3cret"))
+    relay = ZooKeeperMappingStore(ZooKeeperStoreConfig(zk_service.hosts, path))
+    try:
+        operator.create(parse_mapping(BASE))
+        relay.announce("shop@host:1", {"relay": "shop@host:1", "mapping": {"mapping_version": 1}})
+        relay.announce("shop@host:1", {"relay": "shop@host:1", "mapping": {"mapping_version": 2}})
+        assert operator.relays() == [{"relay": "shop@host:1", "mapping": {"mapping_version": 2}}]
+    finally:
+        relay.close()  # the relay's session ends: its announcement goes with it
+    try:
+        assert operator.relays() == []
+    finally:
+        operator.close()
