@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapping.diff import logical_changes
-from mapping.model import Mapping
+from mapping.model import Mapping, route_codec_conflicts
 from mapping.store import MappingStore, keep_version
 from relay.errors import InvalidMappingError, MappingError
 
@@ -223,14 +223,18 @@ def check_against_tables(
     """What static checks cannot see: the tables the relay already publishes, resolved under ``new`` —
     a table two logical tables now claim, a topic template that expands to a bad name, a key column
     (or ``key_shard`` column) the table lacks. ``tables`` are (db, table, column names or None when
-    unknown). None: all fine."""
+    unknown), and two of them now in one topic with different codecs. None: all fine."""
     errors: list[MappingError] = []
+    routes = []
     for db, table, columns in tables:
         try:
             route = new.resolve(db, table)
             if route is not None and columns is not None:
                 route.check_columns(columns)
                 route.check_shard_column(columns)
+            if route is not None:
+                routes.append(route)
         except MappingError as exc:
             errors.extend(getattr(exc, "errors", (exc,)))
+    errors.extend(route_codec_conflicts(routes))
     return InvalidMappingError(f"mapping version {new.version}", errors) if errors else None

@@ -33,6 +33,29 @@ class ConfigError(RelayError):
         self.problem = problem
 
 
+class InvalidConfigError(ConfigError):
+    """Every problem found in a configuration at once. ``errors`` holds one ``ConfigError`` per problem,
+    each naming its key path; ``key`` names the source (the file, or ``config``)."""
+
+    def __init__(self, source: str, errors: Iterable[ConfigError]) -> None:
+        flat: list[ConfigError] = []
+        for err in errors:
+            flat.extend(err.errors if isinstance(err, InvalidConfigError) else (err,))
+        self.errors: tuple[ConfigError, ...] = tuple(flat)
+        count = len(self.errors)
+        lines = "\n".join(f"  - {err}" for err in self.errors)
+        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+
+    @staticmethod
+    def raise_all(errors: Iterable[ConfigError], source: str = "config") -> None:
+        """Nothing when ``errors`` is empty; the one error; else all of them as one ``InvalidConfigError``."""
+        found = list(errors)
+        if len(found) == 1 and not isinstance(found[0], InvalidConfigError):
+            raise found[0]
+        if found:
+            raise InvalidConfigError(source, found)
+
+
 # --- the MySQL source ----------------------------------------------------------------------------
 
 
