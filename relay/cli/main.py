@@ -217,6 +217,12 @@ def _one_line(value: object) -> str:
     return " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from relay.ops.check import run_checks
+
+    return 0 if run_checks(args.config, lambda check: print(check.line(), flush=True)) else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from relay.dev.demo import run_demo
 
@@ -306,6 +312,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-c", "--config", required=True, help="relay config file (YAML), e.g. conf/relay.yaml")
     run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser(
+        "check",
+        help="check everything a start would check, writing nothing (exit 0: all fine, 1: a check failed)",
+        description="Runs, without starting anything or writing anywhere, what `relay run` checks before it "
+        "publishes: the config (every problem), the state directory (and state an upgrade left at the old "
+        "place), a relay already holding the instance, the mapping and its warnings, the source server (its "
+        "settings one by one, binary logs, REPLICATION SLAVE, SELECT on the captured tables, the mapping "
+        "against its real tables, where the relay would start), Kafka (reachable; every topic present with "
+        "the mapping's settings, or absent and creatable), ZooKeeper when the config uses it, and the "
+        "metrics port. One line per check: ok, warn, FAIL or skip. What only a write could prove (the "
+        "exactly-once probe; a topic creation where the broker does not report the account's rights) is "
+        "said to be unproven. Exit status 0 when no check failed, 1 otherwise.",
+    )
+    check.add_argument("-c", "--config", required=True, help="the relay's config file")
+    check.set_defaults(func=cmd_check)
 
     status = sub.add_parser(
         "status",
