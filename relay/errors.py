@@ -33,6 +33,14 @@ class ConfigError(RelayError):
         self.problem = problem
 
 
+def problems_text(errors: tuple[ConfigError, ...] | tuple[MappingError, ...]) -> str:
+    """One problem on the same line (``key: problem``); several as a count and one line each."""
+    if len(errors) == 1:
+        return str(errors[0])
+    lines = "\n".join(f"  - {err}" for err in errors)
+    return f"{len(errors)} problems:\n{lines}"
+
+
 class InvalidConfigError(ConfigError):
     """Every problem found in a configuration at once. ``errors`` holds one ``ConfigError`` per problem,
     each naming its key path; ``key`` names the source (the file, or ``config``)."""
@@ -42,9 +50,7 @@ class InvalidConfigError(ConfigError):
         for err in errors:
             flat.extend(err.errors if isinstance(err, InvalidConfigError) else (err,))
         self.errors: tuple[ConfigError, ...] = tuple(flat)
-        count = len(self.errors)
-        lines = "\n".join(f"  - {err}" for err in self.errors)
-        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+        super().__init__(source, problems_text(self.errors))
 
     @staticmethod
     def raise_all(errors: Iterable[ConfigError], source: str = "config") -> None:
@@ -54,6 +60,11 @@ class InvalidConfigError(ConfigError):
             raise found[0]
         if found:
             raise InvalidConfigError(source, found)
+
+
+class ArgumentError(ConfigError):
+    """A command-line value is wrong (``--start-position f:abc``); ``key`` names the option. Never
+    retriable: the command stops before doing anything, with exit status 2."""
 
 
 # --- the MySQL source ----------------------------------------------------------------------------
@@ -188,9 +199,7 @@ class InvalidMappingError(MappingError):
             flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
         self.errors: tuple[MappingError, ...] = tuple(flat)
         self.version = version
-        count = len(self.errors)
-        lines = "\n".join(f"  - {err}" for err in self.errors)
-        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+        super().__init__(source, problems_text(self.errors))
 
 
 class MappingConflictError(MappingError):

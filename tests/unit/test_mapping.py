@@ -540,7 +540,7 @@ def test_load_reports_the_file_name(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidMappingError) as info:
         load_mapping(path)
-    assert str(info.value).startswith(f"{path}: 1 problem:")
+    assert str(info.value).startswith(f"{path}: logical_dbs.shop.physical[0]: bad regex")  # one line
     assert info.value.errors[0].key == "logical_dbs.shop.physical[0]"
 
 
