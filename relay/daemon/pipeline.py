@@ -62,8 +62,8 @@ from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
 from relay.daemon import snapshot_requests
-from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.mapping_report import MappingAnnouncer, MappingState
+from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.status import RelayStats, write_status
 from relay.errors import (
     InvalidMappingError,
