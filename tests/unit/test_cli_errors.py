@@ -97,3 +97,33 @@ def test_a_malformed_value_is_one_line_and_exit_status_2(
     assert len(lines) == 1, out.err
     assert mentions in lines[0], lines[0]
     assert "error" in lines[0]
+
+
+def test_the_exit_statuses_in_help_and_readme_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    from relay.cli.main import EXIT_STATUSES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Exit statuses", 1)[1].split("\n##", 1)[0]
+    codes = {line.split()[0] for line in EXIT_STATUSES.splitlines()[1:] if line[:5].strip().isdigit()}
+    assert codes == {"0", "1", "2", "3", "130", "141"}
+    for code in codes:
+        assert f"| {code} |" in section, code
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "141  the output's reader went away" in capsys.readouterr().out
+
+
+def test_redaction_keeps_messages_readable_and_secrets_hidden() -> None:
+    from relay.cli.main import error_text
+    from relay.common.redact import redact, register_secret
+    from relay.errors import ConfigError
+
+    missing = ConfigError("source.password", "environment variable DB_PW is not set (written as ${DB_PW})")
+    assert (
+        error_text(missing) == "source.password: environment variable DB_PW is not set (written as ${DB_PW})"
+    )
+    form = "mysql url: expected mysql://user:password@host:port, got 'x'"
+    assert redact(form) == form
+    assert redact("mysql://relay:hunter2@db:3306") == "mysql://relay:***@db:3306"
+    register_secret("s3cr&t|pw")
+    assert "s3cr&t|pw" not in error_text(ConfigError("source.password", "bad value 's3cr&t|pw'"))
