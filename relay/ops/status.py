@@ -17,7 +17,7 @@ from relay.common.binlog_names import bytes_behind
 from relay.config.load import RelayConfig
 from relay.config.state import STATE_ENV, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
-from relay.errors import RelayError
+from relay.errors import RelayError, ZooKeeperUnavailableError
 from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
@@ -30,8 +30,9 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     data = read_status(config.state_path(STATUS_FILE)) or {}
     ha: dict[str, Any] = {}
     point = _saved_position(config, ha)
-    if config.ha.enabled:
-        # Who is active, who stands by, the epoch: in ZooKeeper (relay.ha).
+    if config.ha.enabled and "zookeeper_error" not in ha:
+        # Who is active, who stands by, the epoch: in ZooKeeper (relay.ha). Not asked again when the
+        # position read found ZooKeeper unreachable: one wait of ha.connect_timeout_seconds, one line.
         ha.update(zookeeper_status(config))
         ha["ha_member"] = data.get("ha_member")  # this config's process, active or standing by
     pid = data.get("pid")
@@ -130,8 +131,14 @@ def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint 
     try:
         with open_positions(config) as store:
             return store.load()
+    except ZooKeeperUnavailableError as exc:
+        report["zookeeper_error"] = str(exc)  # positions.backend: zookeeper, on ha.zookeeper
+        return None
     except RelayError as exc:
-        report["position_error"] = str(exc)
+        if isinstance(exc.__cause__, ZooKeeperUnavailableError):
+            report["zookeeper_error"] = str(exc.__cause__)
+        else:
+            report["position_error"] = str(exc)
         return None
 
 
