@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mapping.parts import Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
+from mapping.samples import examples
 from relay.errors import MappingError
 
 
@@ -157,6 +158,11 @@ def key_warnings(mapping: MappingFields) -> list[MappingWarning]:
     inherited from ``defaults`` as ``none``. Writing ``key_shard: none`` on the table (or its db) says
     the key values are unique across the shards, and silences the warning."""
     out: list[MappingWarning] = []
+    rule = mapping.unmapped
+    if not mapping.logical_dbs and not rule.drops and rule.topic is not None:
+        problem = "no logical dbs: every table is published under its physical names"
+        problem += f" (unmapped.topic {rule.topic!r})"
+        out.append(MappingWarning("logical_dbs", problem))
     if mapping.defaults.key_shard != KEY_SHARD_NONE:
         return out
     for db in mapping.logical_dbs:
@@ -255,7 +261,78 @@ def check_mapping(mapping: MappingFields) -> tuple[list[MappingError], tuple[Cla
     _check_overlaps(index, "db", errors)
     for claimant in index:
         _check_overlaps(claimant.tables, "table", errors)
+    errors.extend(codec_conflicts(static_topics(mapping)))
+    if not mapping.logical_dbs and mapping.unmapped.action == "drop":
+        errors.append(
+            MappingError(
+                "unmapped.action",
+                "drop with no logical_dbs: the relay would publish nothing; add logical dbs, or publish "
+                "every table under its physical names with unmapped: {action: topic, topic: '{db}'}",
+            )
+        )
     return errors, tuple(index)
+
+
+# --- one codec per topic ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicUse:
+    """A topic that a rule of the mapping publishes to, with the codec it uses there and the key paths
+    of the rule and of the codec setting it inherits (``defaults.codec`` when none is written)."""
+
+    topic: str
+    codec: str
+    rule: str
+    codec_path: str
+
+
+def static_topics(mapping: MappingFields) -> list[TopicUse]:
+    """The topics the mapping's rules name without physical names ({db}/{table}), with their codecs."""
+    d = mapping.defaults
+    out: list[TopicUse] = []
+    for db in mapping.logical_dbs:
+        path = name_path("logical_dbs", db.name)
+        db_codec, db_codec_path = (db.codec, f"{path}.codec") if db.codec else (d.codec, "defaults.codec")
+        own = db.topic or d.topic
+        unclaimed = db.unclaimed_tables or d.unclaimed_tables
+        fixed = template_problem(own) is None and not has_physical_placeholder(own)
+        if unclaimed == "own_name" and fixed and "{logical_table}" not in own:
+            topic = expand_topic(own, "", "", db.name, "")
+            out.append(TopicUse(topic, db_codec, f"{path} (its unclaimed tables)", db_codec_path))
+        for table in db.tables:
+            template = table.topic or db.topic or d.topic
+            if has_physical_placeholder(template) or template_problem(template) is not None:
+                continue
+            tpath = table_path(db.name, table)
+            codec, codec_path = (table.codec, f"{tpath}.codec") if table.codec else (db_codec, db_codec_path)
+            out.append(
+                TopicUse(expand_topic(template, "", "", db.name, table.name), codec, tpath, codec_path)
+            )
+    rule = mapping.unmapped
+    if rule.topic is not None and not rule.drops and not _FIELD.search(rule.topic):  # names decide the rest
+        out.append(TopicUse(rule.topic, d.codec, "unmapped", "defaults.codec"))
+    return out
+
+
+def codec_conflicts(uses: Sequence[TopicUse]) -> list[MappingError]:
+    """A topic given two codecs: its consumers decode every record with one (canal's client, Spark's
+    ``--codec``), so the records of the other would be unreadable. The error names the later rule's
+    codec setting and the earlier rule."""
+    first: dict[str, TopicUse] = {}
+    errors: list[MappingError] = []
+    for use in uses:
+        seen = first.setdefault(use.topic, use)
+        if seen.codec != use.codec:
+            errors.append(
+                MappingError(
+                    use.codec_path,
+                    f"topic {use.topic!r} would carry {use.codec} records from {use.rule} and {seen.codec} "
+                    f"records from {seen.rule}: one topic, one codec (a consumer decodes a topic with one); "
+                    "give them the same codec or different topics",
+                )
+            )
+    return errors
 
 
 def _check_globals(mapping: MappingFields, errors: list[MappingError]) -> None:
@@ -368,11 +445,17 @@ def _check_overlaps(claimants: Sequence[Claimant], kind: str, errors: list[Mappi
 
 
 def _overlap(one: Pattern, two: Pattern) -> str | None:
+    """Why a physical name can match both patterns (an example of one the other matches), or None
+    when none was found here: ``resolve`` and ``validate_against`` then judge real names."""
     if one.pattern == two.pattern:
         return "identical patterns"
     for lit, other in ((literal_of(one.pattern), two), (literal_of(two.pattern), one)):
         if lit is not None and other.regex.fullmatch(lit):
             return f"{lit!r} matches both"
+    for first, other in ((one, two), (two, one)):
+        for name in examples(first.pattern):
+            if other.regex.fullmatch(name):
+                return f"{name!r} matches both"
     return None
 
 

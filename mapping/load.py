@@ -4,7 +4,7 @@ Owns the file format documented in ``conf/mapping.yaml`` and the translation of 
 errors into ``MappingError`` (syntax errors carry ``file:line:column``). Runs on whichever thread
 loads a mapping (CLI, relay startup, a reload watcher); hands on a ``mapping.model.Mapping``, which is
 valid by construction. ``dump_mapping`` writes the canonical form: ``parse_mapping(dump_mapping(m)) == m``.
-Comments are not kept by a dump.
+Comments are not kept by a dump; ``mapping.document`` keeps them when a store writes an edit.
 
 Parsing never stops at the first problem: unknown keys (with a "did you mean"), wrong types, bad
 regexes, overlaps, unknown logical dbs in the flat ``tables`` section… are all collected and raised
@@ -25,6 +25,7 @@ import yaml
 from mapping.checks import name_path
 from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
 from relay.common.atomic import atomic_write_text
+from relay.common.strict_yaml import load_strict
 from relay.errors import InvalidMappingError, MappingError
 
 TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")
@@ -35,6 +36,14 @@ DB_KEYS = ("physical", "topic", "codec", "unclaimed_tables", "key_shard", "table
 TABLE_KEYS = ("physical", "topic", "key", "key_shard", "tag", "codec")
 
 Section = dict[str, Any]
+
+# An empty text is refused rather than read as "every table under its physical names": it is what a
+# truncated write, a wrong path or an unfinished copy leaves, and a relay that hot-reloaded it would
+# start publishing every table of the server to topics nobody asked for.
+_EMPTY = (
+    "the mapping is empty (no keys): an empty or truncated file is refused. A mapping with no logical "
+    "dbs must say what happens to every table, e.g. unmapped: {action: topic, topic: '{db}'}"
+)
 
 
 def load_mapping(path: str | os.PathLike[str]) -> Mapping:
@@ -49,8 +58,10 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
 def parse_mapping(data: str | dict[str, Any], source: str = "<string>") -> Mapping:
     """A mapping from YAML text or an already-parsed dict; raises ``InvalidMappingError`` listing
     every problem, each ``MappingError`` naming its key path (or ``source:line:column`` for syntax)."""
-    tree = _parse_yaml(data, source) if isinstance(data, str) else data
     reader = _Reader()
+    tree = _parse_yaml(data, source, reader) if isinstance(data, str) else data
+    if isinstance(data, str) and not tree:
+        raise InvalidMappingError(source, [*reader.errors, MappingError("(top level)", _EMPTY)])
     top = reader.section(tree, "", TOP_KEYS)
     if top is None:
         raise InvalidMappingError(source, reader.errors)
@@ -62,12 +73,14 @@ def parse_mapping(data: str | dict[str, Any], source: str = "<string>") -> Mappi
     fields["topics"] = _topics(reader, top)
     fields["unmapped"] = _unmapped(reader, top)
     fields["logical_dbs"] = _logical_dbs(reader, top)
+    if isinstance(data, str):
+        fields["text"] = data
     try:
         mapping = Mapping(**fields)
     except InvalidMappingError as exc:
-        raise InvalidMappingError(source, [*reader.errors, *exc.errors]) from None
+        raise InvalidMappingError(source, [*reader.errors, *exc.errors], version=version) from None
     if reader.errors:
-        raise InvalidMappingError(source, reader.errors)
+        raise InvalidMappingError(source, reader.errors, version=version)
     return mapping
 
 
@@ -89,33 +102,10 @@ def save_mapping(mapping: Mapping, path: str | os.PathLike[str]) -> None:
 # --- YAML ------------------------------------------------------------------------------------
 
 
-class _StrictSafeLoader(yaml.SafeLoader):
-    """``yaml.safe_load``'s loader, except that a key written twice in one mapping is an error
-    (PyYAML silently keeps the last one, which would hide a duplicated logical db)."""
-
-
-def _construct_mapping(loader: _StrictSafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: dict[Any, yaml.Mark] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            first = seen.setdefault(key, key_node.start_mark)
-        except TypeError:
-            continue  # an unhashable key; construct_mapping reports it
-        if first is not key_node.start_mark:
-            problem = f"duplicate key {key!r} (first written on line {first.line + 1})"
-            raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _parse_yaml(text: str, source: str) -> Any:
+def _parse_yaml(text: str, source: str, reader: _Reader) -> Any:
+    """The YAML tree; a key written twice is one of the reader's problems (``relay.common.strict_yaml``)."""
     try:
-        return yaml.load(text, Loader=_StrictSafeLoader)  # a SafeLoader subclass: safe
+        data, duplicates = load_strict(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
@@ -123,6 +113,9 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise InvalidMappingError(source, [MappingError(where, f"YAML error: {problem}")]) from None
     except yaml.YAMLError as exc:
         raise InvalidMappingError(source, [MappingError(source, f"YAML error: {exc}")]) from None
+    for dup in duplicates:
+        reader.fail(f"{source}:{dup.line}:{dup.column}", f"YAML error: {dup.problem()}")
+    return data
 
 
 # --- sections --------------------------------------------------------------------------------

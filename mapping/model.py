@@ -73,6 +73,7 @@ __all__ = [
     "Route",
     "TopicSettings",
     "UnmappedRule",
+    "route_codec_conflicts",
 ]
 
 RESOLVE_CACHE_SIZE = 65536
@@ -175,6 +176,9 @@ class Mapping:
     defaults: Defaults = field(default_factory=Defaults)
     unmapped: UnmappedRule = field(default_factory=UnmappedRule)
     topics: TopicSettings = field(default_factory=TopicSettings)
+    # The YAML text it was parsed from, comments and all (None when built otherwise, e.g. by an edit):
+    # what a store writes for a rollback or an import (``mapping.document``). Not part of the value.
+    text: str | None = field(default=None, compare=False, repr=False)
     _index: tuple[Claimant, ...] = field(default=(), init=False, repr=False, compare=False)
     _cache: dict[tuple[str, str], Route | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -231,6 +235,7 @@ class Mapping:
                 routes.append(route)
                 if not route.mapped:
                     unmapped.append((db, table))
+        errors.extend(route_codec_conflicts(routes))
         if errors and raise_errors:
             raise InvalidMappingError("mapping", errors)
         return Coverage(tuple(routes), tuple(unmapped), tuple(dropped), tuple(errors), _collisions(routes))
@@ -354,6 +359,29 @@ def _topic(template: str, where: str, db: str, table: str, *, logical: tuple[str
     if problem is not None:
         raise MappingError(where, f"template {template!r} gives topic {topic!r} for {db}.{table}: {problem}")
     return topic
+
+
+def route_codec_conflicts(routes: Iterable[Route]) -> list[MappingError]:
+    """Real tables whose rules send them to one topic with different codecs (what ``check_mapping``
+    cannot see where a topic template uses the physical names)."""
+    first: dict[str, Route] = {}
+    errors: list[MappingError] = []
+    reported: set[tuple[str, str]] = set()
+    for route in routes:
+        seen = first.setdefault(route.topic, route)
+        if seen.codec == route.codec or (route.topic, route.rule) in reported:
+            continue
+        reported.add((route.topic, route.rule))
+        errors.append(
+            MappingError(
+                route.rule,
+                f"topic {route.topic!r} would carry {route.codec} records of "
+                f"{route.physical_db}.{route.physical_table} and {seen.codec} records of "
+                f"{seen.physical_db}.{seen.physical_table} ({seen.rule}): one topic, one codec (a consumer "
+                "decodes a topic with one); give them the same codec or different topics",
+            )
+        )
+    return errors
 
 
 def _collisions(routes: Iterable[Route]) -> tuple[MappingWarning, ...]:

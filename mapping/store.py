@@ -35,10 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from mapping.load import dump_mapping, load_mapping, parse_mapping
+from mapping.document import stored_text
+from mapping.load import load_mapping, parse_mapping
 from mapping.model import Mapping
+from relay.common.atomic import Ownership, ownership_of
 from relay.common.atomic import atomic_write_text as _atomic_write_text
 from relay.errors import MappingConflictError, MappingError, MappingStoreError
 
@@ -112,18 +114,32 @@ class MappingStore(Protocol):
         state directory, a hand edit). A no-op where the history is complete by construction."""
         ...
 
+    def announce(self, relay: str, info: dict[str, Any]) -> None:
+        """Say, where the store's other readers can see it, which version ``relay`` runs (``info``); a
+        no-op where the store has no shared place for it (a file: each relay's status file says it)."""
+        ...
+
+    def relays(self) -> list[dict[str, Any]]:
+        """What relays announced (``announce``), for ``relay mapping history``."""
+        ...
+
     def close(self) -> None: ...
 
 
-def history_text(mapping: Mapping, note: str = "", saved: datetime | None = None) -> str:
-    """The text a store keeps for one version: the header comment line + canonical YAML."""
+def history_text(
+    mapping: Mapping, note: str = "", saved: datetime | None = None, *, body: str | None = None
+) -> str:
+    """The text a store keeps for one version: the header comment line + ``body``, the mapping's YAML
+    (default: its own text with its version, comments and all, else the canonical form)."""
+    if body is None:
+        body = stored_text(None, None, mapping, f"mapping version {mapping.version}")
     meta = {
         "version": mapping.version,
         "saved": (saved or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "by": _who(),
         "note": note,
     }
-    return f"# relay-mapping {json.dumps(meta, ensure_ascii=False)}\n{dump_mapping(mapping)}"
+    return f"# relay-mapping {json.dumps(meta, ensure_ascii=False)}\n{body}"
 
 
 def parse_history_header(text: str, version: int) -> VersionInfo:
@@ -184,9 +200,15 @@ class FileMappingStore:
     ``mapping-history`` (``relay.wiring``). Versions recorded by earlier releases in the sidecar
     ``<file>.history/`` are still read (never written) when ``history_dir`` lacks them.
 
-    Writes are atomic (temp file + fsync + rename, then the directory fsync): a reader — the relay's
-    watcher — sees the old file or the new one. The history record is written before the file, so the
-    current version is always in the history once the store has been written through.
+    An edit keeps the file a person wrote (``mapping.document``: comments, order, layout; only the
+    edited values and ``version`` change) and the file's mode, owner and group: relays running as
+    another user read it after an edit as before (an edit that cannot give the file its owner back —
+    not run as root or as the owner — is refused, nothing stored). A link is followed: the file it
+    points to is replaced. Writes are atomic (temp file + fsync + rename, then the directory fsync):
+    a reader — the relay's watcher — sees the old file or the new one. The history record (the same
+    text under a header line) is written before the file, so the current version is always in the
+    history once the store has been written through; records are readable by whoever may read the
+    mapping, and owned by the state directory's owner when written as root.
     Writers are serialised by an exclusive ``flock`` on the mapping file's folder: the version check
     and the write happen under it, which makes ``write`` a compare-and-set between processes — every
     editor of the file takes the same lock, whatever its state directory, and no lock file is left
@@ -209,24 +231,29 @@ class FileMappingStore:
         return load_mapping(self.path)
 
     def create(self, mapping: Mapping, *, note: str = "") -> Mapping:
-        with self._locked():
-            if self.path.exists():
+        real = self.path.resolve()
+        with self._locked(real.parent):
+            if real.exists():
                 raise MappingStoreError(str(self.path), "a mapping is already stored here; edit it instead")
-            text = history_text(mapping, note)
-            atomic_write(self._history_file(mapping.version), text)
-            atomic_write(self.path, text)
+            body = stored_text(None, None, mapping, str(self.path))
+            self._record(mapping.version, history_text(mapping, note, body=body))
+            atomic_write(real, body, _new_file(real.parent))
         return mapping
 
     def write(self, mapping: Mapping, *, expected: int, note: str = "") -> Mapping:
-        with self._locked():
-            current = self.read()
+        real = self.path.resolve()
+        with self._locked(real.parent):
+            current_text = _read(real)
+            current = parse_mapping(current_text, source=str(self.path))
             if current.version != expected:
                 raise conflict(str(self.path), expected, current.version)
-            self._keep_original(current)
+            self._keep_original(current, current_text)
             new = mapping.with_version(expected + 1)
-            text = history_text(new, note)
-            atomic_write(self._history_file(new.version), text)
-            atomic_write(self.path, text)
+            body = stored_text(current_text, current, new, str(self.path))
+            ownership = ownership_of(real)
+            _check_owner(self.path, ownership)  # refused before anything is written
+            self._record(new.version, history_text(new, note, body=body))
+            atomic_write(real, body, ownership)
         return new
 
     def history(self) -> list[VersionInfo]:
@@ -251,7 +278,7 @@ class FileMappingStore:
         number = mapping.version
         if self._history_file(number).exists() or self._legacy_history_file(number).exists():
             return False
-        atomic_write(self._history_file(number), history_text(mapping, note))
+        self._record(number, history_text(mapping, note))
         return True
 
     def fingerprint(self) -> object:
@@ -260,6 +287,12 @@ class FileMappingStore:
         except OSError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def announce(self, relay: str, info: dict[str, Any]) -> None:
+        pass  # each relay's status file says it (``relay mapping history -c`` reads it)
+
+    def relays(self) -> list[dict[str, Any]]:
+        return []
 
     def close(self) -> None:
         pass
@@ -282,15 +315,33 @@ class FileMappingStore:
                     seen.add(int(path.stem))
                     yield int(path.stem), path
 
-    def _keep_original(self, current: Mapping) -> None:
+    def _keep_original(self, current: Mapping, text: str) -> None:
         """Before the first write through the store, keep the file as it is (comments included)."""
         target = self._history_file(current.version)
         if not target.exists() and not self._legacy_history_file(current.version).exists():
-            atomic_write(target, _read(self.path))
+            self._record(current.version, text)
+
+    def _record(self, number: int, text: str) -> None:
+        """A history record, readable by whoever may read the mapping; its folder (and the record) owned
+        by the state directory's owner when written as root, so the relay can keep versions there too."""
+        state = ownership_of(self.history_dir.parent)
+        if not self.history_dir.is_dir():
+            try:
+                self.history_dir.mkdir(parents=True, exist_ok=True)
+                if state is not None and os.geteuid() == 0:
+                    os.chown(self.history_dir, state.uid, state.gid)
+            except OSError as exc:
+                raise MappingStoreError(str(self.history_dir), f"cannot create: {exc}") from exc
+        mapping_mode = ownership_of(self.path.resolve())
+        mode = (mapping_mode.mode if mapping_mode is not None else 0o644) & 0o666 | 0o600
+        if state is not None and os.geteuid() == 0:
+            ownership = Ownership(mode, state.uid, state.gid)
+        else:
+            ownership = Ownership(mode, os.geteuid(), os.getegid())
+        atomic_write(self._history_file(number), text, ownership)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        folder = self.path.parent
+    def _locked(self, folder: Path) -> Iterator[None]:
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
@@ -309,9 +360,30 @@ def _read(path: Path) -> str:
         raise MappingStoreError(str(path), f"cannot read: {exc}") from exc
 
 
-def atomic_write(target: Path, text: str) -> None:
+def atomic_write(target: Path, text: str, ownership: Ownership | None = None) -> None:
     """Replace ``target`` with ``text`` atomically (``relay.common.atomic``), as a store error on failure."""
     try:
-        _atomic_write_text(target, text)
+        _atomic_write_text(target, text, ownership=ownership)
     except OSError as exc:
         raise MappingStoreError(str(target), f"cannot write: {exc}") from exc
+
+
+def _new_file(folder: Path) -> Ownership:
+    """A new mapping file: mode 0644, owned like its folder when created as root."""
+    owner = ownership_of(folder)
+    if owner is not None and os.geteuid() == 0:
+        return Ownership(0o644, owner.uid, owner.gid)
+    return Ownership(0o644, os.geteuid(), os.getegid())
+
+
+def _check_owner(path: Path, ownership: Ownership | None) -> None:
+    """Refuse an edit that would hand the file to another owner or group (readers would lose it)."""
+    if ownership is None or os.geteuid() == 0:
+        return
+    if ownership.uid != os.geteuid() or ownership.gid not in (os.getegid(), *os.getgroups()):
+        raise MappingStoreError(
+            str(path),
+            f"owned by uid {ownership.uid} gid {ownership.gid}: an edit by uid {os.geteuid()} cannot keep "
+            "that owner and group (relays reading it as that user could lose it); run the edit as root "
+            "or as the file's owner. Nothing was stored",
+        )

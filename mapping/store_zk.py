@@ -7,8 +7,11 @@ watcher to compare at its next batch boundary. Hands ``Mapping`` values to the e
 
 Layout under ``path`` (e.g. ``/canal-relay/mapping``):
 
-- ``path``: the current mapping's text (the history record format of ``mapping.store``);
-- ``path/history/v0000000001`` …: every stored version's text.
+- ``path``: the current mapping's text (the history record format of ``mapping.store``: a header line,
+  then the YAML as imported, each edit applied in place with its comments kept, ``mapping.document``);
+- ``path/history/v0000000001`` …: every stored version's text;
+- ``path.relays/<instance>@<member>``: ephemeral, which version each relay reading the node runs (and
+  what it refused), for ``relay mapping history``.
 
 A write reads the node (text + stat), checks the mapping version against ``expected``, then commits
 ONE ZooKeeper transaction: ``set_data(path, version=stat.version)`` + ``create(history/vN)``. If another
@@ -21,6 +24,7 @@ do everything, everyone else may only read — relays need no credentials, edito
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +38,7 @@ from kazoo.exceptions import (
 )
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
+from mapping.document import stored_text
 from mapping.load import parse_mapping
 from mapping.model import Mapping
 from mapping.store import VersionInfo, conflict, history_text, parse_history_header, unknown_version
@@ -69,6 +74,7 @@ class ZooKeeperMappingStore:
         self.config = config
         self.path = config.path.rstrip("/") or "/"
         self._history = f"{self.path}/history"
+        self._relays = f"{self.path}.relays"
         self._seen: object = None
         self._watch_lock = threading.Lock()
         self._watching = False
@@ -119,7 +125,8 @@ class ZooKeeperMappingStore:
         if current.version != expected:
             raise conflict(self.name, expected, current.version)
         new = mapping.with_version(expected + 1)
-        data = history_text(new, note).encode()
+        body = stored_text(text, current, new, self.name)  # the text as it was written, this edit in it
+        data = history_text(new, note, body=body).encode()
         try:
             self._ensure_history()
             tx = self._client.transaction()
@@ -164,6 +171,37 @@ class ZooKeeperMappingStore:
     def record(self, mapping: Mapping, *, note: str = "") -> bool:
         """Every version is in the node's history by construction (``write`` commits both at once)."""
         return False
+
+    def announce(self, relay: str, info: dict[str, Any]) -> None:
+        """An ephemeral node ``<path>.relays/<relay>`` says which version ``relay`` runs (beside the
+        mapping node, not under it: relays without the editors' credentials may write there)."""
+        path = f"{self._relays}/{relay.replace('/', '_')}"
+        data = json.dumps(info, sort_keys=True).encode("utf-8")
+        try:
+            if self._client.exists(path) is None:
+                self._client.ensure_path(self._relays)
+                self._client.create(path, data, ephemeral=True)
+            else:
+                self._client.set(path, data)
+        except KazooException as exc:
+            raise self._translate(exc, "report to") from exc
+
+    def relays(self) -> list[dict[str, Any]]:
+        """What every relay reading this node announced (``announce``), while its session lives."""
+        try:
+            names = sorted(self._client.get_children(self._relays))
+        except NoNodeError:
+            return []
+        except KazooException as exc:
+            raise self._translate(exc, "read") from exc
+        out: list[dict[str, Any]] = []
+        for name in names:
+            with contextlib.suppress(NoNodeError, ValueError, UnicodeDecodeError):
+                data, _ = self._client.get(f"{self._relays}/{name}")
+                value = json.loads(data.decode("utf-8"))
+                if isinstance(value, dict):
+                    out.append(value)
+        return out
 
     def close(self) -> None:
         try:

@@ -27,16 +27,55 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from mapping.diff import logical_changes
-from mapping.model import Mapping
+from mapping.model import Mapping, route_codec_conflicts
 from mapping.store import MappingStore, keep_version
 from relay.errors import InvalidMappingError, MappingError
 
-__all__ = ["MappingWatcher", "SwitchGate", "check_against_tables"]
+__all__ = ["MappingWatcher", "Refusal", "SwitchGate", "check_against_tables"]
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A mapping version a relay refused and kept running without: what ``relay status``, the status
+    file, the metrics and ``relay mapping history`` show. ``version`` None: the text says none (or
+    cannot be read far enough to say)."""
+
+    version: int | None
+    reason: str
+    at: float  # wall time
+
+    @classmethod
+    def of(cls, version: int | None, error: MappingError) -> Refusal:
+        return cls(version, str(error), time.time())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "reason": self.reason, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Refusal | None:
+        if not isinstance(data, dict) or not isinstance(data.get("reason"), str):
+            return None
+        version = data.get("version")
+        at = data.get("at")
+        return cls(
+            version if isinstance(version, int) else None,
+            str(data["reason"]),
+            float(at) if isinstance(at, int | float) else 0.0,
+        )
+
+    def summary(self) -> str:
+        """One line: ``version 4 at 2026-…: <every problem, joined>``."""
+        what = f"version {self.version}" if self.version is not None else "a new version"
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.at)) if self.at else "?"
+        reason = " ".join(line.strip() for line in self.reason.splitlines() if line.strip())
+        return f"{what} at {when}: {reason}"
 
 
 class MappingWatcher:
@@ -60,7 +99,9 @@ class MappingWatcher:
         self._fingerprint: object = _UNREAD
         store.fingerprint()  # start watching now (a ZooKeeper data watch)
         self._refused: object = None  # the fingerprint of a version already reported as invalid
-        self.rejected: MappingError | None = None  # the last refusal, for status and tests
+        self.rejected: MappingError | None = None  # why the stored version is not used (None: it is)
+        self.refusal: Refusal | None = None  # the last version refused, kept after later switches
+        self.store_error: str | None = None  # the store could not be read at the last check
 
     def current(self) -> Mapping:
         return self._current
@@ -85,6 +126,7 @@ class MappingWatcher:
             return None
         self._fingerprint = fingerprint
         self.rejected = None
+        self.store_error = None
         if new == self._current:
             return None
         keep_version(self.store, new, "read by a relay")  # so a restart can resume under it
@@ -93,6 +135,7 @@ class MappingWatcher:
     def refuse(self, new: Mapping, error: MappingError) -> None:
         """The relay found ``new`` unusable for its live tables: keep the current one, say why once."""
         self.rejected = error
+        self.refusal = Refusal.of(new.version, error)
         log.error(
             "refused mapping version %d from %s; keeping version %d: %s",
             new.version,
@@ -114,6 +157,7 @@ class MappingWatcher:
     def _refuse(self, fingerprint: object, exc: MappingError) -> None:
         self.rejected = exc
         if exc.retriable:  # the store is unreachable: try again at the next check, say so once
+            self.store_error = str(exc)
             if self._refused != ("unreachable",):
                 log.warning(
                     "cannot read the mapping from %s, keeping version %d: %s",
@@ -124,7 +168,9 @@ class MappingWatcher:
                 self._refused = ("unreachable",)
             return
         self._fingerprint = fingerprint  # do not re-read the same bad version at every check
+        self.store_error = None
         if self._refused != fingerprint:
+            self.refusal = Refusal.of(getattr(exc, "version", None), exc)
             log.error(
                 "refused the new mapping in %s; keeping version %d: %s",
                 self.store.name,
@@ -177,14 +223,18 @@ def check_against_tables(
     """What static checks cannot see: the tables the relay already publishes, resolved under ``new`` —
     a table two logical tables now claim, a topic template that expands to a bad name, a key column
     (or ``key_shard`` column) the table lacks. ``tables`` are (db, table, column names or None when
-    unknown). None: all fine."""
+    unknown), and two of them now in one topic with different codecs. None: all fine."""
     errors: list[MappingError] = []
+    routes = []
     for db, table, columns in tables:
         try:
             route = new.resolve(db, table)
             if route is not None and columns is not None:
                 route.check_columns(columns)
                 route.check_shard_column(columns)
+            if route is not None:
+                routes.append(route)
         except MappingError as exc:
             errors.extend(getattr(exc, "errors", (exc,)))
+    errors.extend(route_codec_conflicts(routes))
     return InvalidMappingError(f"mapping version {new.version}", errors) if errors else None

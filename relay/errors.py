@@ -33,6 +33,40 @@ class ConfigError(RelayError):
         self.problem = problem
 
 
+def problems_text(errors: tuple[ConfigError, ...] | tuple[MappingError, ...]) -> str:
+    """One problem on the same line (``key: problem``); several as a count and one line each."""
+    if len(errors) == 1:
+        return str(errors[0])
+    lines = "\n".join(f"  - {err}" for err in errors)
+    return f"{len(errors)} problems:\n{lines}"
+
+
+class InvalidConfigError(ConfigError):
+    """Every problem found in a configuration at once. ``errors`` holds one ``ConfigError`` per problem,
+    each naming its key path; ``key`` names the source (the file, or ``config``)."""
+
+    def __init__(self, source: str, errors: Iterable[ConfigError]) -> None:
+        flat: list[ConfigError] = []
+        for err in errors:
+            flat.extend(err.errors if isinstance(err, InvalidConfigError) else (err,))
+        self.errors: tuple[ConfigError, ...] = tuple(flat)
+        super().__init__(source, problems_text(self.errors))
+
+    @staticmethod
+    def raise_all(errors: Iterable[ConfigError], source: str = "config") -> None:
+        """Nothing when ``errors`` is empty; the one error; else all of them as one ``InvalidConfigError``."""
+        found = list(errors)
+        if len(found) == 1 and not isinstance(found[0], InvalidConfigError):
+            raise found[0]
+        if found:
+            raise InvalidConfigError(source, found)
+
+
+class ArgumentError(ConfigError):
+    """A command-line value is wrong (``--start-position f:abc``); ``key`` names the option. Never
+    retriable: the command stops before doing anything, with exit status 2."""
+
+
 # --- the MySQL source ----------------------------------------------------------------------------
 
 
@@ -156,16 +190,16 @@ class MappingError(RelayError):
 
 class InvalidMappingError(MappingError):
     """Every problem found in a mapping at once. ``errors`` holds one ``MappingError`` per problem,
-    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``)."""
+    each naming its YAML key path; ``key`` names the source (file, node, ``mapping``); ``version`` the
+    version the text says it is, when it says one (what a relay reports as refused)."""
 
-    def __init__(self, source: str, errors: Iterable[MappingError]) -> None:
+    def __init__(self, source: str, errors: Iterable[MappingError], *, version: int | None = None) -> None:
         flat: list[MappingError] = []
         for err in errors:
             flat.extend(err.errors if isinstance(err, InvalidMappingError) else (err,))
         self.errors: tuple[MappingError, ...] = tuple(flat)
-        count = len(self.errors)
-        lines = "\n".join(f"  - {err}" for err in self.errors)
-        super().__init__(source, f"{count} problem{'s' if count != 1 else ''}:\n{lines}")
+        self.version = version
+        super().__init__(source, problems_text(self.errors))
 
 
 class MappingConflictError(MappingError):

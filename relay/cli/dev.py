@@ -233,7 +233,7 @@ def cmd_dev_status(args: argparse.Namespace) -> int:
     return 0 if all(row["answers"] for row in rows.values()) else 1
 
 
-def add_dev_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_dev_parser(subparsers: Any) -> None:
     """Add ``dev`` with ``up``, ``down`` and ``status`` to the ``relay`` command."""
     dev = subparsers.add_parser(
         "dev",

@@ -8,28 +8,49 @@ demo and the benchmarks in ``relay.dev`` print their own progress). Command grou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from relay import __version__, _native
 from relay.canal.entry import Entry, EntryType, RowChange
 from relay.canal.sink import SinkConfig
+from relay.cli import values
 from relay.common.redact import RedactingFormatter, redact, redact_value
 from relay.config.sections import SourceConfig, StartConfig
-from relay.errors import LeadershipError, RelayError
+from relay.errors import ConfigError, InvalidConfigError, LeadershipError, RelayError
 from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
 from relay.source.instance import CanalInstance, InstanceConfig
 
 log = logging.getLogger("relay")
 
-EXIT_LEADERSHIP_LOST = 3  # `relay run` lost its HA leadership: restart it to stand by
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command's answer is "no": not running (status), a check failed (check), …
+EXIT_ERROR = 2  # an error, said in one line: a bad option or value, config or mapping, a refusal
+EXIT_LEADERSHIP_LOST = 3  # `relay run` lost its HA leadership or was fenced: restart it to stand by
+EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM outside `relay run` (128 + SIGINT)
+EXIT_PIPE_CLOSED = 141  # the reader of the output went away (128 + SIGPIPE); nothing is printed
+
+EXIT_STATUSES = """\
+exit status:
+  0    success (status: the relay is running; check: every check passed; verify: equal)
+  1    the answer is no: status: the relay is not running; check: a check failed; verify: differences;
+       mapping resolve --all: an ambiguous table; snapshot --follow: the snapshot failed or was
+       cancelled; schema resync without --yes: nothing written; dev status: a service is not answering
+  2    an error, in one line on stderr: a bad option or value, a bad config or mapping (every problem,
+       one line each), a refused edit or request, a server that refused, a relay that stopped on an error
+  3    relay run: HA leadership lost or the producer fenced (let the supervisor restart it: it stands by);
+       dev status: no development service recorded
+  130  interrupted (SIGINT, or SIGTERM outside relay run)
+  141  the output's reader went away (relay mapping show | head -1): the command stopped quietly
+"""
 
 
 def format_entry(entry: Entry) -> list[str]:
@@ -81,14 +102,9 @@ def _entry_json(entry: Entry) -> str:
 
 
 def _parse_start(args: argparse.Namespace) -> StartConfig:
-    journal = offset = None
-    if args.start_position:
-        journal, _, off = args.start_position.partition(":")
-        offset = int(off) if off else 4
-    stamp = None
-    if args.start_timestamp:
-        stamp = int(datetime.fromisoformat(args.start_timestamp).timestamp() * 1000)
-    return StartConfig(gtid=args.start_gtid, journal=journal, offset=offset, timestamp=stamp)
+    """The start the options name (each already checked by its ``relay.cli.values`` type)."""
+    journal, offset = args.start_position if args.start_position else (None, None)
+    return StartConfig(gtid=args.start_gtid, journal=journal, offset=offset, timestamp=args.start_timestamp)
 
 
 def cmd_entries(args: argparse.Namespace) -> int:
@@ -202,13 +218,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         width = max(len(k) for k in report)
         for key, value in report.items():
-            if isinstance(value, dict):  # snapshot_tables: a line each
+            if isinstance(value, dict):  # snapshot_tables, mapping_refused: a line each
                 print(f"{key:<{width}}  {'-' if not value else ''}")
                 for name, line in value.items():
-                    print(f"  {name:<{width - 2}}  {line}")
+                    print(f"  {name:<{width - 2}}  {_one_line(line)}")
                 continue
-            print(f"{key:<{width}}  {value if value is not None else '-'}")
+            print(f"{key:<{width}}  {_one_line(value) if value is not None else '-'}")
     return 0 if report.get("running") else 1
+
+
+def _one_line(value: object) -> str:
+    """A value on one line of ``relay status``: a text of several lines (every problem of a refused
+    mapping) joined with " | "."""
+    return " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from relay.ops.check import run_checks
+
+    return 0 if run_checks(args.config, lambda check: print(check.line(), flush=True)) else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -235,9 +263,11 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = values.RelayParser(
         prog="relay",
         description="canal's binlog parser and ring store in Python; relays MySQL changes durably to Kafka.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, help="show the version and which build runs, then exit")
     parser.add_argument(
@@ -260,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave MariaDB, the broker and the relay (a `relay run` process) running; print how to "
         "connect, read a topic, see `relay status` and stop them",
     )
-    demo.add_argument("--orders", type=int, default=600, help="orders in the sample workload (default 600)")
+    demo.add_argument(
+        "--orders", type=values.positive_int, default=600, help="orders in the sample workload (default 600)"
+    )
     demo.set_defaults(func=cmd_demo)
 
     ent = sub.add_parser(
@@ -270,23 +302,49 @@ def build_parser() -> argparse.ArgumentParser:
         "Start: --start-gtid, --start-position, --start-timestamp, or the current end of the binlog.",
     )
     ent.add_argument(
-        "--mysql", required=True, help="mysql://user:password@host:port of a replication account"
+        "--mysql",
+        required=True,
+        type=values.mysql_url,
+        help="mysql://user:password@host:port of a replication account",
     )
-    ent.add_argument("--server-id", type=int, default=6544, help="our replica server id (default 6544)")
-    ent.add_argument("--start-gtid", help="GTID set to start after (MySQL uuid:1-5 or MariaDB 0-1-5)")
-    ent.add_argument("--start-position", help="binlog FILE[:OFFSET] to start at")
-    ent.add_argument("--start-timestamp", help="ISO time: start at the first transaction at or after it")
+    ent.add_argument(
+        "--server-id", type=values.server_id, default=6544, help="our replica server id (default 6544)"
+    )
+    ent.add_argument(
+        "--start-gtid", type=values.gtid_set, help="GTID set to start after (MySQL uuid:1-5 or MariaDB 0-1-5)"
+    )
+    ent.add_argument(
+        "--start-position",
+        type=values.binlog_place,
+        help="binlog FILE[:OFFSET] to start at (OFFSET default 4)",
+    )
+    ent.add_argument(
+        "--start-timestamp",
+        type=values.instant_ms,
+        help="ISO time (2026-11-20T08:00:00+00:00; no offset: local time) or epoch milliseconds: start at "
+        "the first transaction at or after it",
+    )
     ent.add_argument(
         "--positions", help="position file: resume from it and save acknowledged positions to it"
     )
     ent.add_argument(
-        "--filter", default=".*\\..*", help="canal filter: comma-separated schema\\.table regexes"
+        "--filter",
+        type=values.regexes,
+        default=".*\\..*",
+        help="canal filter: comma-separated schema\\.table regexes",
     )
-    ent.add_argument("--black-filter", default="", help="canal black filter: regexes of tables to drop")
-    ent.add_argument("--batch-size", type=int, default=100, help="entries per batch (default 100)")
-    ent.add_argument("--limit", type=int, default=0, help="stop after this many entries (0: never)")
     ent.add_argument(
-        "--idle-exit", type=float, default=0.0, help="stop after this many seconds with nothing new"
+        "--black-filter",
+        type=values.regexes,
+        default="",
+        help="canal black filter: regexes of tables to drop",
+    )
+    ent.add_argument(
+        "--batch-size", type=values.positive_int, default=100, help="entries per batch (default 100)"
+    )
+    ent.add_argument("--limit", type=values.count, default=0, help="stop after this many entries (0: never)")
+    ent.add_argument(
+        "--idle-exit", type=values.seconds, default=0.0, help="stop after this many seconds with nothing new"
     )
     ent.add_argument("--json", action="store_true", help="one JSON object per entry")
     ent.set_defaults(func=cmd_entries)
@@ -301,11 +359,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-c", "--config", required=True, help="relay config file (YAML), e.g. conf/relay.yaml")
     run.set_defaults(func=cmd_run)
 
+    check = sub.add_parser(
+        "check",
+        help="check everything a start would check, writing nothing (exit 0: all fine, 1: a check failed)",
+        description="Runs, without starting anything or writing anywhere, what `relay run` checks before it "
+        "publishes: the config (every problem), the state directory (and state an upgrade left at the old "
+        "place), a relay already holding the instance, the mapping and its warnings, the source server (its "
+        "settings one by one, binary logs, REPLICATION SLAVE, SELECT on the captured tables, the mapping "
+        "against its real tables, where the relay would start), Kafka (reachable; every topic present with "
+        "the mapping's settings, or absent and creatable), ZooKeeper when the config uses it, and the "
+        "metrics port. One line per check: ok, warn, FAIL or skip. What only a write could prove (the "
+        "exactly-once probe; a topic creation where the broker does not report the account's rights) is "
+        "said to be unproven. Exit status 0 when no check failed, 1 otherwise.",
+    )
+    check.add_argument("-c", "--config", required=True, help="the relay's config file")
+    check.set_defaults(func=cmd_check)
+
     status = sub.add_parser(
         "status",
         help="show a relay's position, lag, store fill and publish rate",
-        description="Reads the running relay's status file and the saved position, and asks the MySQL server "
-        "how far its binlog has moved on. Exit status 0 when the relay is running, 1 when not.",
+        description="Reads the running relay's status file (in its state directory) and the saved position, "
+        "and asks the MySQL server how far its binlog has moved on. Shows the mapping version in use, the "
+        "store's current one, one waiting for the switch and the last version refused, with why. Exit "
+        "status 0 when the relay is running, 1 when not.",
     )
     status.add_argument("-c", "--config", required=True, help="the relay's config file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -343,20 +419,51 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def error_text(exc: RelayError) -> str:
+    """An error as the command prints it, secrets redacted — in a configuration error only the problem,
+    never the key path: ``source.password: environment variable … is not set`` must stay readable."""
+    if isinstance(exc, InvalidConfigError):
+        lines = "\n".join(f"  - {error_text(e)}" for e in exc.errors)
+        return f"{exc.key}: {len(exc.errors)} problems:\n{lines}"
+    if isinstance(exc, ConfigError):
+        return f"{exc.key}: {redact(exc.problem)}"
+    return redact(str(exc))
+
+
+def _stdout_gone() -> int:
+    """The reader of our output went away (``relay mapping show | head -1``): stop quietly. Point stdout
+    at /dev/null so the interpreter's last flush does not complain either."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_PIPE_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The ``relay`` command; its exit statuses are ``EXIT_STATUSES``."""
+    try:
+        args = build_parser().parse_args(argv)  # a bad value: one line, status 2 (relay.cli.values)
+    except BrokenPipeError:
+        return _stdout_gone()
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # secrets never reach a log line (relay.redact)
         handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter()))
+    if args.command != "run" and args.verbose == 0:
+        # kazoo logs every failed connection attempt as a warning (15 of them while `relay status`
+        # waited for an unreachable ZooKeeper); the command says what it could not reach in one line
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
     signal.signal(signal.SIGTERM, _on_signal)  # `relay run` installs its own graceful handlers
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except RelayError as exc:
-        print(f"relay: error: {redact(str(exc))}", file=sys.stderr)
-        return 2
+        print(f"relay: error: {error_text(exc)}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

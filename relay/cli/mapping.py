@@ -135,11 +135,16 @@ def add_mapping_parser(subparsers: Any) -> None:
     p = sub.add_parser(
         "validate",
         parents=[store],
-        help="check the stored mapping (or FILE); --live: against a server",
-        description="Exit 0 when valid; otherwise every problem with its key path (exit 2).",
+        help="check the stored mapping (or FILE); with -c or --mysql also against the server's tables",
+        description="Exit 0 when valid; otherwise every problem with its key path (exit 2). Checked always: "
+        "names, regexes, templates, overlapping patterns (an example name one pattern matches that the "
+        "other matches too: shop_\\d+ beside shop_.*), one codec per topic, not empty. With -c CONFIG or "
+        "--mysql URL, when the server answers within 5 s, also every table it has (two claimants, two "
+        "codecs in one topic that only real names show); when it does not, a warning says the patterns "
+        "were checked against each other only. Every edit checks the same way.",
     )
     p.add_argument("source_file", nargs="?", metavar="FILE", help="a mapping file instead of the store")
-    p.add_argument("--live", action="store_true", help="also resolve every live table (no ambiguity)")
+    p.add_argument("--live", action="store_true", help="require the server's tables (fail if unreachable)")
     p.set_defaults(func=_run(cmd_validate))
 
     p = sub.add_parser(
@@ -154,7 +159,15 @@ def add_mapping_parser(subparsers: Any) -> None:
     p.add_argument("--live", action="store_true", help="also list the live tables that move")
     p.set_defaults(func=_run(cmd_diff))
 
-    p = sub.add_parser("history", parents=[store], help="every stored version: time, who, what changed")
+    p = sub.add_parser(
+        "history",
+        parents=[store],
+        help="every stored version: time, who, what changed, which relay runs it",
+        description="Lists every stored version (time, who, what changed, the note), marks the version "
+        "each known relay runs (`<= runs on …`) and the one it refused, then lists the relays: the one of "
+        "-c CONFIG (its status file), its HA replicas (ZooKeeper, with ha.enabled) and, with a ZooKeeper "
+        "store, every relay reading the node.",
+    )
     p.set_defaults(func=_run(cmd_history))
 
     p = sub.add_parser(

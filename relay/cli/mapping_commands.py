@@ -23,6 +23,7 @@ from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
+from relay.cli.mapping_relays import known_relays, markers, print_relays
 from relay.common import mysql
 from relay.config.state import MAPPING_HISTORY_DIR
 from relay.errors import InvalidMappingError, MappingError, SourceError
@@ -57,7 +58,7 @@ def open_from_args(args: argparse.Namespace) -> MappingStore:
     return open_mapping_store("file", args.file or "conf/mapping.yaml", history=history)
 
 
-def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
+def _live_tables(args: argparse.Namespace, timeout: float = 10.0) -> list[tuple[str, str]]:
     """Every base table of the live server (--mysql URL, or the config's source account)."""
     import pymysql
 
@@ -75,7 +76,7 @@ def _live_tables(args: argparse.Namespace) -> list[tuple[str, str]]:
         raise MappingError("--mysql", "name a server: --mysql mysql://user:pass@host:port or -c CONFIG")
     marks = ", ".join(["%s"] * len(_SYSTEM_SCHEMAS))
     try:
-        conn = mysql.connect(host, port, user, password, tls=tls, connect_timeout=10)
+        conn = mysql.connect(host, port, user, password, tls=tls, connect_timeout=timeout)
         with contextlib.closing(conn), conn.cursor() as cur:
             cur.execute(
                 "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
@@ -182,14 +183,36 @@ def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
     mapping = load_mapping(args.source_file) if args.source_file else store.read()
     where = args.source_file or store.name
     warnings = mapping.warnings()
-    if args.live:
-        # raises InvalidMappingError naming each table; what the real names show replaces what the
-        # patterns suggest
-        warnings = mapping.validate_against(_live_tables(args)).warnings
+    tables = _live_tables(args) if args.live else _reachable_tables(args)
+    against = ""
+    if tables is not None:
+        # raises InvalidMappingError naming each table (two claimants, two codecs in one topic); what
+        # the real names show replaces what the patterns suggest
+        warnings = (*_no_dbs(mapping), *mapping.validate_against(tables).warnings)
+        against = f", checked against {len(tables)} tables of the source"
     _print_warnings(warnings)
     count = f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""
-    print(f"{where}: version {mapping.version} is valid{count}")
+    print(f"{where}: version {mapping.version} is valid{against}{count}")
     return 0
+
+
+REACH_SECONDS = 5.0  # how long a command that does not need the server waits for it (-c / --mysql)
+
+
+def _reachable_tables(args: argparse.Namespace) -> list[tuple[str, str]] | None:
+    """The source's tables when -c or --mysql names a server that answers; None (with a warning) when
+    it does not, or when none is named: the patterns are then checked against each other only."""
+    if not (getattr(args, "config", None) or getattr(args, "mysql", None)):
+        return None
+    try:
+        return _live_tables(args, REACH_SECONDS)
+    except MappingError as exc:
+        print(f"warning: overlaps checked between the patterns only: {exc}", file=sys.stderr)
+        return None
+
+
+def _no_dbs(mapping: Mapping) -> tuple[MappingWarning, ...]:
+    return tuple(w for w in mapping.warnings() if w.path == "logical_dbs")
 
 
 def _mapping_at(store: MappingStore, ref: str) -> tuple[Mapping, str]:
@@ -212,6 +235,7 @@ def cmd_diff(args: argparse.Namespace, store: MappingStore) -> int:
 
 
 def cmd_history(args: argparse.Namespace, store: MappingStore) -> int:
+    relays, notes = known_relays(args, store)
     previous: Mapping | None = None
     for info in store.history():
         try:
@@ -221,7 +245,9 @@ def cmd_history(args: argparse.Namespace, store: MappingStore) -> int:
         except MappingError as exc:
             what = f"unreadable: {exc}"
         note = f'  "{info.note}"' if info.note else ""
-        print(f"{info.version:>6}  {info.saved or '-':<20}  {info.by or '-':<24}  {what}{note}")
+        mark = markers(relays, info.version)
+        print(f"{info.version:>6}  {info.saved or '-':<20}  {info.by or '-':<24}  {what}{note}{mark}")
+    print_relays(relays, notes)
     return 0
 
 
@@ -256,6 +282,11 @@ def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapp
         raise editor.refusal(exc) from None
     _print_effect(args, old, new)
     _warn_codec_moves(args, old, new)
+    tables = None if getattr(args, "live", False) else _reachable_tables(args)
+    if tables is not None:  # overlaps and codecs only real names show: refused like any invalid edit
+        errors = new.validate_against(tables, raise_errors=False).errors
+        if errors:
+            raise editor.refusal(InvalidMappingError("the edited mapping, against the live tables", errors))
     if args.dry_run:
         print(f"dry run: nothing stored ({store.name} stays at version {old.version})")
         return 0

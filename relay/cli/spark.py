@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 
-def add_spark_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_spark_parser(subparsers: Any) -> None:
     """Add ``spark mirror`` and ``spark bench`` to the ``relay`` command."""
     spark = subparsers.add_parser(
         "spark",

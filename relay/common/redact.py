@@ -35,6 +35,9 @@ _PAIR = re.compile(
     re.IGNORECASE,
 )
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]+:)(?P<value>[^@\s]+)(?=@)", re.IGNORECASE)
+# The words documentation and error messages write where a password goes (``mysql://user:password@host``):
+# masking them garbles the message and hides nothing (a real secret is registered and masked first).
+_PLACEHOLDERS = frozenset({"password", "pass", "pw", "passwd", "secret", MASK})
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[\w.~+/=-]+)", re.IGNORECASE)
 
 _lock = threading.Lock()
@@ -69,8 +72,14 @@ def redact(text: str) -> str:
     for secret in sorted(registered_secrets(), key=len, reverse=True):
         text = text.replace(secret, MASK)
     text = _PAIR.sub(_mask_pair, text)
-    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    text = _URL_PASSWORD.sub(_mask_url, text)
     return _BEARER.sub(lambda m: m.group("head") + MASK, text)
+
+
+def _mask_url(m: re.Match[str]) -> str:
+    if m.group("value").lower() in _PLACEHOLDERS:
+        return m.group(0)
+    return m.group("head") + MASK
 
 
 def _mask_pair(m: re.Match[str]) -> str:

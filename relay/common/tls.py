@@ -17,7 +17,7 @@ from typing import Any
 
 import pymysql
 
-from relay.errors import ConfigError, SourceConnectionError, SourceError
+from relay.errors import ConfigError, InvalidConfigError, SourceConnectionError, SourceError
 
 MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
 
@@ -37,10 +37,14 @@ class TlsConfig:
         return self.mode not in ("disabled", "preferred")
 
     def validate(self, path: str = "source.tls") -> None:
+        problems: list[ConfigError] = []
         if self.mode not in MODES:
-            raise ConfigError(f"{path}.mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+            problems.append(
+                ConfigError(f"{path}.mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+            )
         if bool(self.cert) != bool(self.key):
-            raise ConfigError(f"{path}.cert", "cert and key go together: set both or neither")
+            problems.append(ConfigError(f"{path}.cert", "cert and key go together: set both or neither"))
+        InvalidConfigError.raise_all(problems)
 
 
 def context(config: TlsConfig | None) -> ssl.SSLContext | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from relay.common.retry import RetryPolicy
 from relay.common.tls import TlsConfig
-from relay.errors import ConfigError, StoreError
+from relay.errors import ConfigError, InvalidConfigError, StoreError
 
 FAILOVER_MODES = ("auto", "gtid", "timestamp")
 
@@ -45,18 +45,22 @@ class SnapshotConfig:
     keyless_max_rows: int = 100_000
 
     def validate(self, path: str = "snapshot") -> None:
+        problems: list[ConfigError] = []
         if self.mode not in SNAPSHOT_MODES:
-            raise ConfigError(
-                f"{path}.mode", f"must be one of {', '.join(SNAPSHOT_MODES)}, got {self.mode!r}"
+            problems.append(
+                ConfigError(f"{path}.mode", f"must be one of {', '.join(SNAPSHOT_MODES)}, got {self.mode!r}")
             )
         if not 1 <= self.chunk_rows <= 1_000_000:
-            raise ConfigError(f"{path}.chunk_rows", f"must be 1..1000000, got {self.chunk_rows}")
+            problems.append(ConfigError(f"{path}.chunk_rows", f"must be 1..1000000, got {self.chunk_rows}"))
         if self.max_rows_per_second < 0:
-            raise ConfigError(f"{path}.max_rows_per_second", "must be 0 (no limit) or positive")
+            problems.append(ConfigError(f"{path}.max_rows_per_second", "must be 0 (no limit) or positive"))
         if not 1 <= self.parallelism <= 16:
-            raise ConfigError(f"{path}.parallelism", f"must be 1..16, got {self.parallelism}")
+            problems.append(ConfigError(f"{path}.parallelism", f"must be 1..16, got {self.parallelism}"))
         if not 1 <= self.keyless_max_rows <= 1_000_000:
-            raise ConfigError(f"{path}.keyless_max_rows", f"must be 1..1000000, got {self.keyless_max_rows}")
+            problems.append(
+                ConfigError(f"{path}.keyless_max_rows", f"must be 1..1000000, got {self.keyless_max_rows}")
+            )
+        InvalidConfigError.raise_all(problems)
 
 
 # --- source ------------------------------------------------------------------------------------------
@@ -129,23 +133,31 @@ class SourceConfig:
 
 def validate_source_capture(cfg: SourceConfig, path: str = "source") -> None:
     """The keys that decide what the relay does with changes it cannot capture exactly."""
+    problems: list[ConfigError] = []
     if cfg.statement_dml not in ("stop", "skip"):
-        raise ConfigError(f"{path}.statement_dml", f"must be stop or skip, got {cfg.statement_dml!r}")
+        problems.append(
+            ConfigError(f"{path}.statement_dml", f"must be stop or skip, got {cfg.statement_dml!r}")
+        )
     if cfg.xa_buffer_bytes <= 0:
-        raise ConfigError(f"{path}.xa_buffer_bytes", f"must be positive, got {cfg.xa_buffer_bytes}")
+        problems.append(
+            ConfigError(f"{path}.xa_buffer_bytes", f"must be positive, got {cfg.xa_buffer_bytes}")
+        )
+    InvalidConfigError.raise_all(problems)
 
 
 def validate_failover(cfg: SourceConfig, path: str = "source") -> None:
+    problems: list[ConfigError] = []
     f = cfg.failover
     if f.mode not in FAILOVER_MODES:
         modes = ", ".join(FAILOVER_MODES)
-        raise ConfigError(f"{path}.failover.mode", f"must be one of {modes}, got {f.mode!r}")
+        problems.append(ConfigError(f"{path}.failover.mode", f"must be one of {modes}, got {f.mode!r}"))
     if f.attempts <= 0:
-        raise ConfigError(f"{path}.failover.attempts", "must be positive")
+        problems.append(ConfigError(f"{path}.failover.attempts", "must be positive"))
     if f.fallback_interval_seconds < 0:
-        raise ConfigError(f"{path}.failover.fallback_interval_seconds", "must not be negative")
+        problems.append(ConfigError(f"{path}.failover.fallback_interval_seconds", "must not be negative"))
     if bool(cfg.standby.host) and not 0 < cfg.standby.port < 65536:
-        raise ConfigError(f"{path}.standby.port", f"must be a TCP port, got {cfg.standby.port}")
+        problems.append(ConfigError(f"{path}.standby.port", f"must be a TCP port, got {cfg.standby.port}"))
+    InvalidConfigError.raise_all(problems)
 
 
 # --- ring store --------------------------------------------------------------------------------------
@@ -265,12 +277,14 @@ class HAConfig:
 
 
 def validate_ha(ha: HAConfig, path: str = "ha") -> None:
+    problems: list[ConfigError] = []
     if not ha.root.startswith("/") or (ha.root.endswith("/") and ha.root != "/"):
-        raise ConfigError(f"{path}.root", f"must be an absolute ZooKeeper path, got {ha.root!r}")
+        problems.append(ConfigError(f"{path}.root", f"must be an absolute ZooKeeper path, got {ha.root!r}"))
     if ha.session_timeout_seconds <= 0 or ha.connect_timeout_seconds <= 0:
-        raise ConfigError(f"{path}.session_timeout_seconds", "timeouts must be positive")
+        problems.append(ConfigError(f"{path}.session_timeout_seconds", "timeouts must be positive"))
     if ha.member_id and "/" in ha.member_id:
-        raise ConfigError(f"{path}.member_id", f"must not contain '/', got {ha.member_id!r}")
+        problems.append(ConfigError(f"{path}.member_id", f"must not contain '/', got {ha.member_id!r}"))
+    InvalidConfigError.raise_all(problems)
 
 
 # --- metrics ----------------------------------------------------------------------------------------
@@ -284,12 +298,14 @@ class MetricsConfig:
     ready_max_lag_seconds: float = 60.0
 
     def validate(self, path: str = "metrics") -> None:
+        problems: list[ConfigError] = []
         if not 0 <= self.port < 65536:
-            raise ConfigError(f"{path}.port", f"must be a TCP port or 0 (off), got {self.port}")
+            problems.append(ConfigError(f"{path}.port", f"must be a TCP port or 0 (off), got {self.port}"))
         if self.server_check_seconds <= 0:
-            raise ConfigError(f"{path}.server_check_seconds", "must be positive")
+            problems.append(ConfigError(f"{path}.server_check_seconds", "must be positive"))
         if self.ready_max_lag_seconds < 0:
-            raise ConfigError(f"{path}.ready_max_lag_seconds", "must not be negative")
+            problems.append(ConfigError(f"{path}.ready_max_lag_seconds", "must not be negative"))
+        InvalidConfigError.raise_all(problems)
 
 
 # --- kafka --------------------------------------------------------------------------------------------
@@ -311,25 +327,51 @@ OWNED_KAFKA_KEYS = {
 
 def validate_kafka_settings(settings: Mapping[str, Any], path: str = "kafka.settings") -> None:
     """Refuse passthrough settings that would weaken ``acks=all`` + idempotence; the error names the key."""
+    problems: list[ConfigError] = []
     for key, owner in OWNED_KAFKA_KEYS.items():
         if key in settings:
-            raise ConfigError(f"{path}.{key}", f"is set by {owner}; remove it from the kafka settings")
+            problems.append(
+                ConfigError(f"{path}.{key}", f"is set by {owner}; remove it from the kafka settings")
+            )
     for key in ("acks", "request.required.acks"):
         if key in settings and str(settings[key]).strip().lower() not in ("all", "-1"):
-            raise ConfigError(
-                f"{path}.{key}",
-                f"must be 'all' (the relay acks only what every replica has), got {settings[key]!r}",
+            problems.append(
+                ConfigError(
+                    f"{path}.{key}",
+                    f"must be 'all' (the relay acks only what every replica has), got {settings[key]!r}",
+                )
             )
     if "enable.idempotence" in settings and not _truthy(settings["enable.idempotence"]):
-        raise ConfigError(
-            f"{path}.enable.idempotence", "must be true (per-key order and no duplicates on retry)"
+        problems.append(
+            ConfigError(
+                f"{path}.enable.idempotence", "must be true (per-key order and no duplicates on retry)"
+            )
         )
-    for key in ("retries", "message.send.max.retries"):
-        if key in settings and int(settings[key]) <= 0:
-            raise ConfigError(f"{path}.{key}", "must be positive: the idempotent producer retries internally")
-    for key in ("max.in.flight.requests.per.connection", "max.in.flight"):
-        if key in settings and int(settings[key]) > 5:
-            raise ConfigError(f"{path}.{key}", "must be at most 5 with idempotence (order is kept only then)")
+    for key in (*_COUNTS, *_LIMITS):
+        if key in settings and _whole(settings[key]) is None:
+            problems.append(ConfigError(f"{path}.{key}", f"expected a whole number, got {settings[key]!r}"))
+    for key in _COUNTS:
+        if key in settings and (_whole(settings[key]) or 0) <= 0 and _whole(settings[key]) is not None:
+            problems.append(
+                ConfigError(f"{path}.{key}", "must be positive: the idempotent producer retries internally")
+            )
+    for key in _LIMITS:
+        if key in settings and (_whole(settings[key]) or 0) > 5:
+            problems.append(
+                ConfigError(f"{path}.{key}", "must be at most 5 with idempotence (order is kept only then)")
+            )
+    InvalidConfigError.raise_all(problems)
+
+
+_COUNTS = ("retries", "message.send.max.retries")
+_LIMITS = ("max.in.flight.requests.per.connection", "max.in.flight")
+
+
+def _whole(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
 
 
 def _truthy(value: Any) -> bool:

@@ -25,8 +25,10 @@ DERIVED: dict[str, bool] = {"derived": True}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def interpolate(value: Any, path: str = "") -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a YAML tree with the environment."""
+def interpolate(value: Any, path: str = "", *, lenient: bool = False) -> Any:
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a YAML tree with the environment.
+    A variable that is not set raises ``ConfigError`` naming the key and the variable (``lenient``: it
+    is replaced by "", so the rest of the tree can still be checked)."""
     if isinstance(value, str):
 
         def sub(m: re.Match[str]) -> str:
@@ -35,24 +37,38 @@ def interpolate(value: Any, path: str = "") -> Any:
                 return os.environ[name]
             if default is not None:
                 return default
+            if lenient:
+                return ""
             raise ConfigError(
                 path or "(top)", f"environment variable {name} is not set (written as ${{{name}}})"
             )
 
         return _ENV.sub(sub, value)
     if isinstance(value, dict):
-        return {k: interpolate(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {
+            k: interpolate(v, f"{path}.{k}" if path else str(k), lenient=lenient) for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [interpolate(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [interpolate(v, f"{path}[{i}]", lenient=lenient) for i, v in enumerate(value)]
     return value
 
 
-def build(cls: type[T], data: Any, path: str = "") -> T:
-    """A ``cls`` instance from ``data`` (a dict from YAML); missing keys keep the dataclass defaults."""
+def build(cls: type[T], data: Any, path: str = "", *, errors: list[ConfigError] | None = None) -> T:
+    """A ``cls`` instance from ``data`` (a dict from YAML); missing keys keep the dataclass defaults.
+
+    Without ``errors`` the first problem raises; with it, every problem is appended there and the key
+    keeps its default, so one pass finds them all (``relay.config.load`` reports them together)."""
+
+    def fail(err: ConfigError) -> None:
+        if errors is None:
+            raise err
+        errors.append(err)
+
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(path or "(top)", f"expected a mapping of keys, got {type(data).__name__}")
+        fail(ConfigError(path or "(top)", f"expected a mapping of keys, got {_kind(data)}"))
+        return cls()
     fields = {
         f.name: f
         for f in dataclasses.fields(cls)  # type: ignore[arg-type]
@@ -66,16 +82,22 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
         if name not in fields:
             hint = difflib.get_close_matches(name, list(fields), n=1)
             extra = f"; did you mean {hint[0]!r}?" if hint else f"; known keys: {', '.join(sorted(fields))}"
-            raise ConfigError(where, f"unknown key{extra}")
-        kwargs[name] = convert(hints[name], value, where)
+            fail(ConfigError(where, f"unknown key{extra}"))
+            continue
+        try:
+            kwargs[name] = convert(hints[name], value, where, errors)
+        except ConfigError as exc:
+            fail(exc)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(path or "(top)", str(exc)) from exc
+        fail(ConfigError(path or "(top)", str(exc)))
+        return cls()
 
 
-def convert(tp: Any, value: Any, where: str) -> Any:
-    """Convert one YAML value to the annotated type ``tp`` or raise ConfigError naming ``where``."""
+def convert(tp: Any, value: Any, where: str, errors: list[ConfigError] | None = None) -> Any:
+    """Convert one YAML value to the annotated type ``tp`` or raise ConfigError naming ``where``
+    (``errors``: where a nested section's problems go, as in ``build``)."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         args = get_args(tp)
@@ -83,10 +105,10 @@ def convert(tp: Any, value: Any, where: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
-            return convert(inner[0], value, where)
+            return convert(inner[0], value, where, errors)
         raise ConfigError(where, f"unsupported type {tp}")
     if dataclasses.is_dataclass(tp):
-        return build(typing.cast(type[Any], tp), value, where)
+        return build(typing.cast(type[Any], tp), value, where, errors=errors)
     if origin in (tuple, list):
         if not isinstance(value, list | tuple):
             if isinstance(value, str) and origin is tuple:
@@ -102,6 +124,12 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         vt = get_args(tp)[1] if get_args(tp) else Any
         return {str(k): convert(vt, v, f"{where}.{k}") for k, v in value.items()}
     return _scalar(tp, value, where)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _scalar(tp: Any, value: Any, where: str) -> Any:

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 from relay.common.binlog_names import bytes_behind, file_number
 from relay.common.redact import redact
 from relay.config.sections import MetricsConfig
+from relay.daemon.mapping_report import MappingState
 from relay.errors import ConfigError, RelayError
 from relay.source.binlog_source import inspect_server
 from relay.source.retention import RetentionProbe
@@ -230,6 +231,7 @@ class RelayCollector(Collector):
             "relay_store_budget_bytes", "Ring store capacity in bytes (MEMSIZE mode)", store.memory_budget
         )
         yield _gauge("relay_mapping_version", "Version of the mapping in use", _number(relay.mapping.version))
+        yield from _mapping_gauges(relay.mapping_state())
         yield _gauge(
             "relay_leader", "1 while this process is the active relay of its instance", int(self.leader())
         )
@@ -309,6 +311,34 @@ class RelayCollector(Collector):
                 "The server's binlog expiry period (0: never)",
                 view.expire_seconds,
             )
+
+
+REASON_LABEL_CHARS = 300  # a refusal's reason as a label: its problems on one line, cut here
+
+
+def _mapping_gauges(state: MappingState) -> Iterator[Metric]:
+    """A version waiting for a batch boundary; the last version refused, when and why (an info metric:
+    the reason is a label, as short as Prometheus labels should be)."""
+    if state.pending is not None:
+        yield _gauge(
+            "relay_mapping_pending_version", "Mapping version waiting to be switched to", state.pending
+        )
+    refused = state.refused
+    if refused is None:
+        return
+    version = -1 if refused.version is None else refused.version
+    yield _gauge("relay_mapping_refused_version", "Last mapping version refused (-1: it named none)", version)
+    yield _gauge(
+        "relay_mapping_refused_timestamp_seconds", "When the last mapping version was refused", refused.at
+    )
+    reason = " ".join(line.strip() for line in refused.reason.splitlines() if line.strip())
+    info = GaugeMetricFamily(
+        "relay_mapping_refused_info",
+        "The last mapping version refused and why (always 1)",
+        labels=["version", "reason"],
+    )
+    info.add_metric([str(version), redact(reason)[:REASON_LABEL_CHARS]], 1)
+    yield info
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

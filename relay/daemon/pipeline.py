@@ -55,13 +55,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mapping import Mapping
-from mapping.watch import MappingWatcher, SwitchGate, check_against_tables
+from mapping.watch import MappingWatcher, Refusal, SwitchGate, check_against_tables
 from relay.canal.entry import Entry, RowChange
 from relay.common.binlog_names import file_order
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
 from relay.daemon import snapshot_requests
+from relay.daemon.mapping_report import MappingAnnouncer, MappingState
 from relay.daemon.moves import MoveSwitch, last_identity
 from relay.daemon.status import RelayStats, write_status
 from relay.errors import (
@@ -168,6 +169,14 @@ class Relay:
         self._checked: Mapping | None = None  # the pending version last checked against the live tables
         # batch id → (records, rows, last event ms, (sequence, part) of its last record)
         self._batch_rows: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
+        self._refusal: Refusal | None = None  # a version refused with no watcher to keep the record
+        lead = self.leadership
+        self._announcer = MappingAnnouncer(
+            config.instance,
+            lead.member if lead is not None else None,
+            lead.announce if lead is not None else None,
+            lambda: self.watcher.store if self.watcher is not None else None,
+        )
         self._next_status = 0.0
         self._next_request_check = 0.0
         self._snapshot_answer: dict[str, object] | None = None  # the last on-demand request's answer
@@ -216,6 +225,17 @@ class Relay:
     def _fence_note(self) -> str:
         """For the send and ack log lines: when the fence check that allowed the step passed (HA)."""
         return "" if self.leadership is None else f" (fence passed at {self._fence_passed:.3f})"
+
+    def mapping_state(self) -> MappingState:
+        """The mapping in use, the one waiting for a batch boundary, the last refused and why."""
+        watcher = self.watcher
+        refused = watcher.refusal if watcher is not None and watcher.refusal is not None else self._refusal
+        return MappingState(
+            self.mapping.version,
+            None if self._pending is None else self._pending.version,
+            refused,
+            None if watcher is None else watcher.store_error,
+        )
 
     def _ha_status(self) -> dict[str, object]:
         lead = self.leadership
@@ -549,6 +569,7 @@ class Relay:
         if self.watcher is not None:
             self.watcher.refuse(new, problem)
         else:
+            self._refusal = Refusal.of(new.version, problem)
             log.error(
                 "refused mapping version %d; keeping version %d: %s",
                 new.version,
@@ -651,6 +672,8 @@ class Relay:
         fill = self.instance.store.fill()
         store = self.instance.store.config
         saved = self.instance.last_saved
+        mapping = self.mapping_state()
+        self._announcer.update(mapping)
         data = self.stats.snapshot(
             instance=self.config.instance,
             source=self.config.source.address,
@@ -661,7 +684,7 @@ class Relay:
             store_budget=store.memory_budget,
             store_mode=store.batch_mode.value,
             inflight_batches=self.publisher.inflight(),
-            mapping_version=self.mapping.version,
+            **mapping.to_status(),
             kafka_mode=self.config.kafka.mode,
             transactional_id=self.publisher.transactional_id,
             snapshot=self.instance.snapshot_status(),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -76,6 +77,7 @@ class RelayStats:
         data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
         data.update(
             pid=os.getpid(),
+            host=socket.gethostname(),
             updated=time.time(),
             publish_rate=round(self.publish_rate(), 1),
             lag_seconds=None if self.lag_seconds() is None else round(self.lag_seconds() or 0.0, 3),

@@ -123,6 +123,8 @@ class Leadership:
         self._confirmed = 0.0  # monotonic start of the last confirmation that we own ``running``
         self._done = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._since = time.time()
+        self._facts: dict[str, Any] = {}  # what ``announce`` added to the member node
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -278,8 +280,20 @@ class Leadership:
         return requested if self.client is None else zookeeper.session_timeout(self.client, requested)
 
     # -- membership ------------------------------------------------------------------------------
+    def announce(self, **facts: Any) -> None:
+        """Add ``facts`` (the mapping this process runs) to its member node, for operators to read
+        (``relay mapping history``); a failure is logged, never fatal: it is a report, not a fence."""
+        self._facts.update(facts)
+        if self.client is None:
+            return
+        try:
+            self.client.set(self._member_path, self._info())
+        except _ZK_ERRORS as exc:
+            log.warning("could not update %s in ZooKeeper: %r", self._member_path, exc)
+
     def _info(self, **extra: Any) -> bytes:
-        data = {"member": self.member, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        data = {"member": self.member, "host": socket.gethostname(), "pid": os.getpid(), "since": self._since}
+        data.update(self._facts)
         data.update(extra)
         return json.dumps(data, sort_keys=True).encode("utf-8")
 
@@ -364,3 +378,28 @@ def cluster_report(config: HAConfig, instance: str, client: KazooClient | None =
         "ha_standby": [m for m in members if m != leader],
         "ha_epoch": epoch,
     }
+
+
+def members(config: HAConfig, instance: str) -> list[dict[str, Any]]:
+    """Every live relay process of ``instance`` with what it announced (``Leadership.announce``) and
+    ``active``; for ``relay mapping history``. ``LeadershipUnavailableError`` when ZooKeeper does not
+    answer within ``ha.connect_timeout_seconds``."""
+    layout = Layout(config.root, instance)
+    zk = connect(config)
+    try:
+        active = read_json(zk, layout.running)
+        leader = active.get("member") if active else None
+        try:
+            names = sorted(zk.get_children(layout.cluster))
+        except NoNodeError:
+            names = []
+        out = []
+        for name in names:
+            data = read_json(zk, f"{layout.cluster}/{name}") or {"member": name}
+            out.append({**data, "active": data.get("member", name) == leader})
+        return out
+    except _ZK_ERRORS as exc:
+        raise LeadershipUnavailableError(f"cannot read {layout.base}: {exc!r}") from exc
+    finally:
+        zk.stop()
+        zk.close()

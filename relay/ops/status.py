@@ -12,16 +12,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from mapping.watch import Refusal
 from relay.common.binlog_names import bytes_behind
 from relay.config.load import RelayConfig
 from relay.config.state import STATE_ENV, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
-from relay.errors import RelayError
+from relay.errors import RelayError, ZooKeeperUnavailableError
 from relay.ha.leadership import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
 from relay.source.snapshot import read_percent
-from relay.wiring import open_positions, transactional_id
+from relay.wiring import mapping_store, open_positions, transactional_id
 
 
 def status_report(config: RelayConfig) -> dict[str, Any]:
@@ -29,8 +30,9 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     data = read_status(config.state_path(STATUS_FILE)) or {}
     ha: dict[str, Any] = {}
     point = _saved_position(config, ha)
-    if config.ha.enabled:
-        # Who is active, who stands by, the epoch: in ZooKeeper (relay.ha).
+    if config.ha.enabled and "zookeeper_error" not in ha:
+        # Who is active, who stands by, the epoch: in ZooKeeper (relay.ha). Not asked again when the
+        # position read found ZooKeeper unreachable: one wait of ha.connect_timeout_seconds, one line.
         ha.update(zookeeper_status(config))
         ha["ha_member"] = data.get("ha_member")  # this config's process, active or standing by
     pid = data.get("pid")
@@ -61,6 +63,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "batches_acked": data.get("batches_acked"),
         "batches_rolled_back": data.get("batches_rolled_back"),
         "status_updated": _iso(data["updated"]) if "updated" in data else None,
+        **mapping_report(config, data, running),
         # idempotent / transactional / exactly-once: the running relay's, else the config's
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
@@ -81,6 +84,38 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
     return report
 
 
+def mapping_report(config: RelayConfig, data: dict[str, Any], running: bool) -> dict[str, Any]:
+    """``mapping_version``: the version the relay publishes under (stopped: the one it last used);
+    ``mapping_stored``: the store's current version (a newer one is pending, refused, or not read yet);
+    ``mapping_pending``; ``mapping_refused``: the last version refused — version, when, why."""
+    version = data.get("mapping_version")
+    refused = Refusal.from_dict(data.get("mapping_refused"))
+    report: dict[str, Any] = {
+        "mapping_version": version if running or version is None else f"{version} (last run)",
+        "mapping_stored": _stored_version(config),
+        "mapping_pending": data.get("mapping_pending") if running else None,
+        "mapping_refused": None
+        if refused is None
+        else {"version": refused.version, "at": _iso(refused.at), "reason": refused.reason},
+    }
+    if running and data.get("mapping_store_error"):
+        report["mapping_store_error"] = data["mapping_store_error"]
+    return report
+
+
+def _stored_version(config: RelayConfig) -> int | str:
+    try:
+        store = mapping_store(config)
+    except RelayError as exc:
+        return f"unreadable: {exc}"
+    try:
+        return store.read().version
+    except RelayError as exc:
+        return f"unreadable: {exc}"
+    finally:
+        store.close()
+
+
 def _state_dir_line(config: RelayConfig) -> str:
     """Where this report reads the relay's files; a missing folder is named, with the usual cause."""
     where = config.state_directory
@@ -96,8 +131,14 @@ def _saved_position(config: RelayConfig, report: dict[str, Any]) -> ResumePoint 
     try:
         with open_positions(config) as store:
             return store.load()
+    except ZooKeeperUnavailableError as exc:
+        report["zookeeper_error"] = str(exc)  # positions.backend: zookeeper, on ha.zookeeper
+        return None
     except RelayError as exc:
-        report["position_error"] = str(exc)
+        if isinstance(exc.__cause__, ZooKeeperUnavailableError):
+            report["zookeeper_error"] = str(exc.__cause__)
+        else:
+            report["position_error"] = str(exc)
         return None
 
 

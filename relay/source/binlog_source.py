@@ -194,29 +194,49 @@ def _binlog_state(cfg: SourceConfig, conn: Any) -> tuple[tuple[tuple[str, int], 
     return binlogs, status[0]
 
 
-def _refuse_unfit(cfg: SourceConfig, var: dict[str, str], schema_history: bool = False) -> None:
-    where = cfg.address
+def server_settings(cfg: SourceConfig) -> tuple[str, dict[str, str]]:
+    """The server's version and the global variables the relay judges (``settings_report``); read only."""
+    conn = _connect(cfg)
+    try:
+        return str(_query(conn, "SELECT VERSION()")[0][0]), _variables(conn, _VARIABLES)
+    except pymysql.err.MySQLError as exc:
+        raise _translate(cfg, exc, "reading the server's settings") from exc
+    finally:
+        conn.close()
 
-    def bad(setting: str, value: str, fix: str) -> SourceError:
-        return SourceError(
-            f"{where}: {setting} is {value}; {fix} — the relay refuses to start, it would lose data"
-        )
 
-    if var.get("log_bin", "OFF").upper() != "ON":
-        raise bad("log_bin", var.get("log_bin", "OFF"), "start the server with --log-bin")
-    if var.get("binlog_format", "").upper() != "ROW":
-        raise bad("binlog_format", var.get("binlog_format", "?"), "set binlog_format=ROW")
-    if var.get("binlog_row_image", "").upper() != "FULL":
-        raise bad("binlog_row_image", var.get("binlog_row_image", "?"), "set binlog_row_image=FULL")
-    metadata = var.get("binlog_row_metadata")
-    if (metadata is None or metadata.upper() != "FULL") and not schema_history:
-        raise bad(
+def settings_report(var: dict[str, str], schema_history: bool = False) -> list[tuple[str, str, str | None]]:
+    """(setting, value, what to fix — None when fit) for every setting the relay refuses to start
+    without, in the order it checks them (``relay check`` prints them all, a start stops at the first)."""
+
+    def judged(
+        name: str, wanted: str, unset: str, fix: str, fit: bool = False
+    ) -> tuple[str, str, str | None]:
+        value = var.get(name)
+        return name, value or unset, None if fit or (value or "").upper() == wanted else fix
+
+    return [
+        judged("log_bin", "ON", "OFF", "start the server with --log-bin"),
+        judged("binlog_format", "ROW", "?", "set binlog_format=ROW"),
+        judged("binlog_row_image", "FULL", "?", "set binlog_row_image=FULL"),
+        judged(
             "binlog_row_metadata",
-            metadata or "unsupported by this server",
+            "FULL",
+            "unsupported by this server",
             "set binlog_row_metadata=FULL (MySQL >= 8.0.1, MariaDB >= 10.5) so column names and keys travel "
             "with each change, or schema.history: auto (the default; it is off) to take them from the schema "
             "history",
-        )
+            fit=schema_history,
+        ),
+    ]
+
+
+def _refuse_unfit(cfg: SourceConfig, var: dict[str, str], schema_history: bool = False) -> None:
+    for setting, value, fix in settings_report(var, schema_history):
+        if fix is not None:
+            raise SourceError(
+                f"{cfg.address}: {setting} is {value}; {fix} — the relay refuses to start, it would lose data"
+            )
 
 
 # --- the server's time zone ------------------------------------------------------------------------

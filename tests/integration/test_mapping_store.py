@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 from mapping import Mapping, editor, parse_mapping
 from mapping.store import FileMappingStore, MappingStore
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
+from relay.dev import services
 from relay.errors import InvalidMappingError, MappingConflictError, MappingError, MappingStoreError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,8 +291,8 @@ def test_resolve_all_and_live_dry_run_list_real_tables(mysql_service: Any, tmp_p
              "--dry-run", "--live", *where],
             check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        assert moved.returncode == 2  # orders_12 would be claimed twice: only the live names show it
-        assert f"{prefix}_01.orders_12" in moved.stderr and "claimed by both" in moved.stderr
+        assert moved.returncode == 2  # orders_10 would be claimed twice: an example name shows it
+        assert "'orders_10' matches both" in moved.stderr
         ok = subprocess.run(
             [*base, "table", "set", f"{prefix}.orders", "--topic", "o2", "--dry-run", "--live", *where],
             check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
@@ -303,4 +304,62 @@ def test_resolve_all_and_live_dry_run_list_real_tables(mysql_service: Any, tmp_p
         assert "dry run: nothing stored" in ok.stdout and mfile.read_text() == original
     finally:
         drop_shards(conn, prefix, 2)
+        conn.close()
+
+
+def test_relays_without_credentials_announce_what_they_run_beside_an_acl_node(zk_service: Any) -> None:
+    path = f"/relay-test/{uuid.uuid4().hex[:8]}/mapping"
+    operator = ZooKeeperMappingStore(ZooKeeperStoreConfig(zk_service.hosts, path, auth="ops:s3cret"))
+    relay = ZooKeeperMappingStore(ZooKeeperStoreConfig(zk_service.hosts, path))
+    try:
+        operator.create(parse_mapping(BASE))
+        relay.announce("shop@host:1", {"relay": "shop@host:1", "mapping": {"mapping_version": 1}})
+        relay.announce("shop@host:1", {"relay": "shop@host:1", "mapping": {"mapping_version": 2}})
+        assert operator.relays() == [{"relay": "shop@host:1", "mapping": {"mapping_version": 2}}]
+    finally:
+        relay.close()  # the relay's session ends: its announcement goes with it
+    try:
+        assert operator.relays() == []
+    finally:
+        operator.close()
+
+
+def test_validate_and_edits_check_overlaps_against_the_servers_tables_when_they_can(
+    mysql_service: Any, tmp_path: Path
+) -> None:
+    """`{p}_2\\d` and `{p}_\\d8` share only `{p}_28`, which no example of either pattern shows: the
+    mapping is valid on its own; where the source server has `{p}_28`, validate and every edit given
+    the server (--mysql, or -c) refuse it; an unreachable server leaves a warning, not a failure."""
+    prefix = f"ov{uuid.uuid4().hex[:6]}"
+    conn = mysql_service.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {prefix}_28")
+        cur.execute(f"CREATE TABLE {prefix}_28.t (id INT PRIMARY KEY)")
+    mfile = tmp_path / "mapping.yaml"
+    mfile.write_text(f"logical_dbs:\n  a:\n    physical: ['{prefix}_2\\d']\n")
+    env = {**os.environ, "RELAY_STATE_DIR": str(tmp_path / "state")}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay.cli", "mapping", *argv, "-f", str(mfile)],
+            check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    try:
+        add = ["db", "add", "b", "--physical", f"{prefix}_\\d8"]
+        refused = run(*add, "--mysql", mysql_service.url)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"'{prefix}_28' is claimed by both" in refused.stderr
+        assert "b:" not in mfile.read_text()
+        down = f"mysql://x:y@127.0.0.1:{services.free_port()}"
+        stored = run(*add, "--mysql", down)  # no server to ask: the patterns alone are fine
+        assert stored.returncode == 0, stored.stderr
+        assert "warning: overlaps checked between the patterns only" in stored.stderr
+        ok = run("validate")
+        assert ok.returncode == 0 and "version 2 is valid" in ok.stdout
+        live = run("validate", "--mysql", mysql_service.url)
+        assert live.returncode == 2 and f"'{prefix}_28' is claimed by both" in live.stderr
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {prefix}_28")
         conn.close()

@@ -65,6 +65,7 @@ def mapping(**orders: Any) -> Mapping:
                         "events": {"physical": ["events"]},
                         "items": {
                             "physical": [r"items_\d+"],
+                            "topic": "shop.items",  # its own topic: one codec per topic
                             "key": ["order_id", "line"],
                             "codec": "canal-protobuf",
                         },
@@ -296,7 +297,7 @@ def test_configured_key_columns_in_key_order_with_the_mapping_spelling() -> None
     entry = rows_entry(EventType.INSERT, RowImage(None, ("1", "77", "3")), table="items_01", columns=ITEMS)
     (record,) = encoder().encode(entry)
     assert record.key == b'{"order_id":"77","line":"3"}'
-    assert record.topic == "shop"
+    assert record.topic == "shop.items"
 
 
 def test_table_without_primary_key_is_keyed_by_its_physical_name() -> None:
@@ -421,7 +422,11 @@ def test_ddl_goes_to_every_partition_and_to_the_audit_topic() -> None:
 def test_ddl_of_a_protobuf_table_is_a_protobuf_barrier() -> None:
     sql = "TRUNCATE TABLE items_01"
     records = encoder(parts=2).encode(statement_entry(sql, EventType.TRUNCATE, "shop_07", "items_01"))
-    assert [(r.topic, r.partition) for r in records] == [("shop", 0), ("shop", 1), ("relay.ddl", None)]
+    assert [(r.topic, r.partition) for r in records] == [
+        ("shop.items", 0),
+        ("shop.items", 1),
+        ("relay.ddl", None),
+    ]
     batch_id, (entry,) = decode_messages_packet(records[0].value)
     assert batch_id == (123 << 32) | 5000
     assert (entry.header.schema_name, entry.header.table_name) == ("shop", "items")

@@ -11,7 +11,7 @@ import yaml
 
 from relay.config.load import RelayConfig, load_config, parse_config
 from relay.config.state import POSITION_FILE
-from relay.errors import ConfigError
+from relay.errors import ConfigError, InvalidConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "relay.yaml"
 
@@ -150,3 +150,66 @@ def test_the_schema_history_is_on_by_default_and_kept_beside_every_position_back
     with pytest.raises(ConfigError) as info:
         parse_config({"schema": {"history": "on"}})
     assert info.value.key == "schema.history" and "auto" in info.value.problem
+
+
+# --- every problem at once, duplicate keys (issue 25) -----------------------------------------------------
+
+
+BROKEN = """\
+instance: shop
+source:
+  host: db
+  port: many            # a wrong type
+  hots: typo            # an unknown key
+  password: ${RELAY_TEST_UNSET_VARIABLE}
+snapshot:
+  mode: always          # a bad value
+  chunk_rows: 0         # and another one in the same section
+  parallelism: 2
+  parallelism: 4        # PyYAML would keep this one silently
+kafka:
+  settings: {acks: "1", retries: "x"}
+status:
+  file: /var/lib/relay/status.json
+"""
+
+
+def test_a_config_file_reports_every_problem_at_once_with_duplicate_keys_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RELAY_TEST_UNSET_VARIABLE", raising=False)
+    path = tmp_path / "relay.yaml"
+    path.write_text(BROKEN)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    error = info.value
+    assert isinstance(error, InvalidConfigError) and error.key == str(path)
+    keys = {e.key for e in error.errors}
+    assert keys == {
+        f"{path}:11:3",  # the second `parallelism:`, with the line of the first
+        "source.port",
+        "source.hots",
+        "source.password",
+        "snapshot.mode",
+        "snapshot.chunk_rows",
+        "kafka.settings.acks",
+        "kafka.settings.retries",
+        "status.file",
+    }, str(error)
+    by_key = {e.key: e.problem for e in error.errors}
+    assert by_key[f"{path}:11:3"] == "duplicate key 'parallelism' (first written on line 10)"
+    assert "RELAY_TEST_UNSET_VARIABLE is not set" in by_key["source.password"]
+    assert str(error).startswith(f"{path}: 9 problems:\n  - ")
+
+
+def test_one_problem_is_one_line_naming_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "relay.yaml"
+    path.write_text("source:\n  port: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert not isinstance(info.value, InvalidConfigError)
+    assert str(info.value) == "source.port: must be a TCP port, got 0"
+    path.write_text("source: {port: 1}\nsource: {port: 2}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}:2:1: duplicate key 'source' (first written on line 1)"

@@ -408,38 +408,53 @@ def test_same_table_pattern_in_two_logical_dbs_is_no_overlap() -> None:
     assert m.resolve("crm", "orders_1").topic == "crm"  # type: ignore[union-attr]
 
 
-def test_general_overlap_detected_at_resolve_naming_both_claimants() -> None:
+def test_overlapping_patterns_are_found_by_an_example_name_when_the_mapping_is_built() -> None:
+    # shop_\d+ beside shop_.*: before, valid until a relay met shop_1 (issue 25)
     tree = shop()
-    tree["logical_dbs"]["hot"] = {"physical": ["shop_0[0-3]"]}  # not decidable statically
+    tree["logical_dbs"]["all"] = {"physical": ["shop_.*"]}
     tree["logical_dbs"]["shop"]["tables"]["big"] = {"physical": [r"orders_9\d"]}
+    got = problems(tree)
+    assert set(got) == {"logical_dbs.all.physical[0]", "logical_dbs.shop.tables.big.physical[0]"}
+    assert "'shop_0' matches both" in got["logical_dbs.all.physical[0]"]
+    assert "'orders_90' matches both" in got["logical_dbs.shop.tables.big.physical[0]"]
+
+
+def test_general_overlap_detected_at_resolve_naming_both_claimants() -> None:
+    # shop_2\d and shop_\d8 share only shop_28, which no example of either pattern shows
+    tree = shop()
+    tree["logical_dbs"]["shop"]["physical"] = [r"shop_2\d"]
+    tree["logical_dbs"]["hot"] = {"physical": [r"shop_\d8"]}
+    tree["logical_dbs"]["shop"]["tables"]["orders"]["physical"] = [r"orders_3\d"]
+    tree["logical_dbs"]["shop"]["tables"]["big"] = {"physical": [r"orders_\d9"]}
     m = parse_mapping(tree)
     with pytest.raises(MappingError) as info:
-        m.resolve("shop_02", "orders_1")
+        m.resolve("shop_28", "orders_1")
     assert info.value.key == "logical_dbs.shop.physical[0]"
-    assert "logical_dbs.hot" in info.value.problem and "'shop_0[0-3]'" in info.value.problem
+    assert "logical_dbs.hot" in info.value.problem and "'shop_\\d8'" in info.value.problem
     with pytest.raises(MappingError) as info:
-        m.resolve("shop_12", "orders_91")
+        m.resolve("shop_21", "orders_39")
     assert info.value.key == "logical_dbs.shop.tables.orders.physical[0]"
     assert "logical_dbs.shop.tables.big" in info.value.problem
-    assert m.resolve("shop_12", "orders_1") is not None  # no overlap: still resolves
+    assert m.resolve("shop_21", "orders_31") is not None  # no overlap: still resolves
 
 
 def test_validate_against_reports_ambiguous_unmapped_and_dropped() -> None:
     tree = shop()
-    tree["logical_dbs"]["hot"] = {"physical": ["shop_0[0-3]"]}
+    tree["logical_dbs"]["shop"]["physical"] = [r"shop_2\d"]
+    tree["logical_dbs"]["hot"] = {"physical": [r"shop_\d8"]}  # only shop_28 is both's
     tree["logical_dbs"]["shop"]["unclaimed_tables"] = "drop"
     m = parse_mapping(tree)
-    real = [("shop_12", "orders_1"), ("shop_01", "orders_1"), ("crm", "leads"), ("shop_12", "tmp")]
+    real = [("shop_23", "orders_1"), ("shop_28", "orders_1"), ("crm", "leads"), ("shop_23", "tmp")]
     with pytest.raises(InvalidMappingError) as info:
         m.validate_against(real)
     assert [e.key for e in info.value.errors] == ["logical_dbs.shop.physical[0]"]
     coverage = m.validate_against(real, raise_errors=False)
     assert [(r.physical_db, r.physical_table) for r in coverage.routes] == [
-        ("shop_12", "orders_1"),
+        ("shop_23", "orders_1"),
         ("crm", "leads"),
     ]
     assert coverage.unmapped == (("crm", "leads"),)
-    assert coverage.dropped == (("shop_12", "tmp"),)
+    assert coverage.dropped == (("shop_23", "tmp"),)
     assert len(coverage.errors) == 1
     clean = parse_mapping(shop()).validate_against([("shop_1", "orders_1"), ("x", "y")])
     assert clean.unmapped == (("x", "y"),) and not clean.errors
@@ -477,7 +492,12 @@ def test_yaml_round_trip() -> None:
         },
         unmapped={"action": "drop"},
         tables={
-            "shop.items": {"physical": [r"items_\d+", "items_legacy"], "codec": "canal-json", "tag": "yes"}
+            "shop.items": {
+                "physical": [r"items_\d+", "items_legacy"],
+                "codec": "canal-json",
+                "topic": "cdc.items",  # its own topic: one codec per topic
+                "tag": "yes",
+            }
         },
     )
     tree["logical_dbs"]["crm"] = {"physical": ["(?i)crm"], "topic": "crm-{db}", "codec": "canal-json"}
@@ -520,7 +540,7 @@ def test_load_reports_the_file_name(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidMappingError) as info:
         load_mapping(path)
-    assert str(info.value).startswith(f"{path}: 1 problem:")
+    assert str(info.value).startswith(f"{path}: logical_dbs.shop.physical[0]: bad regex")  # one line
     assert info.value.errors[0].key == "logical_dbs.shop.physical[0]"
 
 
@@ -633,3 +653,49 @@ def test_validate_against_warns_where_real_tables_collide() -> None:
     assert "logical table shop.orders maps 6 physical tables (shop_00.orders_00, shop_00.orders_01, " in text
     assert "and 3 more" in text
     assert "logical table shop.misc maps 2 physical tables" in warned["logical_dbs.shop.key_shard"]
+
+
+# --- one codec per topic, an empty mapping (issue 25) -----------------------------------------------
+
+
+def test_one_topic_given_two_codecs_is_refused_naming_the_codec_setting() -> None:
+    tree = shop()
+    tree["logical_dbs"]["shop"]["tables"]["customers"]["codec"] = "canal-protobuf"  # in topic "shop"
+    got = problems(tree)
+    assert set(got) == {"logical_dbs.shop.tables.customers.codec"}
+    assert (
+        "topic 'shop' would carry canal-protobuf records from logical_dbs.shop.tables.customers"
+        in (got["logical_dbs.shop.tables.customers.codec"])
+    )
+    assert (
+        "canal-json records from logical_dbs.shop (its unclaimed tables)"
+        in (got["logical_dbs.shop.tables.customers.codec"])
+    )
+    # its own topic: fine
+    tree["logical_dbs"]["shop"]["tables"]["customers"]["topic"] = "shop.customers"
+    assert parse_mapping(tree).resolve("shop_1", "customers").codec == "canal-protobuf"  # type: ignore[union-attr]
+
+
+def test_two_codecs_in_a_topic_named_after_physical_names_show_against_real_tables() -> None:
+    tree = shop()
+    tree["logical_dbs"]["crm"] = {"physical": ["crm"], "topic": "raw.{db}", "codec": "canal-protobuf"}
+    tree["logical_dbs"]["crm"]["tables"] = {
+        "leads": {"physical": ["leads"], "topic": "raw.crm", "codec": "canal-json"}
+    }
+    m = parse_mapping(tree)  # raw.{db} depends on the physical name: not decidable from the mapping alone
+    with pytest.raises(InvalidMappingError) as info:
+        m.validate_against([("crm", "accounts"), ("crm", "leads")])
+    (error,) = info.value.errors
+    assert error.key == "logical_dbs.crm.tables.leads" and "topic 'raw.crm'" in error.problem
+    assert "canal-json records of crm.leads and canal-protobuf records of crm.accounts" in error.problem
+
+
+def test_an_empty_mapping_is_refused_and_one_without_logical_dbs_is_warned_about() -> None:
+    for text in ("", "# only a comment\n", "{}\n", "null\n"):
+        got = problems(text)
+        assert list(got) == ["(top level)"] and "the mapping is empty" in got["(top level)"]
+    got = problems("unmapped: {action: drop}\n")
+    assert list(got) == ["unmapped.action"] and "would publish nothing" in got["unmapped.action"]
+    passthrough = parse_mapping("unmapped: {action: topic, topic: 'raw.{db}'}\n")
+    (warning,) = passthrough.warnings()
+    assert warning.path == "logical_dbs" and "physical names" in warning.problem

@@ -111,10 +111,18 @@ def test_diff_lists_logical_changes_and_physical_moves() -> None:
     assert summary(old, new).startswith("+ logical table shop.items; ~ logical table shop.orders topic")
 
 
+def test_an_edit_whose_patterns_overlap_is_refused_by_an_example_name() -> None:
+    with pytest.raises(InvalidMappingError) as info:
+        editor.add_table(base(), "shop", "hot", physical=["orders_0\\d"])  # inside orders_\d+
+    assert [e.key for e in info.value.errors] == ["logical_dbs.shop.tables.hot.physical[0]"]
+    assert "'orders_00' matches both" in str(info.value)
+
+
 def test_moves_report_an_ambiguity_only_live_names_reveal() -> None:
-    old = base()
-    new = editor.add_table(old, "shop", "hot", physical=["orders_0\\d"])  # overlaps orders_\d+
-    found = moves(old, new, LIVE)
+    # orders_2\d and orders_\d8 share only orders_28: no example of either shows it, the live names do
+    old = editor.set_table(base(), "shop", "orders", physical=["orders_2\\d"])
+    new = editor.add_table(old, "shop", "hot", physical=["orders_\\d8"])
+    found = moves(old, new, [*LIVE, ("shop_00", "orders_28")])
     errors = [m for m in found if m.error]
-    assert [(m.db, m.table) for m in errors] == [("shop_00", "orders_00"), ("shop_01", "orders_07")]
+    assert [(m.db, m.table) for m in errors] == [("shop_00", "orders_28")]
     assert "claimed by both" in (errors[0].error or "")

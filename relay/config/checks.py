@@ -1,0 +1,137 @@
+"""Every problem of a ``RelayConfig`` that can be found without a network, all of them in one pass.
+
+Owns the cross-key rules of ``conf/relay.yaml`` (positions backend against HA and exactly-once, the
+schema history's store, store sizes, filters, Kafka passthrough settings…); each section's own rules
+live beside its settings (``relay.config.sections``, ``relay.common.tls``) and report all their problems
+too. ``RelayConfig.validate`` raises them together, as ``relay.config.load`` does with unknown keys,
+wrong types and duplicate keys, so one run of ``relay check`` or ``relay run`` names every key to fix.
+Pure functions, on the caller's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from relay.config.model import RelayConfig
+from relay.config.sections import (
+    compile_filter,
+    store_problems,
+    validate_counter,
+    validate_failover,
+    validate_ha,
+    validate_kafka_settings,
+    validate_source_capture,
+)
+from relay.errors import ConfigError, InvalidConfigError
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def add(self, key: str, problem: str) -> None:
+        self.errors.append(ConfigError(key, problem))
+
+    def run(self, check: Callable[..., Any], *args: Any) -> None:
+        try:
+            check(*args)
+        except InvalidConfigError as exc:
+            self.errors.extend(exc.errors)
+        except ConfigError as exc:
+            self.errors.append(exc)
+
+
+def config_problems(c: RelayConfig) -> list[ConfigError]:
+    p = _Problems()
+    if not c.instance or not all(ch.isalnum() or ch in "._-" for ch in c.instance):
+        p.add("instance", f"must be letters, digits, '.', '_' or '-', got {c.instance!r}")
+    if c.positions.backend not in ("file", "zookeeper", "kafka"):
+        p.add("positions.backend", f"unknown backend {c.positions.backend!r}; known: file, zookeeper, kafka")
+    if not 0 <= c.positions.save_interval_seconds <= 10:
+        p.add(
+            "positions.save_interval_seconds",
+            f"must be between 0 and 10, got {c.positions.save_interval_seconds!r}",
+        )
+    _transactions(c, p)
+    _ha(c, p)
+    p.run(c.metrics.validate, "metrics")
+    p.run(c.snapshot.validate, "snapshot")
+    p.run(c.source.tls.validate, "source.tls")
+    if c.mapping.store not in ("file", "zookeeper"):
+        p.add("mapping.store", f"must be file or zookeeper, got {c.mapping.store!r}")
+    if c.mapping.reload_check_seconds <= 0:
+        p.add("mapping.reload_check_seconds", "must be positive")
+    if c.mapping.move not in ("copy", "switch"):
+        p.add("mapping.move", f"must be copy or switch, got {c.mapping.move!r}")
+    if c.mapping.move_rate < 0:
+        p.add("mapping.move_rate", f"must be 0 (no limit) or positive, got {c.mapping.move_rate}")
+    if not 0 < c.source.port < 65536:
+        p.add("source.port", f"must be a TCP port, got {c.source.port}")
+    if c.source.server_id <= 0:
+        p.add("source.server_id", "must be a positive replica server id")
+    p.run(validate_source_capture, c.source, "source")
+    if c.publish.batch_size <= 0:
+        p.add("publish.batch_size", "must be positive")
+    if c.publish.max_inflight_batches <= 0:
+        p.add("publish.max_inflight_batches", "must be positive")
+    if c.logging.format not in ("plain", "json"):
+        p.add("logging.format", f"must be plain or json, got {c.logging.format!r}")
+    if c.logging.level.upper() not in LEVELS:
+        p.add("logging.level", f"must be DEBUG, INFO, WARNING or ERROR, got {c.logging.level!r}")
+    s = c.store
+    for name, problem in store_problems(
+        s.buffer_size, s.memunit, s.batch_mode, s.ddl_isolation, s.entry_weight
+    ):
+        p.add(f"store.{name}", problem)
+    f = c.filter
+    p.run(compile_filter, f.include, "filter.include")
+    p.run(compile_filter, f.exclude, "filter.exclude")
+    p.run(validate_counter, f.empty_transaction_interval_ms, "filter.empty_transaction_interval_ms")
+    p.run(validate_counter, f.empty_transaction_threshold, "filter.empty_transaction_threshold")
+    p.run(validate_kafka_settings, c.kafka.settings, "kafka.settings")
+    _schema(c, p)
+    return p.errors
+
+
+def _schema(c: RelayConfig, p: _Problems) -> None:
+    if c.schema.history not in ("off", "auto", "always"):
+        p.add("schema.history", f"must be off, auto or always, got {c.schema.history!r}")
+    if c.schema.history != "off" and c.positions.backend == "kafka" and not c.schema.topic:
+        p.add("schema.topic", "must name a topic (positions.backend: kafka keeps the history there)")
+
+
+def _transactions(c: RelayConfig, p: _Problems) -> None:
+    k = c.kafka
+    if k.exactly_once and not k.transactions:
+        p.add("kafka.exactly_once", "needs kafka.transactions: true")
+    if k.exactly_once != (c.positions.backend == "kafka"):
+        if k.exactly_once:
+            p.add("positions.backend", "must be kafka when kafka.exactly_once is true")
+        else:
+            p.add("positions.backend", "kafka needs kafka.exactly_once: true")
+    if k.transactions:
+        try:
+            transactional_id = k.transactional_id.format(instance=c.instance)
+        except (KeyError, IndexError, ValueError):
+            transactional_id = ""
+            p.add(
+                "kafka.transactional_id", f"{k.transactional_id!r}: only {{instance}} may be used in braces"
+            )
+        if not transactional_id.strip():
+            p.add("kafka.transactional_id", "must not be empty")
+    if k.transaction_linger_seconds < 0:
+        p.add("kafka.transaction_linger_seconds", "must not be negative")
+    if k.exactly_once and not k.positions_topic:
+        p.add("kafka.positions_topic", "must name a topic")
+
+
+def _ha(c: RelayConfig, p: _Problems) -> None:
+    p.run(validate_failover, c.source, "source")
+    if c.ha.enabled and c.positions.backend == "file":
+        # A file cannot be shared by relays on several hosts, nor fenced by the leader's epoch
+        # (ZooKeeper's compare-and-set is; so is a Kafka position by the transactional producer's epoch).
+        p.add("positions.backend", "must be zookeeper (or kafka) when ha.enabled is true")
+    p.run(validate_ha, c.ha, "ha")

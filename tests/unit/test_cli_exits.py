@@ -1,0 +1,90 @@
+"""The ``relay`` command as a process: a closed pipe ends quietly, and ``relay status`` with ZooKeeper
+unreachable answers within the configured connect timeout with one line about it (before: a
+BrokenPipeError traceback; 21 s and 15 kazoo warnings). No service is needed: the ports are ones nobody
+listens on, the pipe is a real one closed by the reader after one line.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+RELAY = [sys.executable, "-m", "relay.cli"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "RELAY_STATE_DIR": str(tmp_path / "state")}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, never listening: connections are refused or time out
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stderr_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and "running pure Python" not in line]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    # a mapping file far larger than a pipe's buffer (its comments are shown too), so the command is
+    # still writing when the reader closes
+    notes = "".join(f"# note {i}: {'x' * 70}\n" for i in range(3000))
+    path = tmp_path / "mapping.yaml"
+    path.write_text(notes + 'logical_dbs:\n  shop:\n    physical: ["shop_\\\\d+"]\n    key_shard: physical\n')
+    proc = subprocess.Popen(
+        [*RELAY, "mapping", "show", "-f", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    assert first
+    proc.stdout.close()  # what `| head -1` does
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert _stderr_lines(err) == [], err
+    assert code == 141, code
+
+
+def test_status_with_zookeeper_unreachable_answers_within_its_connect_timeout(tmp_path: Path) -> None:
+    timeout = 3.0
+    zk = _closed_port()
+    (tmp_path / "mapping.yaml").write_text(
+        yaml.safe_dump({"logical_dbs": {"shop": {"physical": ["shop_\\d+"], "key_shard": "physical"}}})
+    )
+    config = {
+        "instance": "t",
+        "source": {"host": "127.0.0.1", "port": _closed_port(), "connect_timeout": 1.0},
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{_closed_port()}"},
+        "mapping": {"file": "mapping.yaml"},
+        "positions": {"backend": "zookeeper"},
+        "ha": {"enabled": True, "zookeeper": f"127.0.0.1:{zk}", "connect_timeout_seconds": timeout},
+    }
+    (tmp_path / "relay.yaml").write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    done = subprocess.run(
+        [*RELAY, "status", "-c", str(tmp_path / "relay.yaml")],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, (done.returncode, done.stderr)  # not running
+    assert _stderr_lines(done.stderr) == [], done.stderr  # no kazoo warnings
+    about = [line for line in done.stdout.splitlines() if "ZooKeeper" in line]
+    assert len(about) == 1 and about[0].startswith("zookeeper_error"), done.stdout
+    assert f"127.0.0.1:{zk}" in about[0]
+    # one wait of the connect timeout (not one per ZooKeeper reader), plus the interpreter's start and
+    # the MySQL probe of a refused port, with room for a loaded machine
+    assert took < 2 * timeout, took
