@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from relay.cli import values
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
@@ -44,10 +45,13 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     bench.add_argument(
         "--workloads",
+        type=values.subset(WORKLOADS, "workloads", extra=("none",)),
         default=",".join(WORKLOADS),
         help="comma-separated subset of W1,W2,W3,W4,W5; none: only the snapshot (S) and verify (V) workloads",
     )
-    bench.add_argument("--repeat", type=int, help="repetitions per figure (default 3; --quick 1)")
+    bench.add_argument(
+        "--repeat", type=values.positive_int, help="repetitions per figure (default 3; --quick 1)"
+    )
     for name in WORKLOADS:
         bench.add_argument(
             f"--{name.lower()}-rows",
@@ -68,7 +72,10 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     bench.add_argument("--no-baselines", action="store_true", help="measure the relay only")
     bench.add_argument(
-        "--latency-rate", type=float, default=1000.0, help="offered rows/s for the latency figure"
+        "--latency-rate",
+        type=values.positive_float,
+        default=1000.0,
+        help="offered rows/s for the latency figure",
     )
     bench.add_argument(
         "--latency-seconds", type=float, help="how long to offer it (default 8; --quick 3; 0 skips)"
@@ -77,11 +84,14 @@ def add_bench_parser(subparsers: Any) -> None:
         "--stall-mb", type=int, help="backlog written while the broker is stopped (default 1024; 0 skips)"
     )
     bench.add_argument(
-        "--mysql", help="mysql://user:password@host:port with REPLICATION SLAVE (default: embedded MariaDB)"
+        "--mysql",
+        type=values.mysql_url,
+        help="mysql://user:password@host:port with REPLICATION SLAVE (default: embedded MariaDB)",
     )
     bench.add_argument("--kafka", help="bootstrap host:port (default: an embedded Tansu broker)")
     bench.add_argument(
         "--set",
+        type=values.dotted_setting,
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.cli import values
 from relay.dev import services
 from relay.errors import RelayError, ServiceError
 
@@ -255,7 +256,12 @@ def add_dev_parser(subparsers: Any) -> None:
         "Starting is all or nothing: if one server fails, those started by this call are stopped again "
         "and the failing server's log tail is printed.",
     )
-    up.add_argument("--only", metavar="LIST", help="comma-separated subset of: mysql,kafka,zk (default: all)")
+    up.add_argument(
+        "--only",
+        type=values.subset(SERVICES, "service(s)"),
+        metavar="LIST",
+        help="comma-separated subset of: mysql,kafka,zk (default: all)",
+    )
     up.set_defaults(func=cmd_up)
     down = actions.add_parser(
         "down",

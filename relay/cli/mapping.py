@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from relay.cli import values
 from relay.cli.mapping_commands import (
     STORE_HELP,
     Handler,
@@ -324,7 +325,9 @@ def add_replay_parser(subparsers: Any) -> None:
         "--restart", action="store_true", help="ignore the checkpoint and start from the beginning"
     )
     p.add_argument("--dry-run", action="store_true", help="count what would move; publish nothing")
-    p.add_argument("--chunk", type=int, default=500, help="records per delivered chunk (default 500)")
+    p.add_argument(
+        "--chunk", type=values.positive_int, default=500, help="records per delivered chunk (default 500)"
+    )
     p.set_defaults(func=cmd_replay)
 
 

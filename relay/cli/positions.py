@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from relay.binlog.events import GtidEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.cli import values
 from relay.common.redact import redact, redact_value
 from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
@@ -61,10 +62,16 @@ def add_positions_parser(sub: Any) -> None:
     )
     put.add_argument("-c", "--config", required=True, help="the relay's config file")
     where = put.add_mutually_exclusive_group(required=True)
-    where.add_argument("--file", help="binlog file, e.g. mysql-bin.000042")
-    where.add_argument("--gtid", help="executed GTID set: MySQL uuid:1-100, MariaDB 0-1-100")
-    where.add_argument("--timestamp", help="ISO time (2026-01-31T12:00:00+00:00) or ms since the epoch")
-    put.add_argument("--offset", type=int, default=4, help="offset in --file (default 4: its start)")
+    where.add_argument("--file", type=values.binlog_file, help="binlog file, e.g. mysql-bin.000042")
+    where.add_argument(
+        "--gtid", type=values.gtid_set, help="executed GTID set: MySQL uuid:1-100, MariaDB 0-1-100"
+    )
+    where.add_argument(
+        "--timestamp", type=values.instant, help="ISO time (2026-01-31T12:00:00+00:00) or ms since the epoch"
+    )
+    put.add_argument(
+        "--offset", type=values.positive_int, default=4, help="offset in --file (default 4: its start)"
+    )
     put.set_defaults(func=cmd_positions_set)
 
 

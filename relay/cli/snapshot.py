@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from relay.cli import values
 from relay.config.state import POSITION_FILE, STATUS_FILE
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ def add_snapshot_parser(sub: Any) -> None:
         "that fails is refused naming the shard.",
     )
     run.add_argument("-c", "--config", required=True, help="the relay's config file")
-    run.add_argument("--table", required=True, help="the logical db.table, e.g. shop.orders")
+    run.add_argument(
+        "--table", required=True, type=values.db_table, help="the logical db.table, e.g. shop.orders"
+    )
     run.add_argument(
         "--where",
         default="",

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from relay.cli import values
+
 
 def add_spark_parser(subparsers: Any) -> None:
     """Add ``spark mirror`` and ``spark bench`` to the ``relay`` command."""
@@ -72,11 +74,22 @@ def add_spark_parser(subparsers: Any) -> None:
     mirror.add_argument(
         "--source", default="relay-kafka", help="relay-kafka (default) or kafka (Spark's jar)"
     )
-    mirror.add_argument("--starting-offsets", default="earliest", help="earliest (default), latest or JSON")
-    mirror.add_argument("--max-offsets-per-trigger", type=int, help="records per micro-batch at most")
+    mirror.add_argument(
+        "--starting-offsets",
+        type=values.offsets,
+        default="earliest",
+        help="earliest (default), latest or JSON",
+    )
+    mirror.add_argument(
+        "--max-offsets-per-trigger", type=values.positive_int, help="records per micro-batch at most"
+    )
     mirror.add_argument("--available-now", action="store_true", help="stop once caught up")
-    mirror.add_argument("--trigger-seconds", type=float, default=5.0, help="micro-batch interval (default 5)")
-    mirror.add_argument("--tables", help="comma-separated logical tables db.table (default: all)")
+    mirror.add_argument(
+        "--trigger-seconds", type=values.positive_float, default=5.0, help="micro-batch interval (default 5)"
+    )
+    mirror.add_argument(
+        "--tables", type=values.tables, help="comma-separated logical tables db.table (default: all)"
+    )
     mirror.add_argument("--codec", default="auto", choices=("auto", "canal-json", "canal-protobuf"))
     mirror.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     mirror.add_argument(
@@ -86,6 +99,7 @@ def add_spark_parser(subparsers: Any) -> None:
     )
     mirror.add_argument(
         "--kafka-option",
+        type=values.setting,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -93,7 +107,7 @@ def add_spark_parser(subparsers: Any) -> None:
     )
     mirror.set_defaults(func=cmd_mirror)
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
-    bench.add_argument("--records", type=int, default=200_000)
+    bench.add_argument("--records", type=values.positive_int, default=200_000)
     bench.add_argument("--runs", type=int, default=5)
     bench.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
     bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")

@@ -170,3 +170,46 @@ def choices(names: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...
         return tuple(n for n in names if n.lower() in wanted)
 
     return parse
+
+
+def setting(text: str) -> str:
+    """``KEY=VALUE`` kept as text (the command splits it again)."""
+    key_value(text)
+    return text
+
+
+def dotted_setting(text: str) -> str:
+    """``SECTION.KEY=VALUE`` kept as text (``relay bench --set``)."""
+    key, sep, _ = text.partition("=")
+    if not sep or "." not in key or not all(part.strip() for part in key.split(".")):
+        raise Bad(f"expected SECTION.KEY=VALUE such as publish.batch_size=512, got {text!r}")
+    return text
+
+
+def tables(text: str) -> str:
+    """Comma-separated ``db.table`` names, kept as text."""
+    items = [part.strip() for part in text.split(",")]
+    if not any(items):
+        raise Bad(f"expected comma-separated <db>.<table> names, got {text!r}")
+    for item in items:
+        db_table(item)
+    return text
+
+
+def binlog_file(text: str) -> str:
+    """A binlog file name (``mysql-bin.000042``)."""
+    if not re.fullmatch(r"[\w.+-]+", text):
+        raise Bad(f"expected a binlog file name such as mysql-bin.000042, got {text!r}")
+    return text
+
+
+def subset(names: tuple[str, ...], what: str, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """A comma-separated subset of ``names`` (any case; ``extra`` words also accepted), kept as text."""
+    pick = choices(names, what)
+
+    def parse(text: str) -> str:
+        if text.strip().lower() not in extra:
+            pick(text)
+        return text
+
+    return parse
