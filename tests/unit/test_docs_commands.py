@@ -23,9 +23,12 @@ _OPTION_VALUE = re.compile(r"\s--?[\w-]+[ =][^-\s]")
 
 
 def shown_commands(text: str) -> list[str]:
-    """`relay …` commands: lines of fenced blocks (continuations joined), inline spans holding an option."""
+    """`relay …` commands: lines of fenced blocks (continuations joined; not ```text blocks, which show
+    output), inline spans holding an option."""
     candidates: list[str] = []
-    for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.DOTALL):
+    for info, block in re.findall(r"```([^\n]*)\n(.*?)```", text, re.DOTALL):
+        if info.strip() == "text":  # a command's output, not a command
+            continue
         candidates += block.replace("\\\n", " ").splitlines()
     prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
     # An inline span is an example to run when it gives an option a value (`relay schema show --table t`);

@@ -102,7 +102,7 @@ def test_a_plan_names_the_tables_that_change_topic_and_where_they_go() -> None:
 def test_a_move_that_changes_the_codec_or_a_protobuf_key_is_refused_naming_the_table() -> None:
     with pytest.raises(InvalidMappingError, match=r"shop_00\.orders_00.*canal-json.*canal-protobuf"):
         plan_move(V1, mapping(2, {"topic": "x", "codec": "canal-protobuf"}), TABLES, "src")
-    proto = mapping(1, {"codec": "canal-protobuf"})
+    proto = mapping(1, {"codec": "canal-protobuf", "topic": "shop.orders"})  # one codec per topic
     with pytest.raises(InvalidMappingError, match="another key"):
         plan_move(
             proto, mapping(2, {"codec": "canal-protobuf", "topic": "x", "key": ["status"]}), TABLES, "s"
@@ -292,7 +292,8 @@ def test_positions_set_keeps_the_mapping_version_the_relay_last_published_under(
 def test_an_edit_that_changes_a_tables_topic_and_codec_together_is_named() -> None:
     both = mapping(2, {"topic": "x", "codec": "canal-protobuf"})
     assert codec_moves(V1, both) == ["logical table shop.orders"]
-    assert codec_moves(V1, mapping(2, {"codec": "canal-protobuf"})) == []  # the codec alone: no move
+    own = mapping(3, {"topic": "shop.orders", "codec": "canal-protobuf"})
+    assert codec_moves(V2, own) == []  # the codec alone (in the table's own topic): no move
     assert codec_moves(V1, V2) == []  # the topic alone
     db = mapping(2, topic="shop.all", codec="canal-protobuf")
     assert codec_moves(V1, db) == [
