@@ -76,15 +76,16 @@ def relay_account(mysql_service: Any) -> Iterator[tuple[str, str, str]]:
     """(prefix, user, password): an account made by deploy/mysql/relay-user.sql for this test's schemas."""
     prefix = f"mt{time.monotonic_ns() % 10**8}"
     user, password = f"relay_{prefix}", f"Pw-{uuid.uuid4().hex[:12]}-secret"
-    sql = (
-        DEPLOY_SQL.read_text()
-        .replace("${RELAY_MYSQL_USER}", user)
-        .replace("${RELAY_MYSQL_PASSWORD}", password)
-        .replace("${RELAY_CAPTURED_SCHEMAS}", f"{prefix}\\_%")
-    )
+    # The file takes its values from user variables (nothing is substituted into it): set them, then run
+    # its statements in the same session, as `SOURCE` in a client session would.
+    sql = re.sub(r"(?m)^--[^\n]*", "", DEPLOY_SQL.read_text())
     conn = mysql_service.connect()
     with conn.cursor() as cur:
-        for statement in re.sub(r"--[^\n]*", "", sql).split(";"):
+        cur.execute(
+            "SET @relay_user = %s, @relay_password = %s, @relay_schemas = %s",
+            (user, password, f"{prefix}\\_%"),  # the pattern prefix\_%: a literal underscore
+        )
+        for statement in sql.split(";"):
             if statement.strip():
                 cur.execute(statement)
     create_shards(conn, prefix, SHARDS, TABLES)
