@@ -37,7 +37,8 @@ NO_GEOMETRY = [c for c in _COLUMNS if c.name != "g"]
 def _mapping(db: str) -> dict[str, Any]:
     tables = {
         "types": {"physical": ["types_t"]},
-        "types_pb": {"physical": ["types_p"], "codec": "canal-protobuf"},
+        # A topic of its own: one topic carries one codec (mapping validation).
+        "types_pb": {"physical": ["types_p"], "codec": "canal-protobuf", "topic": f"{db}.pb"},
         "types_snap": {"physical": ["types_s"]},
         "keyless": {"physical": ["keyless"]},
         "uniq": {"physical": ["uniq"]},

@@ -33,11 +33,15 @@ def _stderr_lines(text: str) -> list[str]:
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
-    # a mapping file far larger than a pipe's buffer (its comments are shown too), so the command is
-    # still writing when the reader closes
-    notes = "".join(f"# note {i}: {'x' * 70}\n" for i in range(3000))
+    # A mapping whose output (`mapping show` prints the parsed mapping, not the file's comments) is far
+    # larger than a pipe's buffer: a key of 4,000 long column names, so the command is still writing when
+    # the reader closes.
+    keys = ", ".join(f"col_{i}_{'z' * 50}" for i in range(4000))
     path = tmp_path / "mapping.yaml"
-    path.write_text(notes + 'logical_dbs:\n  shop:\n    physical: ["shop_\\\\d+"]\n    key_shard: physical\n')
+    path.write_text(
+        'logical_dbs:\n  shop:\n    physical: ["shop_\\\\d+"]\n    key_shard: physical\n    tables:\n'
+        f'      orders:\n        physical: ["orders_\\\\d+"]\n        key: [{keys}]\n'
+    )
     proc = subprocess.Popen(
         [*RELAY, "mapping", "show", "-f", str(path)],
         stdout=subprocess.PIPE,
@@ -53,6 +57,10 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert _stderr_lines(err) == [], err
     assert code == 141, code
+    full = subprocess.run(
+        [*RELAY, "mapping", "show", "-f", str(path)], capture_output=True, env=_env(tmp_path), check=False
+    )
+    assert full.returncode == 0 and len(full.stdout) > 2 * 65536, "the output must outgrow the pipe's buffer"
 
 
 def test_status_with_zookeeper_unreachable_answers_within_its_connect_timeout(tmp_path: Path) -> None:
