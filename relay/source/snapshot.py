@@ -85,6 +85,30 @@ def position(journal: str, offset: int) -> Pos:
     return (file_order(journal), offset)
 
 
+def text_connection(s: SourceConfig, refuse: Callable[[str], RelayError]) -> Any:
+    """A connection to the source that returns values as the server's text (bytes for binary columns: no
+    float rounding) and renders TIMESTAMP in ``source.timezone``, the zone the binlog side renders it in
+    (``relay.binlog.rows``). Used by snapshots and by ``relay verify``; a zone the server cannot set raises
+    ``refuse(why)`` (the caller's error); connection errors are pymysql's (``mysql.connect``)."""
+    conn = mysql.connect(
+        s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout,
+        read_timeout=max(s.read_timeout, 300.0),
+    )  # fmt: skip
+    zone = s.timezone
+    if zone and zone != "server":
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION time_zone = %s", ("+00:00" if zone.upper() == "UTC" else zone,))
+        except pymysql.err.MySQLError as exc:
+            conn.close()
+            raise refuse(
+                f"the server cannot render TIMESTAMP values in source.timezone {zone!r} ({exc}); load its "
+                "time zone tables or use an offset like +08:00"
+            ) from exc
+    conn.decoders = {}
+    return conn
+
+
 class SnapshotEntry(Entry):
     """A chunk of snapshot rows in the store: an INSERT ROWDATA entry that is its own transaction, plus
     the snapshot's checkpoint after it and its memory size (the rows' text, not the length of 1 that
@@ -291,25 +315,7 @@ class Snapshot:
 
     # -- reader threads ---------------------------------------------------------------------------
     def _connect(self) -> Any:
-        s = self.source
-        conn = mysql.connect(
-            s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout,
-            read_timeout=max(s.read_timeout, 300.0),
-        )  # fmt: skip
-        zone = s.timezone
-        if zone and zone != "server":
-            # TIMESTAMP text in the zone the binlog side renders it in (relay.binlog.rows).
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SET SESSION time_zone = %s", ("+00:00" if zone.upper() == "UTC" else zone,))
-            except pymysql.err.MySQLError as exc:
-                conn.close()
-                raise SourceError(
-                    f"snapshot: the server cannot render TIMESTAMP values in source.timezone {zone!r} "
-                    f"({exc}); load its time zone tables or use an offset like +08:00"
-                ) from exc
-        conn.decoders = {}  # values as the server's text (bytes for binary columns): no float rounding
-        return conn
+        return text_connection(self.source, lambda why: SourceError(f"snapshot: {why}"))
 
     def _read_tables(self) -> None:
         """One reader: tables from the queue until none is left. A lost connection is retried with

@@ -34,7 +34,7 @@ from relay.config.sections import SourceConfig
 from relay.errors import SourceError, VerifyError
 from relay.ops.verify.digest import double_layout_matches, double_probe_sql, quote_name, row_hash_sql
 from relay.ops.verify.shards import JoinKey, Shard
-from relay.source.snapshot import position
+from relay.source.snapshot import position, text_connection
 from relay.source.snapshot_rows import K_BIT, K_FLOAT, K_INT, Row, query_rows
 from relay.source.snapshot_tables import TableSpec, describe_table, list_tables
 
@@ -124,23 +124,7 @@ class SourceReader:
 
     # -- connection ------------------------------------------------------------------------------
     def open(self) -> None:
-        s = self.source
-        conn = mysql.connect(
-            s.host, s.port, s.user, s.password, tls=s.tls, connect_timeout=s.connect_timeout,
-            read_timeout=max(s.read_timeout, 300.0),
-        )  # fmt: skip
-        zone = s.timezone
-        if zone and zone != "server":
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SET SESSION time_zone = %s", ("+00:00" if zone.upper() == "UTC" else zone,))
-            except pymysql.err.MySQLError as exc:
-                conn.close()
-                raise VerifyError(
-                    f"the source cannot render TIMESTAMP values in source.timezone {zone!r} ({exc})"
-                ) from exc
-        conn.decoders = {}  # values as the server's text: no float rounding
-        self._conn = conn
+        self._conn = text_connection(self.source, lambda why: VerifyError(f"the source: {why}"))
 
     def close(self) -> None:
         if self._conn is not None:
