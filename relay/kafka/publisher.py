@@ -271,11 +271,21 @@ class KafkaPublisher:
     def _commit_transaction(self) -> None:
         """``commit_transaction``, called again while it fails retriably (librdkafka: "retry call to
         resume", e.g. a timeout: the commit may still be under way, and an abort then conflicts with it),
-        up to the delivery timeout; what it raises then, or any other error, is the caller's."""
-        deadline = time.monotonic() + self._config.delivery_timeout_s
+        up to the delivery timeout; any other error is the caller's.
+
+        A commit still unanswered at the delivery timeout has an unknown outcome: the publisher becomes
+        unusable (``ProducerFatalError``) and the relay stops with nothing of the transaction acked; a
+        restart's ``init_transactions`` settles it. Aborting instead is not possible (librdkafka refuses an
+        abort while the commit is under way: ``_CONFLICT``). One cause: a broker that answers a fenced
+        producer's EndTxn by closing the connection rather than with PRODUCER_FENCED (Tansu) — the fence
+        itself is then never reported.
+        """
+        timeout = self._config.delivery_timeout_s
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                self._producer.commit_transaction(self._control_timeout())
+                left = max(deadline - time.monotonic(), 0.1)
+                self._producer.commit_transaction(min(self._control_timeout(), left))
                 return
             except KafkaException as exc:
                 err = exc.args[0]
@@ -285,14 +295,24 @@ class KafkaPublisher:
                 self.poll(0)
                 if self._fatal is not None:
                     raise self._fatal from exc
-                if (
-                    not err.retriable()
-                    or err.txn_requires_abort()
-                    or err.fatal()
-                    or time.monotonic() >= deadline
-                ):
+                if not err.retriable() or err.txn_requires_abort() or err.fatal():
                     raise
+                if time.monotonic() >= deadline:
+                    raise self._in_doubt(
+                        f"commit_transaction unanswered for {timeout:g} s ({_describe(err)})"
+                    ) from exc
                 log.warning("commit_transaction: %s; calling it again to resume", _describe(err))
+
+    def _in_doubt(self, what: str) -> ProducerFatalError:
+        """The open transaction's outcome is unknown: the publisher is unusable, nothing more is acked."""
+        self._fatal = ProducerFatalError(
+            f"{what}: the open transaction's outcome is unknown; stopping (nothing of it is acked; a "
+            "restart's init_transactions settles it)"
+        )
+        log.error("%s", self._fatal)
+        for handle in self._inflight:
+            handle.fail(self._fatal)
+        return self._fatal
 
     def _await_delivery(self, last: BatchHandle) -> None:
         deadline = time.monotonic() + self._config.delivery_timeout_s
@@ -323,11 +343,7 @@ class KafkaPublisher:
                 # relay stops for what happened (fenced: exit 3) rather than for the timeout it caused.
                 self.poll(0.5)
             if self._fatal_now() is None:
-                self._fatal = ProducerFatalError(
-                    f"{error}: the open transaction's outcome is unknown; stopping (nothing of it is "
-                    "acked; a restart's init_transactions aborts it)"
-                )
-                log.error("%s", self._fatal)
+                self._in_doubt(str(error))
 
     def _fatal_now(self) -> ProducerFatalError | None:
         """``_fatal`` read afresh: ``poll`` serves callbacks that may set it, and a type checker (and mypyc,
