@@ -541,6 +541,52 @@ def single_table_mapping(prefix: str, partitions: int = 3) -> dict[str, Any]:
     }
 
 
+@dataclass
+class OneTableCase:
+    """A test's one sharded table ``{prefix}_00.orders_00`` → topic ``{prefix}.orders``, its relays (each
+    with a log of its own) and its SQL; ``EXTRA`` is the config every ``configure`` starts from."""
+
+    EXTRA: ClassVar[dict[str, Any]] = {"logging": {"level": "INFO"}}
+
+    prefix: str
+    tmp: Path
+    mysql: Any
+    bootstrap: str
+    conn: Any
+    start: tuple[str, int]
+    procs: list[RelayProcess] = field(default_factory=list)
+
+    @property
+    def table(self) -> str:
+        return f"{self.prefix}_00.orders_00"
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}.orders"
+
+    def configure(self, extra: dict[str, Any] | None = None) -> Path:
+        return write_configs(
+            self.tmp,
+            mysql=self.mysql,
+            bootstrap=self.bootstrap,
+            mapping=single_table_mapping(self.prefix),
+            start=self.start,
+            instance=self.prefix,
+            include=f"{self.prefix}_\\d+\\..*",
+            extra={**self.EXTRA, **(extra or {})},
+        )
+
+    def relay(self, cfg: Path) -> RelayProcess:
+        proc = RelayProcess(cfg, self.tmp / f"relay{len(self.procs)}.log").start()
+        self.procs.append(proc)
+        return proc
+
+    def sql(self, *statements: str, conn: Any = None) -> None:
+        with (conn or self.conn).cursor() as cur:
+            for s in statements:
+                cur.execute(s)
+
+
 class RelayThread:
     """A relay in a thread of the test process, its mapping read from the configured store, stopped the way
     SIGTERM stops it; leaving the ``with`` block asserts it stopped and raised nothing."""

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from relay.dev.bench.workloads import sequence_source
 from relay.kafka.codec import sequence
 from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import (
+    OneTableCase,
     Rec,
     RelayProcess,
     apply_records,
@@ -34,9 +35,7 @@ from tests.integration.relay_harness import (
     master_position,
     read_topic,
     select_orders,
-    single_table_mapping,
     wait_for,
-    write_configs,
 )
 
 INSERTS = 250_000
@@ -45,45 +44,7 @@ BOUND_MB = 16 + 200  # the default store's budget + the fixed allowance (README,
 
 
 @dataclass
-class Bulk:
-    prefix: str
-    tmp: Path
-    mysql: Any
-    bootstrap: str
-    conn: Any
-    start: tuple[str, int]
-    procs: list[RelayProcess] = field(default_factory=list)
-
-    @property
-    def table(self) -> str:
-        return f"{self.prefix}_00.orders_00"
-
-    @property
-    def topic(self) -> str:
-        return f"{self.prefix}.orders"
-
-    def configure(self, extra: dict[str, Any] | None = None) -> Path:
-        return write_configs(
-            self.tmp,
-            mysql=self.mysql,
-            bootstrap=self.bootstrap,
-            mapping=single_table_mapping(self.prefix),
-            start=self.start,
-            instance=self.prefix,
-            include=f"{self.prefix}_\\d+\\..*",
-            extra={"logging": {"level": "INFO"}, **(extra or {})},
-        )
-
-    def relay(self, cfg: Path) -> RelayProcess:
-        proc = RelayProcess(cfg, self.tmp / f"relay{len(self.procs)}.log").start()
-        self.procs.append(proc)
-        return proc
-
-    def sql(self, *statements: str, conn: Any = None) -> None:
-        with (conn or self.conn).cursor() as cur:
-            for s in statements:
-                cur.execute(s)
-
+class Bulk(OneTableCase):
     def bulk(self) -> tuple[str, int]:
         """The one large transaction (after a small one, before another); returns where it starts."""
         self.sql(f"INSERT INTO {self.table} VALUES (-1, 'BEFORE', 1.00, 'small')")

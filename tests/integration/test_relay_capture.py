@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pymysql
 import pytest
@@ -27,6 +27,7 @@ from relay.kafka.codec import sequence
 from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import (
     REPO_ROOT,
+    OneTableCase,
     Rec,
     RelayProcess,
     apply_records,
@@ -36,9 +37,7 @@ from tests.integration.relay_harness import (
     master_position,
     read_topic,
     select_orders,
-    single_table_mapping,
     wait_for,
-    write_configs,
 )
 
 SHARDS, TABLES = 1, 1
@@ -47,14 +46,9 @@ QUIET: dict[str, Any] = {"logging": {"level": "INFO"}, "publish": {"batch_size":
 
 
 @dataclass
-class Capture:
-    prefix: str
-    tmp: Path
-    mysql: Any
-    bootstrap: str
-    conn: Any
-    start: tuple[str, int]
-    procs: list[RelayProcess] = field(default_factory=list)
+class Capture(OneTableCase):
+    EXTRA: ClassVar[dict[str, Any]] = QUIET
+
     sessions: list[Any] = field(default_factory=list)
 
     def session(self, **kw: Any) -> Any:
@@ -62,36 +56,6 @@ class Capture:
         conn = self.mysql.connect(**kw)
         self.sessions.append(conn)
         return conn
-
-    @property
-    def table(self) -> str:
-        return f"{self.prefix}_00.orders_00"
-
-    @property
-    def topic(self) -> str:
-        return f"{self.prefix}.orders"
-
-    def configure(self, extra: dict[str, Any] | None = None) -> Path:
-        return write_configs(
-            self.tmp,
-            mysql=self.mysql,
-            bootstrap=self.bootstrap,
-            mapping=single_table_mapping(self.prefix),
-            start=self.start,
-            instance=self.prefix,
-            include=f"{self.prefix}_\\d+\\..*",
-            extra={**QUIET, **(extra or {})},
-        )
-
-    def relay(self, cfg: Path) -> RelayProcess:
-        proc = RelayProcess(cfg, self.tmp / f"relay{len(self.procs)}.log").start()
-        self.procs.append(proc)
-        return proc
-
-    def sql(self, *statements: str, conn: Any = None) -> None:
-        with (conn or self.conn).cursor() as cur:
-            for s in statements:
-                cur.execute(s)
 
     def insert(self, *ids: int, conn: Any = None) -> None:
         self.sql(*(f"INSERT INTO {self.table} VALUES ({i}, 'NEW', {i}.25, 'n{i}')" for i in ids), conn=conn)
