@@ -23,9 +23,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -39,6 +39,7 @@ from relay.ops.status import status_report
 from relay.positions.store import ResumePoint
 from tests.integration.relay_harness import (
     REPO_ROOT,
+    OneTableCase,
     Rec,
     RelayProcess,
     Writer,
@@ -52,9 +53,7 @@ from tests.integration.relay_harness import (
     read_topic,
     row_sequences,
     select_orders,
-    single_table_mapping,
     wait_for,
-    write_configs,
 )
 
 SHARDS, TABLES = 2, 2
@@ -74,37 +73,10 @@ POSITION = re.compile(r"[\w.-]+\.\d+:\d+|journal='[^']+', offset=\d+")
 
 
 @dataclass
-class Case:
-    """One test's sharded tables, its relay configs and the relay processes it started."""
+class Case(OneTableCase):
+    """One test's sharded tables, its relay configs (each call gives the whole ``extra``) and relays."""
 
-    prefix: str
-    tmp: Path
-    mysql: Any
-    bootstrap: str
-    conn: Any
-    start: tuple[str, int]
-    procs: list[RelayProcess] = field(default_factory=list)
-
-    @property
-    def topic(self) -> str:
-        return f"{self.prefix}.orders"
-
-    def configure(self, extra: dict[str, Any]) -> Path:
-        return write_configs(
-            self.tmp,
-            mysql=self.mysql,
-            bootstrap=self.bootstrap,
-            mapping=single_table_mapping(self.prefix),
-            start=self.start,
-            instance=self.prefix,
-            include=f"{self.prefix}_\\d+\\..*",
-            extra=extra,
-        )
-
-    def relay(self, cfg: Path) -> RelayProcess:
-        proc = RelayProcess(cfg, self.tmp / f"relay{len(self.procs)}.log").start()
-        self.procs.append(proc)
-        return proc
+    EXTRA: ClassVar[dict[str, Any]] = {}
 
     def writer(self, rate: float = 300.0) -> Writer:
         return Writer(self.mysql, self.prefix, SHARDS, TABLES, rate=rate, seed=len(self.prefix))
