@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -196,6 +197,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # SIGUSR1: every thread's Python stack to stderr (the log), written from the C signal handler — it
+    # answers even when the main thread is stuck in a call that never returns to Python.
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         point = relay.run()
     except LeadershipError as exc:

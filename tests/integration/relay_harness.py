@@ -358,7 +358,18 @@ class RelayProcess:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the relay still runs after {timeout} s:\n{self.log()[-4000:]}") from None
+            raise AssertionError(f"the relay still runs after {timeout} s:\n{self.stacks()}") from None
+
+    def stacks(self) -> str:
+        """The log's tail, then every thread's stack (``relay run`` dumps them on SIGUSR1)."""
+        tail = self.log()[-4000:]
+        size = len(self.log())
+        with contextlib.suppress(ProcessLookupError):
+            self.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "Current thread" not in self.log()[size:]:
+            time.sleep(0.1)
+        return f"{tail}\n--- thread stacks after SIGUSR1 ---\n{self.log()[size:][-12000:]}"
 
     def stop(self) -> None:
         """Make sure the child is gone (test clean-up): SIGKILL if it still runs."""
