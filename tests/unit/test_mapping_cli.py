@@ -135,6 +135,9 @@ def test_validate_and_resolve_warn_about_keys_that_may_collide_exit_status_zero(
 ) -> None:
     f = ("-f", str(mfile))
     code, out, err = run(capsys, "validate", *f)
+    assert code == 0 and out.endswith("is valid\n") and err == ""  # the documented example warns of nothing
+    assert run(capsys, "db", "set", "shop", "--clear", "key_shard", *f)[0] == 0
+    code, out, err = run(capsys, "validate", *f)
     assert code == 0 and "is valid (1 warning)" in out
     assert err.startswith("warning: logical_dbs.shop.key_shard: each unclaimed table of shop (own_name)")
     assert run(capsys, "table", "set", "shop.orders", "--clear", "key_shard", *f)[0] == 0
