@@ -22,7 +22,7 @@ from typing import Any
 
 from relay.binlog import types as t
 from relay.binlog.events import ColumnMeta
-from relay.errors import SourceError
+from relay.errors import NoSuchTableError, SourceError
 from relay.source.snapshot_rows import (
     K_BINARY,
     K_BIT,
@@ -51,10 +51,6 @@ _SPATIAL = frozenset({
     "geometrycollection", "geomcollection",
 })  # fmt: skip
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
-
-
-class NoSuchTableError(SourceError):
-    """The table is gone (dropped or renamed since the snapshot listed it)."""
 
 
 def quote_name(name: str) -> str:
