@@ -9,7 +9,7 @@ a new binlog history, so the sequences published from it sort after every earlie
 
 "Active" means any of: a process holds the file position's lock (``relay.positions.lock``); the status
 file names a live process that has not stopped; with HA or the ZooKeeper backend, ZooKeeper has an
-active relay for the instance (``relay.ha.leadership.cluster_report``), or cannot be asked (fail closed).
+active relay for the instance (``relay.ops.cluster.cluster_report``), or cannot be asked (fail closed).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def active_holders(config: RelayConfig) -> list[str]:
     if isinstance(pid, int) and status.get("state") not in ("stopped", "failed") and pid_running(pid):
         reasons.append(f"relay process {pid} is {status.get('state', 'running')} (status file)")
     if config.ha.enabled or config.positions.backend == "zookeeper":
-        from relay.ha.leadership import cluster_report
+        from relay.ops.cluster import cluster_report
 
         report = cluster_report(config.ha, config.instance)
         if report.get("ha_error"):
