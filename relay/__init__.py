@@ -10,10 +10,10 @@ the ring store, the streaming get/ack/rollback API) · ``positions`` (resume poi
 ``ha`` (leadership and fencing) · ``daemon`` (the publish loop) · ``wiring`` (builds the parts from the
 config) · ``ops`` / ``spark`` (status, replay; the PySpark readers) · ``dev`` (local services, demo,
 benchmark) · ``cli`` (the command line). ``mapping`` (a package of its own) is the logical model.
+
+Importing ``relay`` (or ``relay.errors``, ``relay.common``, ``mapping``, ``relay.spark``) has no side
+effects: the build of the hot modules (compiled extensions, or their sources) is decided by
+``relay._native.install()``, which the packages holding them call from their ``__init__``.
 """
 
 __version__ = "0.1.0"
-
-from relay import _native
-
-_native.install()  # before any hot module is imported: compiled extensions, or their sources

@@ -2,7 +2,11 @@
 
 ``scripts/build-compiled`` compiles the per-row modules with mypyc, beside their sources, and writes
 ``relay/_compiled.json``: the modules and the SHA-256 of each one's source when it was compiled.
-``install()`` runs once, from ``relay/__init__.py``, before any of those modules is imported, and decides:
+``install()`` decides, once per process, before any of those modules is imported: the packages that hold
+them (``relay.binlog``, ``relay.canal``, ``relay.kafka``, ``relay.source``) call it from their
+``__init__.py``, so importing ``relay`` itself, ``relay.errors``, ``mapping`` or ``relay.spark`` decides
+nothing and changes nothing (no manifest read, no source hashed, no finder added); reading ``mode``,
+``reason``, ``compiled_modules`` or ``c_helpers`` (or ``describe()``) decides it too. It chooses:
 
 - ``compiled``: the manifest exists, was built for this interpreter, and every listed source still has its
   recorded hash. Python's own import system then loads the extensions (they come before ``.py`` files).
@@ -29,6 +33,7 @@ import logging
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -39,14 +44,26 @@ ENV_PURE = "RELAY_PURE_PYTHON"
 MANIFEST = Path(__file__).resolve().parent / "_compiled.json"
 _ROOT = MANIFEST.parent.parent
 
-mode = "pure"  # "compiled" or "pure"; see ``describe()``
-reason = "not decided yet: relay/__init__.py calls install()"
-compiled_modules: tuple[str, ...] = ()  # the modules running compiled (empty when pure)
-c_helpers: tuple[str, ...] = ()  # the hand-written C helpers in use (empty when pure)
+# Set by ``install()``; until then reading one of them calls it (``__getattr__``).
+mode: str  # "compiled" or "pure"; see ``describe()``
+reason: str  # why pure ("" when compiled)
+compiled_modules: tuple[str, ...]  # the modules running compiled (empty when pure)
+c_helpers: tuple[str, ...]  # the hand-written C helpers in use (empty when pure)
+_DECIDED = ("mode", "reason", "compiled_modules", "c_helpers")
+_deciding = threading.RLock()  # two packages imported at once by two threads: one decision, one finder
+
+
+def __getattr__(name: str) -> object:
+    """The build, decided on first use (``install``)."""
+    if name in _DECIDED:
+        install()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def describe() -> str:
     """One line for ``relay --version`` and ``relay bench``: the build in use, and why."""
+    install()
     if mode == "compiled":
         helpers = f", {len(c_helpers)} C helpers" if c_helpers else ""
         return f"compiled (mypyc: {len(compiled_modules)} modules{helpers})"
@@ -112,14 +129,17 @@ def decide(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]]:
 def install() -> None:
     """Decide the build (once per process); for the pure one, put the source finder first."""
     global mode, reason, compiled_modules, c_helpers
-    if mode == "compiled" or any(isinstance(f, _SourceFinder) for f in sys.meta_path):
-        return
-    mode, reason, compiled_modules = decide(os.environ)
-    if mode == "compiled":
-        built = _read_manifest() or {}
-        c_helpers = tuple(sorted(m[:-2] for m in built if m.endswith(".c")))
-        return
-    if reason.startswith("stale"):
-        log.warning("running pure Python: %s (run it again)", reason)
-    # Even with no (usable) manifest: extensions left by an interrupted or foreign build never load.
-    sys.meta_path.insert(0, _SourceFinder())
+    with _deciding:
+        if "mode" in globals():
+            return
+        chosen, why, compiled = decide(os.environ)
+        if chosen == "compiled":
+            built = _read_manifest() or {}
+            c_helpers = tuple(sorted(m[:-2] for m in built if m.endswith(".c")))
+        else:
+            c_helpers = ()
+            if why.startswith("stale"):
+                log.warning("running pure Python: %s (run it again)", why)
+            # Even with no (usable) manifest: extensions left by an interrupted or foreign build never load.
+            sys.meta_path.insert(0, _SourceFinder())
+        mode, reason, compiled_modules = chosen, why, compiled

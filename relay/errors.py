@@ -97,6 +97,26 @@ class SchemaError(SourceError):
     binlog again gives the same answer; ``relay schema resync`` repairs the table's entry."""
 
 
+class UnappliedDdlError(SchemaError):
+    """A statement that changes a table's definition but could not be applied (``relay.schema.ddl``);
+    ``tables`` names them. The schema tracker records them as broken from there (what it raises then, on
+    their next TABLE_MAP, is a ``SchemaError``)."""
+
+    def __init__(self, reason: str, tables: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.tables = tables
+
+
+class TableMapMismatchError(SchemaError):
+    """The schema history and a TABLE_MAP disagree; the text says how. The tracker learns the table from
+    the event (full metadata, mode auto) or raises a ``SchemaError`` naming the table and the place."""
+
+
+class NoSuchTableError(SourceError):
+    """The table is gone (dropped or renamed since the snapshot listed it)."""
+
+
 class IncompleteRowImageError(SourceError):
     """A rows event whose before or after image lacks columns (the writing session used
     ``binlog_row_image=MINIMAL`` or ``NOBLOB``): the change cannot be published exactly.

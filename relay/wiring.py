@@ -99,6 +99,19 @@ def open_positions(config: RelayConfig) -> Iterator[PositionStore]:
         client.close()
 
 
+@contextlib.contextmanager
+def holding_positions(config: RelayConfig) -> Iterator[bool]:
+    """While an operator writes the position (``relay positions set``, ``relay snapshot cancel``): with the
+    file backend the position file's lock is held, so a relay starting meanwhile refuses to start (True);
+    the other backends are guarded by ZooKeeper or Kafka themselves (False). Open the store inside it
+    (``open_positions``)."""
+    if config.positions.backend != "file":
+        yield False
+        return
+    with InstanceLock(config.state_path(POSITION_FILE)):
+        yield True
+
+
 @dataclass
 class _Coordination:
     """What a relay's config asks of ZooKeeper: leadership (``ha.enabled``) and/or the position node

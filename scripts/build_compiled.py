@@ -7,10 +7,10 @@ native calls) into extension modules beside their sources (``relay/binlog/values
 one shared library ``relay/_compiled__mypyc.cpython-*.so``; the hand-written C helpers in ``C_MODULES``
 (``relay/kafka/_jsontext.c``) are built beside them. The build then writes ``relay/_compiled.json``: the
 modules and the SHA-256 of each one's source (``c_modules``: of each C helper's). ``relay._native``
-(imported by ``relay/__init__.py``) uses the extensions only while every listed source still has its
-recorded hash; otherwise, and with ``RELAY_PURE_PYTHON=1``, every listed module is imported from its
-``.py`` file (and the C helpers are not used). The pure-Python source is
-the truth; the extensions are a cache of it.
+(called by the packages holding them, ``relay/binlog/__init__.py`` …) uses the extensions only while
+every listed source still has its recorded hash; otherwise, and with ``RELAY_PURE_PYTHON=1``, every
+listed module is imported from its ``.py`` file (and the C helpers are not used). The pure-Python source
+is the truth; the extensions are a cache of it.
 
 Nothing is rebuilt when the manifest already matches the sources, this script, mypy's version and the
 interpreter (``--force`` rebuilds anyway). Build outputs are ignored by git (``.gitignore``).

@@ -9,3 +9,7 @@ exact for every column type (that library mis-decodes negative fractional TIME a
 compressed events silently), and the per-row path must be fast (it rebuilds every TABLE_MAP and is
 the rate ceiling ``relay bench`` measures). python-mysql-replication stays the benchmark baseline.
 """
+
+from relay import _native
+
+_native.install()  # before this package's compiled modules load (relay._native): extensions, or sources

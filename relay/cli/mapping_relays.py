@@ -101,7 +101,7 @@ def _from_status_file(config: Any) -> list[KnownRelay]:
 
 
 def _from_members(config: Any) -> list[KnownRelay]:
-    from relay.ha.leadership import members
+    from relay.ops.cluster import members
 
     out = []
     for member in members(config.ha, config.instance):

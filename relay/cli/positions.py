@@ -9,7 +9,7 @@ a new binlog history, so the sequences published from it sort after every earlie
 
 "Active" means any of: a process holds the file position's lock (``relay.positions.lock``); the status
 file names a live process that has not stopped; with HA or the ZooKeeper backend, ZooKeeper has an
-active relay for the instance (``relay.ha.leadership.cluster_report``), or cannot be asked (fail closed).
+active relay for the instance (``relay.ops.cluster.cluster_report``), or cannot be asked (fail closed).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from relay.common.redact import redact, redact_value
 from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
 from relay.errors import PositionError, RelayError, SourceError
-from relay.positions.lock import InstanceLock, holder
-from relay.positions.store import FilePositionStore, ResumePoint, SourceIdentity, next_generation
+from relay.positions.lock import holder
+from relay.positions.store import ResumePoint, SourceIdentity, next_generation
 from relay.source.binlog_source import ServerInfo, find_by_timestamp, inspect_server
-from relay.wiring import open_positions
+from relay.wiring import holding_positions, open_positions
 
 if TYPE_CHECKING:
     from relay.config.load import RelayConfig
@@ -88,7 +88,7 @@ def active_holders(config: RelayConfig) -> list[str]:
     if isinstance(pid, int) and status.get("state") not in ("stopped", "failed") and pid_running(pid):
         reasons.append(f"relay process {pid} is {status.get('state', 'running')} (status file)")
     if config.ha.enabled or config.positions.backend == "zookeeper":
-        from relay.ha.leadership import cluster_report
+        from relay.ops.cluster import cluster_report
 
         report = cluster_report(config.ha, config.instance)
         if report.get("ha_error"):
@@ -174,18 +174,12 @@ def set_position(
         raise PositionError("positions set: give --file, --gtid or --timestamp")
     identity = SourceIdentity(config.source.host, config.source.port, info.server_id, info.server_uuid)
     point = ResumePoint(point.journal, point.offset, gtid_set=point.gtid_set, source=identity)
-    if config.positions.backend == "file":
-        # Hold the lock while writing: a relay starting now waits for nothing, it refuses to start.
-        with InstanceLock(config.state_path(POSITION_FILE)):
-            _refuse_if_active(config, lock_checked=True)
-            store = FilePositionStore(config.state_path(POSITION_FILE))
-            point = _renumbered(point, store.load())
+    # The file backend's lock is held while writing: a relay starting now waits for nothing, it refuses.
+    with holding_positions(config) as locked:
+        _refuse_if_active(config, lock_checked=locked)
+        with open_positions(config) as store:
+            point = _renumbered(point, store.load())  # ZooKeeper: also learns the node's version for the CAS
             store.save(point)
-    else:
-        _refuse_if_active(config)
-        with open_positions(config) as zk_store:
-            point = _renumbered(point, zk_store.load())  # also learns the node's version for the CAS
-            zk_store.save(point)
     return point
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from relay.cli import values
-from relay.config.state import POSITION_FILE, STATUS_FILE
+from relay.config.state import STATUS_FILE
 
 if TYPE_CHECKING:
     from relay.config.load import RelayConfig
@@ -141,10 +141,8 @@ def cancel_saved(config: RelayConfig) -> str:
     ``SnapshotRequestError`` when a relay holds the instance or there is no unfinished snapshot."""
     from relay.cli.positions import active_holders
     from relay.errors import SnapshotRequestError
-    from relay.positions.lock import InstanceLock
-    from relay.positions.store import FilePositionStore
     from relay.source.snapshot import EXTRA_KEY, compacted
-    from relay.wiring import open_positions
+    from relay.wiring import holding_positions, open_positions
 
     def refuse_if_held(lock_held: bool) -> None:
         reasons = [r for r in active_holders(config) if not (lock_held and "position lock" in r)]
@@ -167,13 +165,11 @@ def cancel_saved(config: RelayConfig) -> str:
 
     config.check_state_location()
     refuse_if_held(False)
-    if config.positions.backend == "file":
-        path = config.state_path(POSITION_FILE)
-        with InstanceLock(path):  # a relay starting meanwhile refuses to start
+    with holding_positions(config) as locked:  # file backend: a relay starting meanwhile refuses to start
+        if locked:
             refuse_if_held(True)
-            return mark(FilePositionStore(path))
-    with open_positions(config) as store:
-        return mark(store)
+        with open_positions(config) as store:
+            return mark(store)
 
 
 def cmd_snapshot_status(args: argparse.Namespace) -> int:

@@ -45,7 +45,6 @@ at the last acknowledged batch, and ``run`` returns normally.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import threading
@@ -58,6 +57,7 @@ from mapping import Mapping
 from mapping.watch import MappingWatcher, Refusal, SwitchGate, check_against_tables
 from relay.canal.entry import Entry, RowChange
 from relay.common.binlog_names import file_order
+from relay.common.gc_tuning import gc_thresholds
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
@@ -251,7 +251,10 @@ class Relay:
         )
 
     def _run(self) -> ResumePoint | None:
-        gc.set_threshold(*GC_THRESHOLDS)
+        with gc_thresholds(GC_THRESHOLDS):  # process-wide: restored when the relay stops
+            return self._relay()
+
+    def _relay(self) -> ResumePoint | None:
         self._claim()
         try:
             self._start_transactions()

@@ -153,7 +153,7 @@ def _mapping(config: RelayConfig, out: Emit) -> Mapping | None:
 def _zookeeper(config: RelayConfig) -> Iterator[Check]:
     if not (config.ha.enabled or config.positions.backend == "zookeeper"):
         return
-    from relay.ha.leadership import members
+    from relay.ops.cluster import members
 
     hosts = config.ha.zookeeper
     try:

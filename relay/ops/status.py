@@ -18,7 +18,7 @@ from relay.config.load import RelayConfig
 from relay.config.state import STATE_ENV, STATUS_FILE
 from relay.daemon.status import pid_running, read_status
 from relay.errors import RelayError, ZooKeeperUnavailableError
-from relay.ha.leadership import zookeeper_status
+from relay.ops.cluster import zookeeper_status
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import inspect_server
 from relay.source.snapshot import read_percent

@@ -33,6 +33,7 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from relay.canal.ddl import classify
 from relay.canal.entry import EventType
+from relay.errors import UnappliedDdlError
 from relay.schema.model import BINARY, CHARACTER, KNOWN, NUMERIC, Catalog, ColumnDef, TableDef
 
 # sqlglot logs a warning for every statement it keeps as a raw Command; we report those ourselves.
@@ -44,15 +45,6 @@ _DB_OPTION_WORDS = frozenset({"DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "ENC
 SCHEMA_CHANGING = frozenset({EventType.CREATE, EventType.ALTER, EventType.ERASE, EventType.RENAME})
 
 Changes = dict[tuple[str, str], TableDef | None]
-
-
-class UnappliedDdlError(Exception):
-    """A statement that changes a table's definition but could not be applied; ``tables`` names them."""
-
-    def __init__(self, reason: str, tables: tuple[tuple[str, str], ...]) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.tables = tables
 
 
 # --- types -------------------------------------------------------------------------------------------

@@ -20,17 +20,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relay.binlog import charsets, types
+from relay.binlog.column_types import INT_CODES, table_map_type
 from relay.binlog.events import ColumnMeta
 
-_INT_CODES = {"tinyint": types.TINY, "smallint": types.SHORT, "mediumint": types.INT24, "int": types.LONG,
-              "bigint": types.LONGLONG}  # fmt: skip
 _BLOB_SIZES = {"tiny": 1, "": 2, "medium": 3, "long": 4}
 _TEXTS = {f"{p}text": n for p, n in _BLOB_SIZES.items()}
 _BLOBS = {f"{p}blob": n for p, n in _BLOB_SIZES.items()}
 # Types whose values are characters (a collation applies); binary strings have the binary collation.
 CHARACTER = frozenset({"char", "varchar", "enum", "set", *_TEXTS})
 BINARY = frozenset({"binary", "varbinary", *_BLOBS})
-NUMERIC = frozenset({*_INT_CODES, "decimal", "float", "double"})
+NUMERIC = frozenset({*INT_CODES, "decimal", "float", "double"})
 KNOWN = CHARACTER | BINARY | NUMERIC | {"date", "datetime", "timestamp", "time", "year", "bit", "json",
                                         "geometry"}  # fmt: skip
 
@@ -226,55 +225,28 @@ def _maxlen(catalog: Catalog, collation: str | None) -> int:
     return cs.maxlen if cs is not None else 1
 
 
-def _set_bytes(count: int) -> int:
-    size = (count + 7) // 8
-    return 8 if size > 4 else size
-
-
 def signature(catalog: Catalog, col: ColumnDef) -> tuple[int, int]:
-    """The (real type, size) the column's TABLE_MAP entry carries; ``event_signature`` reads the same
-    from an event. Size: the metadata, except for the STRING family, where it is the length in bytes
-    (ENUM/SET: the pack length), as ``relay.binlog.types.string_type`` gives it."""
+    """The (real type, size) the column's TABLE_MAP entry carries (``relay.binlog.column_types``, the
+    one mapping the snapshot uses too); ``event_signature`` reads the same from an event. Size: the
+    metadata, except for the STRING family, where it is the length in bytes (ENUM/SET: the pack length),
+    as ``relay.binlog.types.string_type`` gives it."""
     k, p = col.kind, col.params
-    if k in _INT_CODES:
-        return _INT_CODES[k], 0
-    if k == "decimal":
-        precision = p[0] if p else 10
-        scale = p[1] if len(p) > 1 else 0
-        return types.NEWDECIMAL, precision << 8 | scale
-    if k == "float":
-        return types.FLOAT, 4
-    if k == "double":
-        return types.DOUBLE, 8
-    if k in ("datetime", "timestamp", "time"):
-        code = {"datetime": types.DATETIME2, "timestamp": types.TIMESTAMP2, "time": types.TIME2}[k]
-        return code, p[0] if p else 0
-    if k == "date":
-        return types.DATE, 0
-    if k == "year":
-        return types.YEAR, 0
-    if k == "bit":
-        bits = p[0] if p else 1
-        return types.BIT, (bits // 8) << 8 | bits % 8
-    if k in ("char", "binary"):
-        n = p[0] if p else 1
-        return types.STRING, n * (_maxlen(catalog, col.collation) if k == "char" else 1)
-    if k == "enum":
-        return types.ENUM, 1 if len(col.members or ()) < 256 else 2
-    if k == "set":
-        return types.SET, _set_bytes(len(col.members or ()))
-    if k in ("varchar", "varbinary"):
-        n = p[0] if p else 0
-        return types.VARCHAR, n * (_maxlen(catalog, col.collation) if k == "varchar" else 1)
-    if k in _TEXTS:
-        return types.BLOB, _TEXTS[k]
-    if k in _BLOBS:
-        return types.BLOB, _BLOBS[k]
-    if k == "json":
-        return (types.BLOB, 4) if catalog.mariadb else (types.JSON, 4)
-    if k == "geometry":
-        return types.GEOMETRY, 4
-    raise ValueError(f"no binlog type for {k}")
+    if k not in KNOWN:  # the types the history models
+        raise ValueError(f"no binlog type for {k}")
+    length = 0
+    if k in ("char", "binary", "varchar", "varbinary"):
+        characters = p[0] if p else (1 if k in ("char", "binary") else 0)
+        length = characters * (_maxlen(catalog, col.collation) if k in ("char", "varchar") else 1)
+    return table_map_type(
+        k,
+        length=length,
+        precision=p[0] if k == "decimal" and p else 10,
+        scale=p[1] if k == "decimal" and len(p) > 1 else 0,
+        fsp=p[0] if p else 0,
+        bits=p[0] if p else 1,
+        members=len(col.members or ()),
+        mariadb=catalog.mariadb,
+    )
 
 
 def event_signature(col: ColumnMeta) -> tuple[int, int]:
@@ -320,7 +292,7 @@ def column_meta(catalog: Catalog, table: TableDef, index: int, event: ColumnMeta
 
 # --- a table as a TABLE_MAP with full metadata describes it ----------------------------------------
 
-_INT_KINDS = {code: kind for kind, code in _INT_CODES.items()}
+_INT_KINDS = {code: kind for kind, code in INT_CODES.items()}
 _BLOB_KINDS = {n: p for p, n in _BLOB_SIZES.items()}
 _TIME_KINDS = {types.DATETIME2: "datetime", types.TIMESTAMP2: "timestamp", types.TIME2: "time"}
 

@@ -31,8 +31,8 @@ import logging
 from dataclasses import replace
 
 from relay.binlog.events import ColumnMeta, QueryEvent, TableMapEvent
-from relay.errors import SchemaError
-from relay.schema.ddl import SYSTEM_SCHEMAS, UnappliedDdlError, apply_ddl
+from relay.errors import SchemaError, TableMapMismatchError, UnappliedDdlError
+from relay.schema.ddl import SYSTEM_SCHEMAS, apply_ddl
 from relay.schema.history import Place, Record, SchemaHistory, apply_record
 from relay.schema.model import Catalog, TableDef, column_meta, event_signature, signature, table_from_event
 
@@ -42,10 +42,6 @@ RESYNC_HINT = (
     "check the table on the server, then run `relay schema resync -c CONFIG --table {table}` to take its "
     "live definition for this place (the relay must be stopped)"
 )
-
-
-class _MismatchError(Exception):
-    """The history and a TABLE_MAP disagree; the text says how."""
 
 
 class SchemaTracker:
@@ -163,7 +159,7 @@ class SchemaTracker:
         table = self.catalog.tables.get((event.schema, event.table))
         try:
             columns = self._verify(event, table)
-        except _MismatchError as exc:
+        except TableMapMismatchError as exc:
             if not self._learns(event):
                 raise self._mismatch(event, str(exc)) from None
             columns = event.columns
@@ -188,7 +184,7 @@ class SchemaTracker:
     def _columns(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
         try:
             return self._verify(event, table)
-        except _MismatchError as exc:
+        except TableMapMismatchError as exc:
             difference = str(exc)
         if not self._learns(event):
             raise self._mismatch(event, difference)
@@ -221,21 +217,21 @@ class SchemaTracker:
 
     def _verify(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
         if table is None:
-            raise _MismatchError("the history has no such table")
+            raise TableMapMismatchError("the history has no such table")
         if table.broken:
-            raise _MismatchError(f"its definition is unknown since {table.broken}")
+            raise TableMapMismatchError(f"its definition is unknown since {table.broken}")
         if len(table.columns) != len(event.columns):
             counts = f"{len(event.columns)} columns in the event, {len(table.columns)} in the history"
-            raise _MismatchError(counts)
+            raise TableMapMismatchError(counts)
         out = []
         for i, ev in enumerate(event.columns):
             col = table.columns[i]
             try:
                 expected = signature(self.catalog, col)
             except ValueError as exc:
-                raise _MismatchError(f"column {i + 1} ({col.name}): {exc}") from exc
+                raise TableMapMismatchError(f"column {i + 1} ({col.name}): {exc}") from exc
             if expected != event_signature(ev):
-                raise _MismatchError(
+                raise TableMapMismatchError(
                     f"column {i + 1} ({col.name} {col.type_text()}): binlog type/size {expected} expected, "
                     f"the event has {event_signature(ev)} ({ev.mysql_type})"
                 )
@@ -257,4 +253,6 @@ class SchemaTracker:
         for what, theirs, ours in checks:
             if theirs != ours:
                 column = f"column {i + 1} ({mine.name})"
-                raise _MismatchError(f"{column}: {what} is {theirs!r} in the event, {ours!r} in the history")
+                raise TableMapMismatchError(
+                    f"{column}: {what} is {theirs!r} in the event, {ours!r} in the history"
+                )

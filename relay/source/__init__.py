@@ -4,3 +4,7 @@ ring store, saving the resume point on every ack).
 
 The instance's parser thread runs here. Imports the layers below (positions, canal, binlog, config, common).
 """
+
+from relay import _native
+
+_native.install()  # before this package's compiled modules load (relay._native): extensions, or sources

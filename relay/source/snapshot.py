@@ -68,9 +68,9 @@ from relay.canal.entry import (
 from relay.common import mysql
 from relay.common.binlog_names import file_order
 from relay.config.sections import SnapshotConfig, SourceConfig
-from relay.errors import RelayError, SourceConnectionError, SourceError
+from relay.errors import NoSuchTableError, RelayError, SourceConnectionError, SourceError
 from relay.source import snapshot_keys
-from relay.source.snapshot_tables import NoSuchTableError, TableSpec, describe_table, list_tables, quote_name
+from relay.source.snapshot_tables import TableSpec, describe_table, list_tables, quote_name
 
 log = logging.getLogger(__name__)
 

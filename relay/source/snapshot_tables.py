@@ -21,8 +21,9 @@ from functools import cached_property
 from typing import Any
 
 from relay.binlog import types as t
+from relay.binlog.column_types import INT_CODES, SPATIAL, TEMPORAL_CODES, table_map_meta, table_map_type
 from relay.binlog.events import ColumnMeta
-from relay.errors import SourceError
+from relay.errors import NoSuchTableError, SourceError
 from relay.source.snapshot_rows import (
     K_BINARY,
     K_BIT,
@@ -35,26 +36,12 @@ from relay.source.snapshot_rows import (
     query_rows,
 )
 
-# DATA_TYPE → (type code as a TABLE_MAP writes it, how the meta is made, value kind)
-_INT_TYPES = {
-    "tinyint": t.TINY, "smallint": t.SHORT, "mediumint": t.INT24, "int": t.LONG, "bigint": t.LONGLONG,
+# DATA_TYPE → the kind of value a SELECT gives (the rest: text, or bytes where the charset is binary)
+_VALUE_KINDS = {
+    **dict.fromkeys(INT_CODES, K_INT),
+    "decimal": K_DECIMAL, "float": K_FLOAT, "double": K_DOUBLE, "bit": K_BIT,
 }  # fmt: skip
-_BLOBS = {
-    "tinytext": 1, "tinyblob": 1, "text": 2, "blob": 2, "mediumtext": 3, "mediumblob": 3,
-    "longtext": 4, "longblob": 4,
-}  # fmt: skip
-_TEMPORAL = {"datetime": t.DATETIME2, "timestamp": t.TIMESTAMP2, "time": t.TIME2}
-_FIXED = {"json": (t.JSON, 4), "date": (t.DATE, 0), "year": (t.YEAR, 0)}  # type -> (code, meta)
-# Spatial types: the binlog and SELECT both give the server's internal value (SRID + WKB) as bytes.
-_SPATIAL = frozenset({
-    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-    "geometrycollection", "geomcollection",
-})  # fmt: skip
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
-
-
-class NoSuchTableError(SourceError):
-    """The table is gone (dropped or renamed since the snapshot listed it)."""
 
 
 def quote_name(name: str) -> str:
@@ -157,12 +144,6 @@ class TableSpec:
         return tuple(row[i] for i in self.key)
 
 
-def _string_meta(real: int, length: int) -> int:
-    """A STRING column's metadata as the server writes it (``types.string_type`` reads it back)."""
-    high = (real & ~0x30) | (0x30 ^ ((length >> 4) & 0x30))
-    return high << 8 | (length & 0xFF)
-
-
 def _members(column_type: str) -> tuple[str, ...]:
     inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
     return tuple(m.replace("''", "'") for m in _MEMBERS.findall(inner))
@@ -176,43 +157,28 @@ def column_meta(
     data_type = str(row["DATA_TYPE"]).lower()
     column_type = str(row["COLUMN_TYPE"]).lower()
     charset = int(row["COLLATION_ID"]) if row.get("COLLATION_ID") is not None else None
-    octets = int(row["CHARACTER_OCTET_LENGTH"] or 0)
-    enum_values = set_values = None
-    kind = K_TEXT
-    if data_type in _INT_TYPES:
-        code, meta, kind = _INT_TYPES[data_type], 0, K_INT
-    elif data_type == "decimal":
-        meta = int(row["NUMERIC_PRECISION"]) << 8 | int(row["NUMERIC_SCALE"])
-        code, kind = t.NEWDECIMAL, K_DECIMAL
-    elif data_type in ("float", "double"):
-        code, meta = (t.FLOAT, 4) if data_type == "float" else (t.DOUBLE, 8)
-        kind = K_FLOAT if data_type == "float" else K_DOUBLE
-    elif data_type in ("varchar", "varbinary"):
-        code, meta = t.VARCHAR, octets
-        charset = 63 if data_type == "varbinary" else charset
-    elif data_type in ("char", "binary"):
-        code, meta = t.STRING, _string_meta(t.STRING, octets)
-        charset = 63 if data_type == "binary" else charset
-    elif data_type == "enum":
-        enum_values = _members(column_type)
-        code, meta = t.STRING, _string_meta(t.ENUM, 1 if len(enum_values) < 256 else 2)
-    elif data_type == "set":
-        set_values = _members(column_type)
-        code, meta = t.STRING, _string_meta(t.SET, (len(set_values) + 7) // 8 if len(set_values) <= 32 else 8)
-    elif data_type in _BLOBS:
-        code, meta = t.BLOB, _BLOBS[data_type]
-        charset = 63 if data_type.endswith("blob") else charset
-    elif data_type in _FIXED:
-        code, meta = _FIXED[data_type]
-    elif data_type in _TEMPORAL:
-        code, meta = _TEMPORAL[data_type], int(row["DATETIME_PRECISION"] or 0)
-    elif data_type == "bit":
-        bits = int(row["NUMERIC_PRECISION"] or 1)
-        code, meta, kind = t.BIT, (bits // 8) << 8 | bits % 8, K_BIT
-    elif spatial and data_type in _SPATIAL:
-        code, meta, charset = t.GEOMETRY, 4, 63
-    else:
-        raise SourceError(f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted")
+    enum_values = _members(column_type) if data_type == "enum" else None
+    set_values = _members(column_type) if data_type == "set" else None
+    try:
+        if data_type in SPATIAL and not spatial:
+            raise ValueError(data_type)
+        real, size = table_map_type(  # the one mapping, shared with the schema history
+            data_type,
+            length=int(row["CHARACTER_OCTET_LENGTH"] or 0),
+            precision=int(row["NUMERIC_PRECISION"]) if data_type == "decimal" else 0,
+            scale=int(row["NUMERIC_SCALE"]) if data_type == "decimal" else 0,
+            fsp=int(row["DATETIME_PRECISION"] or 0) if data_type in TEMPORAL_CODES else 0,
+            bits=int(row["NUMERIC_PRECISION"] or 1) if data_type == "bit" else 1,
+            members=len(enum_values or set_values or ()),
+        )
+    except ValueError:
+        raise SourceError(
+            f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted"
+        ) from None
+    code, meta = table_map_meta(real, size)
+    if data_type in ("binary", "varbinary") or data_type in SPATIAL or data_type.endswith("blob"):
+        charset = 63
+    kind = _VALUE_KINDS.get(data_type, K_TEXT)
     if kind == K_TEXT and charset == 63:
         kind = K_BINARY
     return t.column_meta(

@@ -399,3 +399,23 @@ def test_the_c_row_reader_gives_the_text_of_the_python_decoders() -> None:
         assert got == want, (present, nulls, data.hex())
         compared += 1
     assert compared == 3000
+
+
+_QUIET = """
+import json, sys
+before = list(sys.meta_path)
+import mapping, relay, relay.errors, relay.spark
+import relay._native as n
+packages = ("relay.binlog", "relay.canal", "relay.kafka", "relay.source")
+hot = sorted(m for m in sys.modules if m.startswith(packages))
+decided = "mode" in vars(n)
+print(json.dumps({"decided": decided, "finders": sys.meta_path == before, "hot": hot, "mode": n.mode}))
+"""
+
+
+@pytest.mark.parametrize("pure", [True, False], ids=["RELAY_PURE_PYTHON=1", "default"])
+def test_importing_mapping_or_the_spark_readers_decides_nothing(pure: bool) -> None:
+    out, _ = _run(_QUIET, ROOT, pure)
+    # nothing decided, no finder added, no hot package loaded; reading the build decides it then
+    assert (out["decided"], out["finders"], out["hot"]) == (False, True, [])
+    assert out["mode"] == ("pure" if pure else _native.decide({})[0])

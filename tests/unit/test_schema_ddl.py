@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from relay.binlog import types
-from relay.schema.ddl import UnappliedDdlError, apply_ddl
+from relay.errors import UnappliedDdlError
+from relay.schema.ddl import apply_ddl
 from relay.schema.history import FileSchemaHistory, Record
 from relay.schema.model import Catalog, Collation, signature
 
