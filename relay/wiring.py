@@ -13,6 +13,7 @@ relay (the CLI's, a test's, the benchmark worker's).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,11 @@ from mapping.model import Mapping
 from mapping.store import FileMappingStore, MappingStore, keep_version
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
 from mapping.watch import MappingWatcher
-from relay.canal.sink import NameFilter, SinkConfig
+from relay.canal.ring_store import RingStore
+from relay.canal.server import EmbeddedServer
+from relay.canal.sink import NameFilter, Sink
 from relay.config.load import RelayConfig
+from relay.config.sections import InstanceConfig, SinkConfig
 from relay.config.state import MAPPING_HISTORY_DIR, POSITION_FILE, SCHEMA_HISTORY_FILE
 from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts
@@ -42,7 +46,13 @@ from relay.positions.store import FilePositionStore, PositionStore
 from relay.positions.zookeeper import Fence, ZooKeeperPositionStore
 from relay.schema.history import FileSchemaHistory, SchemaHistory
 from relay.schema.zookeeper import ZooKeeperSchemaHistory
-from relay.source.instance import CanalInstance, InstanceConfig
+from relay.source.acks import AckPath
+from relay.source.binlog_source import BinlogSource
+from relay.source.failover import Failover, master_config
+from relay.source.instance import CanalInstance, InstanceParts
+from relay.source.parser import ParserLoop
+from relay.source.reading import Reading
+from relay.source.snapshot_control import SnapshotControl
 
 
 # --- mapping store ---------------------------------------------------------------------------------
@@ -176,6 +186,29 @@ def instance_config(config: RelayConfig, mapping: Mapping | None = None) -> Inst
         snapshot=config.snapshot,
         captures=None if mapping is None else snapshot_captures(config, mapping),
     )
+
+
+def canal_instance(
+    config: InstanceConfig, positions: PositionStore, schema_history: SchemaHistory | None = None
+) -> CanalInstance:
+    """One canal instance and its parts (``relay.source.instance``): where it reads, the ring store and
+    its server, the ack path, snapshot control and the parser loop, sharing one stop flag."""
+    stopping = threading.Event()
+    source = BinlogSource(master_config(config.source))
+    failover = Failover(config.source)
+    # Names and keys where the server writes no full row metadata; kept and checked against FULL
+    # metadata where it does (relay.source.schema_start).
+    source.accept_schema_history = schema_history is not None and config.schema_history != "off"
+    failover.accept_schema_history = source.accept_schema_history
+    reading = Reading(config.source, source)
+    store = RingStore(config.store)
+    server = EmbeddedServer(store)
+    sink = Sink(config.sink)
+    acks = AckPath(config.name, positions, server, store, config.save_interval_seconds, stopping)
+    snapshots = SnapshotControl(config.name, config.snapshot, config.captures, sink, reading, acks)
+    parser = ParserLoop(config, reading, failover, store, sink, acks, snapshots, stopping, schema_history)
+    parts = InstanceParts(reading, store, server, acks, snapshots, parser, stopping, schema_history)
+    return CanalInstance(config, parts)
 
 
 def schema_node(config: RelayConfig) -> str:
@@ -324,7 +357,7 @@ def build_relay(
             store.close()
 
     parts = RelayParts(
-        instance=CanalInstance(
+        instance=canal_instance(
             instance_config(config, mapping),
             store,
             schema_history(config, coordination.client, coordination.leadership),

@@ -58,7 +58,7 @@ MODULES = (
     "relay.kafka.publisher",
     "relay.kafka.records",
     "relay.source.binlog_source",
-    "relay.source.instance",
+    "relay.source.parser",
     "relay.source.read_ahead",
     "relay.source.snapshot_rows",
 )

@@ -37,9 +37,9 @@ from relay.binlog.stream import _PacketReader
 from relay.canal.entry import Entry, EntryPosition
 from relay.canal.entry_builder import BuilderConfig, EntryBuilder
 from relay.canal.ring_store import RingStore
-from relay.canal.sink import Sink, SinkConfig
+from relay.canal.sink import Sink
 from relay.canal.xa import XaBuffer
-from relay.config.sections import BatchMode, StoreConfig
+from relay.config.sections import BatchMode, SinkConfig, StoreConfig
 from relay.kafka.codec import RecordEncoder
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.records import Record

@@ -32,39 +32,14 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-
-from mypy_extensions import mypyc_attr
 
 from relay.canal.ddl import classify
 from relay.canal.entry import Entry, EntryType, EventType, RowChange
-from relay.config.sections import compile_filter, validate_counter
+from relay.config.sections import SinkConfig, compile_filter
 
 log = logging.getLogger(__name__)
 
 _CACHE_LIMIT = 100_000  # distinct schema.table names remembered per filter
-
-
-# Interpreted even where sink.py is compiled: a native class would refuse a wrong type with TypeError
-# before __post_init__ could name the key (ConfigError).
-@mypyc_attr(native_class=False)
-@dataclass(frozen=True)
-class SinkConfig:
-    filter: str = ""  # canal.instance.filter.regex; "" keeps every table
-    black_filter: str = ""  # canal.instance.filter.black.regex; "" drops none
-    filter_empty_transactions: bool = True  # canal's filterEmtryTransactionEntry
-    empty_transaction_interval_ms: int = 5_000  # canal's emptyTransactionInterval
-    empty_transaction_threshold: int = 8_192  # canal's emptyTransctionThresold
-
-    def __post_init__(self) -> None:
-        self.validate("sink")
-
-    def validate(self, path: str) -> None:
-        """Raise ``ConfigError`` naming ``path.<field>`` for a bad regex or counter."""
-        compile_filter(self.filter, f"{path}.filter")
-        compile_filter(self.black_filter, f"{path}.black_filter")
-        for key in ("empty_transaction_interval_ms", "empty_transaction_threshold"):
-            validate_counter(getattr(self, key), f"{path}.{key}")
 
 
 class NameFilter:

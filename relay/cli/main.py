@@ -22,13 +22,11 @@ from typing import Any
 
 from relay import __version__, _native
 from relay.canal.entry import Entry, EntryType, RowChange
-from relay.canal.sink import SinkConfig
 from relay.cli import values
 from relay.common.redact import RedactingFormatter, redact, redact_value
-from relay.config.sections import SourceConfig, StartConfig
+from relay.config.sections import InstanceConfig, SinkConfig, SourceConfig, StartConfig
 from relay.errors import ConfigError, InvalidConfigError, LeadershipError, RelayError
 from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
-from relay.source.instance import CanalInstance, InstanceConfig
 
 log = logging.getLogger("relay")
 
@@ -121,7 +119,9 @@ def cmd_entries(args: argparse.Namespace) -> int:
         start=_parse_start(args),
     )
     positions: PositionStore = FilePositionStore(args.positions) if args.positions else MemoryPositionStore()
-    instance = CanalInstance(
+    from relay.wiring import canal_instance  # the composition root, only for this command
+
+    instance = canal_instance(
         InstanceConfig(source=source, sink=SinkConfig(filter=args.filter, black_filter=args.black_filter)),
         positions,
     )

@@ -1,7 +1,8 @@
 """The typed sections of ``conf/relay.yaml`` that runtime stages take as their own configuration.
 
 Each stage imports its settings from here (the source its ``SourceConfig``, HA its ``HAConfig``, the
-metrics exporter its ``MetricsConfig``, the ring store its ``StoreConfig``), so configuration never
+metrics exporter its ``MetricsConfig``, the ring store its ``StoreConfig``, canal's sink its
+``SinkConfig``, the canal instance its ``InstanceConfig``), so configuration never
 imports a runtime module. Validators take the key path they check (``path``) and raise ``ConfigError``
 naming it; nothing parses a key back out of a message.
 """
@@ -9,7 +10,7 @@ naming it; nothing parses a key back out of a message.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -376,3 +377,44 @@ def _whole(value: Any) -> int | None:
 
 def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """canal's sink (``relay.canal.sink``): the table filters and empty-transaction trimming."""
+
+    filter: str = ""  # canal.instance.filter.regex; "" keeps every table
+    black_filter: str = ""  # canal.instance.filter.black.regex; "" drops none
+    filter_empty_transactions: bool = True  # canal's filterEmtryTransactionEntry
+    empty_transaction_interval_ms: int = 5_000  # canal's emptyTransactionInterval
+    empty_transaction_threshold: int = 8_192  # canal's emptyTransctionThresold
+
+    def __post_init__(self) -> None:
+        self.validate("sink")
+
+    def validate(self, path: str) -> None:
+        """Raise ``ConfigError`` naming ``path.<field>`` for a bad regex or counter."""
+        compile_filter(self.filter, f"{path}.filter")
+        compile_filter(self.black_filter, f"{path}.black_filter")
+        for key in ("empty_transaction_interval_ms", "empty_transaction_threshold"):
+            validate_counter(getattr(self, key), f"{path}.{key}")
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """Everything one canal instance (``relay.source.instance``) needs; built from the YAML config by
+    ``relay.wiring``."""
+
+    name: str = "default"
+    source: SourceConfig = field(default_factory=SourceConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    sink: SinkConfig = field(default_factory=SinkConfig)
+    poll_seconds: float = 0.2  # how often the parser thread looks at its stop flag while waiting
+    # positions.save_interval_seconds: > 0: a writer thread saves the point after the last ack, at most
+    # once per interval (acks never wait on the disk or ZooKeeper); 0: every ack saves, on its thread.
+    save_interval_seconds: float = 0.1
+    schema_history: str = "off"  # schema.history: off (FULL metadata required), auto, always
+    # Snapshots (relay.source.snapshot): the settings, and which physical tables are captured (the
+    # mapping and the sink filters, decided by relay.wiring); None: no snapshots.
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    captures: Callable[[str, str], bool] | None = None

@@ -22,7 +22,8 @@ from typing import Any
 
 from mapping.model import Mapping
 from relay.errors import RelayError
-from relay.source.instance import NO_CAPTURED_TABLE, CanalInstance
+from relay.source.instance import CanalInstance
+from relay.source.snapshot_control import NO_CAPTURED_TABLE
 from relay.source.snapshot_keys import check_request
 
 log = logging.getLogger(__name__)

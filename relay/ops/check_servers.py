@@ -18,9 +18,10 @@ from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from mapping.model import Mapping
-from relay.canal.sink import NameFilter, SinkConfig
+from relay.canal.sink import NameFilter
 from relay.common import mysql
 from relay.config.load import RelayConfig
+from relay.config.sections import SinkConfig
 from relay.errors import RelayError
 from relay.ops.check_result import FAIL, OK, SKIP, WARN, Check, Emit
 from relay.source.binlog_source import (

@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 
 from relay.canal.entry import Entry, EntryType, RowChange
-from relay.canal.sink import SinkConfig
-from relay.config.sections import SourceConfig, StartConfig, StoreConfig
+from relay.config.sections import InstanceConfig, SinkConfig, SourceConfig, StartConfig, StoreConfig
 from relay.positions.store import FilePositionStore
-from relay.source.instance import CanalInstance, InstanceConfig
+from relay.wiring import canal_instance
 
 
 def describe(entry: Entry) -> dict[str, object]:
@@ -56,7 +55,7 @@ def main() -> int:
         server_id=m.get("server_id", 7001),
         start=StartConfig(journal=cfg["start"][0], offset=cfg["start"][1]),
     )
-    instance = CanalInstance(
+    instance = canal_instance(
         InstanceConfig(
             source=source,
             store=StoreConfig(buffer_size=cfg["buffer_size"], batch_mode="ITEMSIZE"),

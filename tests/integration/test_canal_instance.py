@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from relay.canal.entry import Entry, EntryType, RowChange
-from relay.canal.sink import SinkConfig
-from relay.config.sections import SourceConfig, StartConfig, StoreConfig
+from relay.config.sections import InstanceConfig, SinkConfig, SourceConfig, StartConfig, StoreConfig
 from relay.positions.store import FilePositionStore, ResumePoint
-from relay.source.instance import CanalInstance, InstanceConfig
+from relay.wiring import canal_instance
 from tests.integration.relay_harness import master_position
 
 CHILD = Path(__file__).with_name("canal_child.py")
@@ -127,7 +126,7 @@ def test_scripted_workload_yields_exactly_the_expected_entries(
     conn = mysql_service.connect()
     start = master_position(conn)
     scripted_workload(conn, a, b)
-    instance = CanalInstance(
+    instance = canal_instance(
         InstanceConfig(
             source=source_config(mysql_service, start, 7101),
             store=StoreConfig(buffer_size=16, batch_mode="ITEMSIZE", ddl_isolation=True),
@@ -256,7 +255,7 @@ def test_acks_share_position_writes_and_stop_writes_the_last_acked_point(
     start = master_position(conn)
     scripted_workload(conn, a, b)
     store = CountingStore(tmp_path / "pos.json")
-    instance = CanalInstance(
+    instance = canal_instance(
         InstanceConfig(
             source=source_config(mysql_service, start, 7104),
             store=StoreConfig(buffer_size=16, batch_mode="ITEMSIZE", ddl_isolation=True),
@@ -304,7 +303,7 @@ def test_a_point_that_catches_up_is_written_without_waiting_for_the_interval(
     start = master_position(conn)
     scripted_workload(conn, a, b)
     store = CountingStore(tmp_path / "pos.json")
-    instance = CanalInstance(
+    instance = canal_instance(
         InstanceConfig(
             source=source_config(mysql_service, start, 7105),
             store=StoreConfig(buffer_size=16, batch_mode="ITEMSIZE", ddl_isolation=True),

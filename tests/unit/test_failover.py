@@ -17,8 +17,8 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
-from relay.canal.sink import Sink, SinkConfig
-from relay.config.sections import FailoverConfig, SourceConfig, StandbyConfig, StartConfig
+from relay.canal.sink import Sink
+from relay.config.sections import FailoverConfig, SinkConfig, SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceError
 from relay.positions.store import ResumePoint
 from relay.source.binlog_source import ServerInfo, StartPoint, TimeLocation, begun_before, resolve_start

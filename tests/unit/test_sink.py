@@ -15,7 +15,8 @@ from relay.canal.entry import (
     TransactionEnd,
     TxnContext,
 )
-from relay.canal.sink import NameFilter, Sink, SinkConfig
+from relay.canal.sink import NameFilter, Sink
+from relay.config.sections import SinkConfig
 from relay.errors import ConfigError
 
 T0 = 1_763_700_000_000

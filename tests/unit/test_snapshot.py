@@ -248,7 +248,7 @@ class _FakeInstance:
     def request_snapshot(
         self, only: Any, snapshot_id: str, where: str = "", keys: dict[str, Any] | None = None
     ) -> str | None:
-        from relay.source.instance import NO_CAPTURED_TABLE
+        from relay.source.snapshot_control import NO_CAPTURED_TABLE
 
         self.asked.append((snapshot_id, where))
         if not only("shop_03", "orders_07"):

@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from relay.binlog import events as ev
-from relay.canal.sink import Sink, SinkConfig
+from relay.canal.sink import Sink
 from relay.canal.statements import DmlStatement, StatementDmlGuard, statement_dml
-from relay.config.sections import SourceConfig, validate_source_capture
+from relay.config.sections import SinkConfig, SourceConfig, validate_source_capture
 from relay.errors import ConfigError, SourceError, StatementDmlError
 
 
