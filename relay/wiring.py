@@ -187,7 +187,7 @@ def schema_history(
         k = config.kafka
         return KafkaSchemaHistory(
             KafkaSchemaHistoryConfig(
-                k.bootstrap_servers, config.schema.topic, config.instance, dict(k.settings)
+                k.bootstrap_servers, config.schema.topic, config.instance, kafka=dict(k.settings)
             )
         )
     config.check_state_location()
