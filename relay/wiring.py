@@ -39,8 +39,8 @@ from relay.kafka.history import MovePlan, TableMove, move_publisher_config
 from relay.kafka.history_copy import CopySettings
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import PublisherConfig, TopicDefaults
 from relay.kafka.schema_history import KafkaSchemaHistory, KafkaSchemaHistoryConfig
+from relay.kafka.settings import PublisherConfig, TopicDefaults
 from relay.positions.lock import InstanceLock
 from relay.positions.store import FilePositionStore, PositionStore
 from relay.positions.zookeeper import Fence, ZooKeeperPositionStore
@@ -233,7 +233,7 @@ def schema_history(
         k = config.kafka
         return KafkaSchemaHistory(
             KafkaSchemaHistoryConfig(
-                k.bootstrap_servers, config.schema.topic, config.instance, dict(k.settings)
+                k.bootstrap_servers, config.schema.topic, config.instance, kafka=dict(k.settings)
             )
         )
     config.check_state_location()

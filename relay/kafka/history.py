@@ -40,8 +40,8 @@ from mapping.model import Mapping, Route
 from relay.errors import InvalidMappingError, MappingError, PublishError
 from relay.kafka.history_copy import CopySettings, HistoryCopy
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import PublisherConfig
 from relay.kafka.remap import Consumed
+from relay.kafka.settings import PublisherConfig
 
 __all__ = ["MovePlan", "TableMove", "move_publisher_config", "plan_move"]
 

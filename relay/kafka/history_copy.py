@@ -42,8 +42,9 @@ from mapping.model import Route
 from relay.common.retry import RetryPolicy
 from relay.errors import PublishError
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import PublisherConfig, Record
+from relay.kafka.records import Record
 from relay.kafka.remap import Consumed, Identity, Remapper
+from relay.kafka.settings import PublisherConfig
 
 __all__ = [
     "CopyPlan",

@@ -20,6 +20,9 @@ transaction that is then aborted must stay invisible to a ``read_committed`` con
 probe after it must be seen (so the check cannot pass vacuously). A broker that shows aborted records
 (Tansu 0.6 does) is refused with ``ConfigError('kafka.exactly_once', ...)`` naming the reason.
 
+The topic itself — checked, created, read to its end, written — is ``relay.kafka.compacted``'s, shared with
+the schema history's Kafka store.
+
 Threads: the publisher thread (relay), or the CLI's; every blocking call has a timeout.
 """
 
@@ -29,36 +32,26 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from relay.errors import ConfigError, PositionError, PublishError
+from relay.kafka.compacted import PARTITION, CompactedTopic, CompactedTopicConfig
 from relay.kafka.records import Record
 from relay.positions.store import ResumePoint
 
 log = logging.getLogger(__name__)
 
-PARTITION = 0  # the positions topic has one partition (created so; an existing one must have one too)
-
 
 @dataclass(frozen=True)
-class KafkaPositionConfig:
-    """Where the positions live; ``kafka`` are the passthrough client settings (security), copied."""
+class KafkaPositionConfig(CompactedTopicConfig):
+    """Where the positions live, and the instance's ``transactional.id`` (an unbound ``save`` writes with it,
+    fencing a relay still running on the instance)."""
 
-    bootstrap_servers: str
-    topic: str
-    instance: str
     transactional_id: str
-    kafka: dict[str, Any] = field(default_factory=dict, repr=False)
-    timeout_s: float = 30.0
-
-    def client(self, **extra: Any) -> dict[str, Any]:
-        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **extra}
 
 
 class KafkaPositionStore:
@@ -68,7 +61,7 @@ class KafkaPositionStore:
         self.config = config
         self.bound = bound
         self._committed: ResumePoint | None = None
-        self._topic_ready = False
+        self._topic = CompactedTopic(config, PositionError)
 
     def describe(self) -> str:
         return f"kafka topic {self.config.topic} key {self.config.instance}"
@@ -92,13 +85,12 @@ class KafkaPositionStore:
 
     # -- PositionStore ---------------------------------------------------------------------------
     def load(self) -> ResumePoint | None:
-        if not self._topic_ready and not _topic_exists(self.config, self.config.topic):
+        if not self._topic.exists():
             return None  # nothing saved yet; reading creates nothing (``relay status`` reads too)
         latest: bytes | None = None
-        with self._consumer() as consumer:
-            for key, value in _read_to_end(consumer, self.config.topic, self.config.timeout_s):
-                if key == self.config.instance.encode("utf-8"):
-                    latest = value
+        for key, value in self._topic.read("relay-positions", {"isolation.level": "read_committed"}):
+            if key == self.config.instance.encode("utf-8"):
+                latest = value
         if latest is None:
             return None
         point = _decode(latest, self.describe())
@@ -117,19 +109,12 @@ class KafkaPositionStore:
 
     def _save_alone(self, point: ResumePoint) -> None:
         record = self.record(point)
+        assert record.key is not None and record.value is not None
         producer = Producer(self.config.client(**{"transactional.id": self.config.transactional_id}))
-        errors: list[KafkaError] = []
         try:
             producer.init_transactions(self.config.timeout_s)
             producer.begin_transaction()
-            producer.produce(
-                record.topic,
-                value=record.value,
-                key=record.key,
-                partition=PARTITION,
-                on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
-            )
-            producer.flush(self.config.timeout_s)
+            errors, _ = self._topic.produce(producer, [(record.key, record.value)])
             if errors:
                 producer.abort_transaction(self.config.timeout_s)
                 raise PositionError(f"cannot write {self.describe()}: {errors[0].str()}")
@@ -141,71 +126,7 @@ class KafkaPositionStore:
     # -- the topic --------------------------------------------------------------------------------
     def ensure_topic(self) -> None:
         """Create the compacted positions topic (one partition) where it does not exist."""
-        if self._topic_ready:
-            return
-        _ensure_topic(self.config, self.config.topic, {"cleanup.policy": "compact"})
-        self._topic_ready = True
-
-    @contextmanager
-    def _consumer(self) -> Iterator[Consumer]:
-        consumer = Consumer(
-            self.config.client(
-                **{
-                    "group.id": f"relay-positions-{uuid.uuid4().hex}",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                }
-            )
-        )
-        try:
-            yield consumer
-        finally:
-            consumer.close()
-
-
-def _topic_exists(config: KafkaPositionConfig, topic: str) -> bool:
-    # List all topics: a metadata request naming a topic auto-creates it on some brokers (Tansu).
-    try:
-        existing = AdminClient(config.client()).list_topics(timeout=config.timeout_s).topics
-    except KafkaException as exc:
-        raise PositionError(f"cannot list topics: {exc.args[0].str()}") from exc
-    return topic in existing and existing[topic].error is None
-
-
-def _ensure_topic(config: KafkaPositionConfig, topic: str, topic_config: dict[str, str]) -> None:
-    if _topic_exists(config, topic):
-        return
-    admin = AdminClient(config.client())
-    futures = admin.create_topics([NewTopic(topic, 1, -1, config=topic_config)])
-    try:
-        futures[topic].result(timeout=config.timeout_s)
-        log.info("created topic %s (%s)", topic, topic_config)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise PublishError(f"cannot create topic {topic!r}: {exc.args[0].str()}") from exc
-
-
-def _read_to_end(
-    consumer: Consumer, topic: str, timeout: float, start: int = OFFSET_BEGINNING
-) -> Iterator[tuple[bytes | None, bytes]]:
-    """(key, value) of every record ``consumer`` may see in the partition, up to its end (EOF)."""
-    consumer.assign([TopicPartition(topic, PARTITION, start)])
-    deadline = time.monotonic() + timeout
-    while True:
-        if time.monotonic() > deadline:
-            raise PositionError(f"{topic}: did not reach the end of partition {PARTITION} in {timeout:.0f}s")
-        msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return
-            if err.fatal() or not err.retriable():
-                raise PositionError(f"{topic}: cannot read: {err.str()}")
-            continue
-        yield msg.key(), msg.value() or b""
+        self._topic.ensure()
 
 
 def _decode(value: bytes, where: str) -> ResumePoint:
@@ -223,7 +144,7 @@ def prove_aborted_records_hidden(config: KafkaPositionConfig) -> None:
     ``{positions_topic}.probe`` with the transactional id ``{transactional_id}.probe`` (not the relay's:
     the probe must not fence the relay's own producer)."""
     topic = f"{config.topic}.probe"
-    _ensure_topic(config, topic, {"retention.ms": "3600000"})
+    CompactedTopic(config, PositionError, topic).ensure({"retention.ms": "3600000"})  # not compacted
     nonce = uuid.uuid4().hex
     aborted, committed = f"aborted-{nonce}".encode(), f"committed-{nonce}".encode()
     producer = Producer(config.client(**{"transactional.id": f"{config.transactional_id}.probe"}))

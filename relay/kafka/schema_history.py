@@ -19,42 +19,29 @@ must be durable before the parser goes past the DDL — before the records after
 not needed for correctness: a record is a function of the binlog (what a zombie writes is what the
 leader would write), and operators' resyncs run while no relay holds the instance.
 
+The topic itself — checked, created, read to its end, written — is ``relay.kafka.compacted``'s, shared with
+the exactly-once position store.
+
 Threads: the binlog reader thread appends; the CLI's thread reads and appends for ``relay schema``.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
-from relay.errors import PositionError, PublishError, SchemaError
-from relay.kafka.positions import KafkaPositionConfig, _ensure_topic, _read_to_end, _topic_exists
+from relay.errors import PublishError, SchemaError
+from relay.kafka.compacted import CompactedTopic, CompactedTopicConfig
 from relay.schema.history import PartAssembler, Record, SchemaHistory, encode_parts, record_id
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class KafkaSchemaHistoryConfig:
-    """Where the history lives; ``kafka`` are the passthrough client settings (security), copied."""
-
-    bootstrap_servers: str
-    topic: str
-    instance: str
-    kafka: dict[str, Any] = field(default_factory=dict, repr=False)
-    timeout_s: float = 30.0
-
-    def client_settings(self, **extra: Any) -> dict[str, Any]:
-        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **extra}
-
-    def positions_view(self) -> KafkaPositionConfig:
-        """The shape the topic helpers of ``relay.kafka.positions`` take."""
-        return KafkaPositionConfig(self.bootstrap_servers, self.topic, self.instance, "", dict(self.kafka),
-                                   self.timeout_s)  # fmt: skip
+class KafkaSchemaHistoryConfig(CompactedTopicConfig):
+    """Where the history lives (``schema.topic``), and for which instance."""
 
 
 class KafkaSchemaHistory(SchemaHistory):
@@ -65,7 +52,7 @@ class KafkaSchemaHistory(SchemaHistory):
         self.config = config
         self._prefix = f"{config.instance}/".encode()
         self._producer: Producer | None = None
-        self._topic_ready = False
+        self._topic = CompactedTopic(config, SchemaError)
 
     def describe(self) -> str:
         return f"kafka topic {self.config.topic} key {self.config.instance}/…"
@@ -74,52 +61,32 @@ class KafkaSchemaHistory(SchemaHistory):
         self.records = self._read()
 
     def _read(self) -> list[Record]:
-        view = self.config.positions_view()
         try:
-            if not _topic_exists(view, self.config.topic):
+            if not self._topic.exists():
                 return []
-        except PositionError as exc:
+            parts = [
+                value
+                for key, value in self._topic.read("relay-schema")
+                if key is not None and key.startswith(self._prefix) and value
+            ]
+        except SchemaError as exc:  # the topic could not be listed or read
             raise SchemaError(f"cannot read the schema history ({self.describe()}): {exc}") from exc
         assembler = PartAssembler(self.describe())
-        consumer = Consumer(
-            self.config.client_settings(
-                **{
-                    "group.id": f"relay-schema-{uuid.uuid4().hex}",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                }
-            )
-        )
-        try:
-            for key, value in _read_to_end(consumer, self.config.topic, self.config.timeout_s):
-                if key is not None and key.startswith(self._prefix) and value:
-                    assembler.add(value)
-        except PositionError as exc:
-            raise SchemaError(f"cannot read the schema history ({self.describe()}): {exc}") from exc
-        finally:
-            consumer.close()
+        for part in parts:
+            assembler.add(part)
         return assembler.records
 
     def _write(self, record: Record) -> None:
-        if not self._topic_ready:
-            try:
-                _ensure_topic(self.config.positions_view(), self.config.topic, {"cleanup.policy": "compact"})
-            except (PublishError, PositionError) as exc:
-                raise SchemaError(f"cannot create the schema history topic: {exc}") from exc
-            self._topic_ready = True
+        try:
+            self._topic.ensure()
+        except (PublishError, SchemaError) as exc:
+            raise SchemaError(f"cannot create the schema history topic: {exc}") from exc
         producer = self._producer or self._new_producer()
         rid = record_id(record)
-        errors: list[KafkaError] = []
+        parts = encode_parts(record, self.part_bytes)
         try:
-            for i, part in enumerate(encode_parts(record, self.part_bytes)):
-                producer.produce(
-                    self.config.topic,
-                    value=part,
-                    key=self._prefix + f"{rid}/{i}".encode(),
-                    partition=0,
-                    on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
-                )
-            left = producer.flush(self.config.timeout_s)
+            keyed = [(self._prefix + f"{rid}/{i}".encode(), part) for i, part in enumerate(parts)]
+            errors, left = self._topic.produce(producer, keyed)
         except (KafkaException, BufferError) as exc:
             raise SchemaError(f"cannot write the schema history ({self.describe()}): {exc}") from exc
         if errors or left:
@@ -135,7 +102,7 @@ class KafkaSchemaHistory(SchemaHistory):
         # One record per produce request: brokers that compute a partition's end from its last batch's
         # base offset (Tansu) then report it exactly, and a history write is rare enough not to batch.
         self._producer = Producer(
-            self.config.client_settings(
+            self.config.client(
                 **{"enable.idempotence": True, "acks": "all", "batch.num.messages": 1, "linger.ms": 0}
             )
         )

@@ -23,18 +23,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.errors import MissingTopicError, PublishError, RecordRejectedError, ServiceError
+from relay.kafka.delivery import DEAD_LETTER_ERROR, DEAD_LETTER_PARTITION, DEAD_LETTER_SIZE, DEAD_LETTER_TOPIC
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import (
-    DEAD_LETTER_ERROR,
-    DEAD_LETTER_PARTITION,
-    DEAD_LETTER_SIZE,
-    DEAD_LETTER_TOPIC,
-    BatchHandle,
-    PublisherConfig,
-    Record,
-    TopicDefaults,
-)
+from relay.kafka.records import BatchHandle, Record
+from relay.kafka.settings import PublisherConfig, TopicDefaults
 
 PARTITIONS = 5
 

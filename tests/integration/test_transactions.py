@@ -32,7 +32,8 @@ from relay.dev.services import KafkaService
 from relay.errors import ConfigError, ProducerFatalError, ProducerFencedError, PublishError
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import PublisherConfig, Record, TopicDefaults
+from relay.kafka.records import Record
+from relay.kafka.settings import PublisherConfig, TopicDefaults
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Rec,

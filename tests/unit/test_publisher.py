@@ -20,16 +20,12 @@ from relay.errors import (
     PublishError,
     RecordRejectedError,
 )
+from relay.kafka.delivery import DEAD_LETTER_ERROR, DEAD_LETTER_PARTITION, DEAD_LETTER_TOPIC
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import KafkaPublisher
-from relay.kafka.records import (
-    DEAD_LETTER_ERROR,
-    DEAD_LETTER_PARTITION,
-    DEAD_LETTER_TOPIC,
-    PublisherConfig,
-    Record,
-    classify,
-)
+from relay.kafka.records import Record
+from relay.kafka.settings import PublisherConfig
+from relay.kafka.verdicts import classify
 
 Callback = Callable[[KafkaError | None, Any], None]
 
@@ -499,7 +495,9 @@ def test_an_abort_that_times_out_is_called_again_and_stops_for_the_fencing_that_
     h.pub.send(1, [rec(b"a")])
 
     def fenced_now() -> KafkaError:
-        h.pub._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))  # what poll would serve
+        h.producer.settings["error_cb"](
+            KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+        )  # poll serves it
         return KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True)
 
     h.producer.fail_abort = [KafkaError(KafkaError._TIMED_OUT, "scripted", retriable=True), fenced_now]
@@ -528,7 +526,7 @@ def test_a_bare_fatal_error_becomes_fenced_when_the_error_callback_names_the_fen
     h.pub.send(1, [rec(b"a")])
     failed = h.pub.failed()
     assert failed is not None and type(failed.error) is ProducerFatalError
-    h.pub._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))  # librdkafka's error_cb
+    h.producer.settings["error_cb"](KafkaError(KafkaError._FENCED, "fenced", fatal=True))  # librdkafka's
     failed = h.pub.failed()
     assert failed is not None and isinstance(failed.error, ProducerFencedError)
 
