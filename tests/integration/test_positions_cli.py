@@ -95,6 +95,10 @@ def _saved(cfg: Path) -> ResumePoint | None:
 def test_set_by_file_gtid_and_timestamp_when_no_relay_runs(setup: Any) -> None:
     prefix, conn, cfg = setup
     before_gtid = _gtid_pos(conn)
+    # Binlog times are whole seconds. Begin in a later second than anything the fixture logged, so that on
+    # a server started just now the oldest binlog's first transaction is still before the target.
+    first = int(time.time())
+    wait_for(lambda: int(time.time()) > first, 5, "the next second")
     since = time.time()
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {prefix}.t VALUES (1, 'a')")
@@ -120,7 +124,7 @@ def test_set_by_file_gtid_and_timestamp_when_no_relay_runs(setup: Any) -> None:
         assert _event_at(conn, point.journal, point.offset) == "Gtid", point
         assert point.offset < end
 
-    done = run_cli("positions", "set", "-c", str(cfg), "--timestamp", str(int(since * 1000) - 1000))
+    done = run_cli("positions", "set", "-c", str(cfg), "--timestamp", str(int(since) * 1000))
     assert done.returncode == 0, done.stderr
     point = _saved(cfg)
     assert point is not None and _event_at(conn, point.journal, point.offset) in (
