@@ -64,7 +64,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
 
 
 def test_status_with_zookeeper_unreachable_answers_within_its_connect_timeout(tmp_path: Path) -> None:
-    timeout = 3.0
+    # Long enough that one wait plus the fixed costs (the interpreter's start and imports: 1 s here, 3 s and
+    # more on a loaded 2-core machine) stays clearly under two waits.
+    timeout = 8.0
     zk = _closed_port()
     (tmp_path / "mapping.yaml").write_text(
         yaml.safe_dump({"logical_dbs": {"shop": {"physical": ["shop_\\d+"], "key_shard": "physical"}}})
@@ -94,5 +96,5 @@ def test_status_with_zookeeper_unreachable_answers_within_its_connect_timeout(tm
     assert len(about) == 1 and about[0].startswith("zookeeper_error"), done.stdout
     assert f"127.0.0.1:{zk}" in about[0]
     # one wait of the connect timeout (not one per ZooKeeper reader), plus the interpreter's start and
-    # the MySQL probe of a refused port, with room for a loaded machine
+    # the MySQL probe of a refused port
     assert took < 2 * timeout, took
