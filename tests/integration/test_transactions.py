@@ -151,24 +151,26 @@ def changes_at_least(wanted: int) -> Callable[[list[Rec]], bool]:
 # --- the publisher --------------------------------------------------------------------------------------
 
 
+def txn_publisher(kafka: KafkaService, tid: str, delivery_timeout_s: float) -> KafkaPublisher:
+    """A transactional publisher with ``tid``, one record per producer batch, topics of 3 partitions."""
+    return KafkaPublisher(
+        PublisherConfig(
+            kafka.bootstrap_servers,
+            kafka={"batch.num.messages": "1"},
+            create_topics=True,
+            topic_defaults=TopicDefaults(partitions=3),
+            delivery_timeout_s=delivery_timeout_s,
+            transactional_id=tid,
+        )
+    )
+
+
 def test_batches_complete_at_commit_and_a_second_producer_with_the_id_fences_the_first(
     kafka_service: KafkaService,
 ) -> None:
     topic, tid = f"txn-{uuid.uuid4().hex[:10]}", f"relay-test-{uuid.uuid4().hex[:10]}"
 
-    def publisher() -> KafkaPublisher:
-        return KafkaPublisher(
-            PublisherConfig(
-                kafka_service.bootstrap_servers,
-                kafka={"batch.num.messages": "1"},
-                create_topics=True,
-                topic_defaults=TopicDefaults(partitions=3),
-                delivery_timeout_s=10.0,
-                transactional_id=tid,
-            )
-        )
-
-    first, second = publisher(), publisher()
+    first, second = txn_publisher(kafka_service, tid, 10.0), txn_publisher(kafka_service, tid, 10.0)
     try:
         first.init_transactions()
         first.send(1, [Record(topic, None, f"k{i}".encode(), b"first-1") for i in range(6)])
@@ -206,20 +208,7 @@ def test_a_commit_met_by_the_fence_on_its_way_stops_the_publisher_within_the_del
     the publisher stops within the delivery timeout, completes nothing, and aborts nothing it cannot."""
     topic, tid = f"txn-{uuid.uuid4().hex[:10]}", f"relay-test-{uuid.uuid4().hex[:10]}"
     timeout = 6.0
-
-    def publisher() -> KafkaPublisher:
-        return KafkaPublisher(
-            PublisherConfig(
-                kafka_service.bootstrap_servers,
-                kafka={"batch.num.messages": "1"},
-                create_topics=True,
-                topic_defaults=TopicDefaults(partitions=3),
-                delivery_timeout_s=timeout,
-                transactional_id=tid,
-            )
-        )
-
-    first, second = publisher(), publisher()
+    first, second = txn_publisher(kafka_service, tid, timeout), txn_publisher(kafka_service, tid, timeout)
     try:
         first.init_transactions()
         handle = first.send(1, [Record(topic, None, f"k{i}".encode(), b"first") for i in range(6)])
