@@ -7,7 +7,7 @@ of the daemon's runtime (no ``relay.source.instance``, ``relay.binlog*``, conflu
 validation and topic templates, ``load`` the YAML format (``conf/mapping.yaml`` documents every key).
 """
 
-from mapping.checks import CODECS, PLACEHOLDERS, UNCLAIMED_CHOICES
+from mapping.checks import CODECS, UNCLAIMED_CHOICES
 from mapping.load import dump_mapping, load_mapping, parse_mapping, save_mapping
 from mapping.model import (
     Coverage,
@@ -20,6 +20,7 @@ from mapping.model import (
     TopicSettings,
     UnmappedRule,
 )
+from mapping.names import PLACEHOLDERS
 from relay.errors import InvalidMappingError, MappingError
 
 __all__ = [

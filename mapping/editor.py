@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from mapping.checks import name_path
 from mapping.load import parse_mapping
 from mapping.model import Mapping
+from mapping.names import name_path
 from relay.errors import InvalidMappingError, MappingError
 
 __all__ = [

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from mapping.checks import name_path
 from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
+from mapping.names import name_path
 from relay.common.atomic import atomic_write_text
 from relay.common.strict_yaml import load_strict
 from relay.errors import InvalidMappingError, MappingError

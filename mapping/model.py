@@ -4,7 +4,8 @@ Owns the immutable, versioned ``Mapping`` value and the routing decision ``Mappi
 that hands a ``Route`` (logical names, topic, key columns, tag, codec) to the relay's router and
 publisher. Pure data, no I/O and no threads of its own: the relay's publisher thread calls ``resolve``
 once per row event (answers are cached), the Spark readers use the same value to name topics.
-YAML loading and saving live in ``mapping.load``; templates and static checks in ``mapping.checks``.
+YAML loading and saving live in ``mapping.load``; static checks in ``mapping.checks``, templates in
+``mapping.names``.
 
 Matching rules (documented once, here):
 
@@ -35,27 +36,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mapping.checks import (
-    CODECS,
-    KEY_SHARD_NONE,
+from mapping.checks import CODECS, UNCLAIMED_CHOICES, check_mapping
+from mapping.key_shard import KEY_SHARD_NONE, MappingWarning, collapse_problem, key_warnings, shard_column
+from mapping.names import (
     PLACEHOLDERS,
-    UNCLAIMED_CHOICES,
-    Claimant,
-    MappingWarning,
-    check_mapping,
-    collapse_problem,
     db_topic_path,
     expand_topic,
-    first_match,
     has_physical_placeholder,
-    key_warnings,
     name_path,
-    quoted,
-    shard_column,
     table_path,
     topic_problem,
 )
 from mapping.parts import Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
+from mapping.patterns import Claimant, first_match, quoted
 from relay.errors import InvalidMappingError, MappingError
 
 __all__ = [

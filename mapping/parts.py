@@ -8,6 +8,7 @@ them (no import cycle). Frozen dataclasses; safe to share between threads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class LogicalTable:
     ``key_shard`` None inherit. ``origin`` is the YAML path where it was written (for messages only;
     not compared).
 
-    ``key_shard`` puts the shard identity into the record key (``mapping.checks.KEY_SHARD_HELP``):
+    ``key_shard`` puts the shard identity into the record key (``mapping.key_shard.KEY_SHARD_HELP``):
     ``none``, ``physical`` (the physical ``db.table``) or ``column:<name>`` (that column's value).
     """
 
@@ -109,3 +110,18 @@ class LogicalDb:
 
     def table(self, name: str) -> LogicalTable | None:
         return next((t for t in self.tables if t.name == name), None)
+
+
+class MappingFields(Protocol):
+    """What the checks read of a ``mapping.model.Mapping`` (which calls them while it is being built)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def logical_dbs(self) -> tuple[LogicalDb, ...]: ...
+    @property
+    def defaults(self) -> Defaults: ...
+    @property
+    def unmapped(self) -> UnmappedRule: ...
+    @property
+    def topics(self) -> TopicSettings: ...

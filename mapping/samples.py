@@ -2,7 +2,7 @@
 
 Owns ``examples(pattern)``: a few short strings the regex fully matches, built from its parse tree
 (Python's own regex parser): each literal as written, each class by a few members, each repetition at
-its fewest counts and a little more, each alternative. ``mapping.checks`` tries every example of one
+its fewest counts and a little more, each alternative. ``mapping.patterns`` tries every example of one
 pattern against the other: a match is a proof that some physical name (``shop_0`` for ``shop_\\d+``
 beside ``shop_.*``) would be claimed twice, found when the mapping is built instead of when a relay
 first sees such a table. Finding none proves nothing; ``Mapping.validate_against`` then decides on the

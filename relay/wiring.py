@@ -42,7 +42,7 @@ from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.schema_history import KafkaSchemaHistory, KafkaSchemaHistoryConfig
 from relay.kafka.settings import PublisherConfig, TopicDefaults
 from relay.positions.lock import InstanceLock
-from relay.positions.store import FilePositionStore, PositionStore
+from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
 from relay.positions.zookeeper import Fence, ZooKeeperPositionStore
 from relay.schema.history import FileSchemaHistory, SchemaHistory
 from relay.schema.zookeeper import ZooKeeperSchemaHistory
@@ -85,6 +85,12 @@ def file_positions(config: RelayConfig) -> FilePositionStore:
     position waits at the old place (``relay.config.state``), so nothing starts from scratch by mistake."""
     config.check_state_location()
     return FilePositionStore(config.state_path(POSITION_FILE))
+
+
+def position_file_or_memory(path: str | None) -> PositionStore:
+    """``relay entries``' store: the position file ``path`` names (its ``--positions``), else one in memory
+    that forgets everything when the command ends."""
+    return FilePositionStore(path) if path else MemoryPositionStore()
 
 
 # --- positions -------------------------------------------------------------------------------------

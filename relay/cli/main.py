@@ -26,7 +26,6 @@ from relay.cli import values
 from relay.common.redact import RedactingFormatter, redact, redact_value
 from relay.config.sections import InstanceConfig, SinkConfig, SourceConfig, StartConfig
 from relay.errors import ConfigError, InvalidConfigError, LeadershipError, RelayError
-from relay.positions.store import FilePositionStore, MemoryPositionStore, PositionStore
 
 log = logging.getLogger("relay")
 
@@ -118,12 +117,11 @@ def cmd_entries(args: argparse.Namespace) -> int:
         server_id=args.server_id,
         start=_parse_start(args),
     )
-    positions: PositionStore = FilePositionStore(args.positions) if args.positions else MemoryPositionStore()
-    from relay.wiring import canal_instance  # the composition root, only for this command
+    from relay.wiring import canal_instance, position_file_or_memory  # the composition root, only here
 
     instance = canal_instance(
         InstanceConfig(source=source, sink=SinkConfig(filter=args.filter, black_filter=args.black_filter)),
-        positions,
+        position_file_or_memory(args.positions),
     )
     instance.start()
     shown = 0

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
-from relay.config.state import POSITION_FILE, STATUS_FILE
+from relay.config.state import STATUS_FILE
 from relay.dev.demo_sample import (
     DB_TOPIC,
     DDL_TOPIC,
@@ -163,11 +163,11 @@ class Progress:
 
     def __init__(self, config_path: Path, runner: RelayRunner) -> None:
         from relay.config.load import load_config
-        from relay.positions.store import FilePositionStore
+        from relay.wiring import file_positions
 
         config = load_config(config_path)
         self.status_path = config.state_path(STATUS_FILE)
-        self.positions = FilePositionStore(config.state_path(POSITION_FILE))
+        self.positions = file_positions(config)
         self.runner = runner
         self.started = time.monotonic()
         self.next_line = self.started + 1.0

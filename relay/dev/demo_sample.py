@@ -154,6 +154,8 @@ unmapped:
 logical_dbs:
   shop:
     physical: ['shop_\\d+']           # shop_00 .. shop_03
+    key_shard: none                  # ids are unique across shards: the key is the id alone, no shard
+                                     # identity (said here, as `relay mapping validate` asks of shards)
     tables:
       orders:
         physical: ['orders_\\d+']     # orders_00 .. orders_03 in every shop_NN

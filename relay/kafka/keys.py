@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mapping.checks import KEY_SHARD_NONE, KEY_SHARD_PHYSICAL, SHARD_FIELD
+from mapping.key_shard import KEY_SHARD_NONE, KEY_SHARD_PHYSICAL, SHARD_FIELD
 from mapping.model import Route
 from relay.binlog.events import ColumnMeta, RowImage
 from relay.errors import MappingError

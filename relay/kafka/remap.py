@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from mapping.checks import KEY_SHARD_PHYSICAL, SHARD_FIELD, shard_column
+from mapping.key_shard import KEY_SHARD_PHYSICAL, SHARD_FIELD, shard_column
 from mapping.model import Route
 from relay.kafka.codec import (
     H_DB,

@@ -22,7 +22,7 @@ from confluent_kafka.cimpl import NewTopic
 from kazoo.client import KazooClient
 
 from relay.dev import services
-from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
+from relay.dev.services import KafkaService, MySQLService, ZooKeeperService, launch
 from relay.errors import ConfigError, ServiceError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,7 +220,8 @@ def test_a_port_taken_before_the_server_binds_it_is_retried(
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken, services.free_port()])
-        monkeypatch.setattr(services, "free_port", lambda: next(ports))
+        # start_on_free_port asks its own module (relay.dev.services.launch) for a port.
+        monkeypatch.setattr(launch, "free_port", lambda: next(ports))
         with start(services.StartOptions(tmp_path / "svc")) as running:
             assert str(taken) not in str(running.service)
             assert running.process.alive()

@@ -158,7 +158,7 @@ def snapshot_to_kafka(ctx: Context, rows: int) -> tuple[float, dict[str, int], d
     """Rows/s of a relay's snapshot of the table until Kafka acknowledged every row; its load; settings."""
     from mapping.load import parse_mapping
     from relay.config.load import parse_config
-    from relay.dev.bench.worker import relay_mapping, write_mapping_file
+    from relay.dev.bench.harness import relay_mapping, write_mapping_file
     from relay.wiring import build_relay
 
     work = ctx.work / "snapshot"

@@ -92,7 +92,7 @@ def _once(ctx: Context, config: Any, mapping: Any) -> tuple[float, Any, int]:
 def run_verify(ctx: Context, rows: int) -> VerifyResult:
     from mapping.load import parse_mapping
     from relay.config.load import parse_config
-    from relay.dev.bench.worker import relay_mapping
+    from relay.dev.bench.harness import relay_mapping
 
     work = ctx.work / "snapshot"  # the snapshot workload's relay: its state directory holds the position
     config = parse_config(_relay_config(ctx, work), base_dir=str(work))

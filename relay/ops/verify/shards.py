@@ -28,7 +28,7 @@ from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from typing import Any
 
-from mapping.checks import KEY_SHARD_PHYSICAL, SHARD_FIELD
+from mapping.key_shard import KEY_SHARD_PHYSICAL, SHARD_FIELD
 from mapping.model import Route
 from relay.binlog import types as t
 from relay.ops.verify.digest import HashKind, hash_kind

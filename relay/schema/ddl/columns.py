@@ -1,0 +1,142 @@
+"""Column types and column definitions of a DDL statement, as the binlog's TABLE_MAP will describe them.
+
+Owns ``column_from_type`` (a type text, as information_schema's COLUMN_TYPE or a DDL says it, →
+``ColumnDef``), ``column_def`` (a column of a CREATE / ALTER statement, its collation resolved: its own,
+its CHARACTER SET's default, the table's; MariaDB's JSON as LONGTEXT COLLATE utf8mb4_bin) and
+``primary_key`` (the key columns a constraint declares). Pure functions, run on the thread applying the
+statement (``relay.schema.ddl.apply``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from relay.schema.model import BINARY, CHARACTER, KNOWN, NUMERIC, Catalog, ColumnDef
+
+_DTYPE_NAMES = {
+    "TINYINT": "tinyint", "UTINYINT": "tinyint", "SMALLINT": "smallint", "USMALLINT": "smallint",
+    "MEDIUMINT": "mediumint", "UMEDIUMINT": "mediumint", "INT": "int", "UINT": "int", "BIGINT": "bigint",
+    "UBIGINT": "bigint", "BOOLEAN": "tinyint", "DECIMAL": "decimal", "UDECIMAL": "decimal",
+    "FLOAT": "float", "UFLOAT": "float", "DOUBLE": "double", "UDOUBLE": "double", "DATE": "date",
+    "DATETIME": "datetime", "TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp",
+    "TIMESTAMPLTZ": "timestamp", "TIME": "time", "YEAR": "year", "CHAR": "char", "NCHAR": "char",
+    "VARCHAR": "varchar", "NVARCHAR": "varchar", "BINARY": "binary", "VARBINARY": "varbinary",
+    "TINYTEXT": "tinytext", "TEXT": "text", "MEDIUMTEXT": "mediumtext", "LONGTEXT": "longtext",
+    "TINYBLOB": "tinyblob", "BLOB": "blob", "MEDIUMBLOB": "mediumblob", "LONGBLOB": "longblob",
+    "ENUM": "enum", "SET": "set", "BIT": "bit", "JSON": "json", "GEOMETRY": "geometry",
+}  # fmt: skip
+# Types whose numbers are not part of what the binlog stores (display widths).
+_NO_PARAMS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "year", "float", "double"})
+
+
+def _literal_int(node: exp.Expression) -> int:
+    inner = node.this if isinstance(node, exp.DataTypeParam) else node
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        return int(inner.this)
+    raise ValueError(f"not a number: {node.sql('mysql')}")
+
+
+def _column_type(dtype: exp.DataType, name: str) -> ColumnDef:
+    """A sqlglot DataType → ColumnDef without a collation (the caller resolves it)."""
+    tname = dtype.this.name
+    kind = _DTYPE_NAMES.get(tname)
+    if kind is None:
+        raise ValueError(f"column {name}: type {dtype.sql('mysql')} is not supported by the schema history")
+    unsigned = tname.startswith("U") and kind in NUMERIC
+    members: tuple[str, ...] | None = None
+    params: tuple[int, ...] = ()
+    if kind in ("enum", "set"):
+        members = tuple(str(m.this) for m in dtype.expressions if isinstance(m, exp.Literal))
+    elif kind not in _NO_PARAMS:
+        params = tuple(_literal_int(p) for p in dtype.expressions)
+    if kind == "float" and len(params) == 1 and params[0] > 24:
+        kind = "double"  # FLOAT(p) with p > 24 is a DOUBLE
+    if tname == "BOOLEAN":
+        params = ()
+    return ColumnDef(name, kind, params, unsigned, None, members)
+
+
+def column_from_type(name: str, type_text: str, collation: str | None) -> ColumnDef:
+    """A column from its type text as information_schema.COLUMNS.COLUMN_TYPE says it."""
+    text = type_text.replace(" zerofill", "")
+    try:
+        dtype = exp.DataType.build(text, dialect="mysql")
+    except (SqlglotError, ValueError) as exc:
+        raise ValueError(f"column {name}: cannot parse type {type_text!r}: {exc}") from exc
+    col = _column_type(dtype, name)
+    if col.kind in BINARY:
+        return replace(col, collation="binary")
+    return replace(col, collation=collation if col.kind in CHARACTER else None)
+
+
+# --- columns of a statement ---------------------------------------------------------------------------
+
+
+def _constraint_kinds(cdef: exp.ColumnDef) -> list[Any]:
+    kinds: list[Any] = []
+    for c in cdef.args.get("constraints") or []:
+        if isinstance(c, exp.ColumnConstraint):
+            kinds.append(c.kind)
+    return kinds
+
+
+def column_def(catalog: Catalog, cdef: exp.ColumnDef, table_collation: str | None) -> tuple[ColumnDef, bool]:
+    """A column definition of a statement → (ColumnDef, declared PRIMARY KEY inline)."""
+    name = cdef.name
+    dtype = cdef.args.get("kind")
+    if not isinstance(dtype, exp.DataType):
+        raise ValueError(f"column {name}: no type")
+    col = _column_type(dtype, name)
+    charset = collate = None
+    inline_key = False
+    for kind in _constraint_kinds(cdef):
+        if isinstance(kind, exp.CharacterSetColumnConstraint):
+            charset = kind.this.name.lower()
+        elif isinstance(kind, exp.CollateColumnConstraint):
+            collate = kind.this.name.lower()
+        elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
+            inline_key = True
+    if col.kind == "json" and catalog.mariadb:
+        col, collate = replace(col, kind="longtext"), "utf8mb4_bin"
+    if col.kind in BINARY:
+        return replace(col, collation="binary"), inline_key
+    if col.kind not in CHARACTER:
+        return col, inline_key
+    if charset == "binary":  # CHAR(4) CHARACTER SET binary is BINARY(4)
+        binary_kind = {"char": "binary", "varchar": "varbinary"}.get(
+            col.kind, col.kind.replace("text", "blob")
+        )
+        return replace(col, kind=binary_kind, collation="binary"), inline_key
+    collation = collate or (catalog.default_collation(charset) if charset else None) or table_collation
+    if collation is None:
+        raise ValueError(f"column {name}: no collation known")
+    return replace(col, collation=collation), inline_key
+
+
+def _key_names(node: exp.Expression) -> tuple[str, ...]:
+    names = []
+    for part in node.expressions:
+        target = part.this if isinstance(part, exp.Ordered) else part
+        names.append(target.name)
+    return tuple(names)
+
+
+def primary_key(node: exp.Expression) -> tuple[str, ...] | None:
+    """The key columns when ``node`` (a constraint of CREATE / ALTER ADD) is a PRIMARY KEY."""
+    if isinstance(node, exp.PrimaryKey):
+        return _key_names(node)
+    if isinstance(node, exp.Constraint | exp.AddConstraint):
+        for inner in node.expressions:
+            found = primary_key(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def check_known(col: ColumnDef) -> None:
+    if col.kind not in KNOWN:
+        raise ValueError(f"column {col.name}: type {col.kind} is not supported")
