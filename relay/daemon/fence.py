@@ -3,7 +3,8 @@ elected, and the fence checked before every send, every ack and every commit.
 
 Owned here: ``Fence`` (the interface), ``Unfenced`` (no HA: every check passes, no standby) and
 ``LeaderFence`` (HA). ``relay.wiring`` picks one, so the publish loop reads no HA flag on its hot path.
-Runs on the publisher thread (``Relay.run``); ``stand_by`` blocks it until ZooKeeper elects this process.
+Runs on the publisher thread (``Relay.run``); ``stand_by`` blocks it until ZooKeeper elects this process
+(status ``standby``), and the relay then starts its instance from the position saved in ZooKeeper.
 
 Once fenced (session SUSPENDED or LOST, lease expired) ``check`` raises ``LeadershipError``: the relay
 stops without acking anything more — the batches in flight are abandoned, the new leader publishes them
