@@ -6,8 +6,9 @@ written inside the publisher's transactions), the schema history's store beside 
 fenced by the same leadership, a compacted topic), which mapping store (the YAML file or a ZooKeeper node),
 the ZooKeeper session they share, the Kafka producer's settings (idempotent or transactional), the
 canal instance, the metrics exporter. ``build_relay`` hands them, built, to
-``relay.daemon.pipeline.Relay``, which creates nothing of its own. Runs on the thread that starts the
-relay (the CLI's, a test's, the benchmark worker's).
+``relay.daemon.pipeline.Relay`` with the rooms its loop runs in (``RelayRooms.build``: the HA fence or
+none, hot reload, transactions, the batch path, recovery, status reporting), so that ``Relay`` creates
+nothing of its own. Runs on the thread that starts the relay (the CLI's, a test's, the benchmark worker's).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from relay.config.load import RelayConfig
 from relay.config.sections import InstanceConfig, SinkConfig
 from relay.config.state import MAPPING_HISTORY_DIR, POSITION_FILE, SCHEMA_HISTORY_FILE
 from relay.daemon.metrics import MetricsExporter
-from relay.daemon.pipeline import Relay, RelayParts
+from relay.daemon.pipeline import Relay, RelayParts, RelayRooms
 from relay.errors import ConfigError, MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
 from relay.kafka.history import MovePlan, TableMove, move_publisher_config
@@ -377,6 +378,6 @@ def build_relay(
         read_mapping=read_mapping,
         open_move=move_opener(config, coordination.leadership),
     )
-    relay = Relay(config, mapping, parts)
+    relay = Relay(config, mapping, parts, RelayRooms.build(config, mapping, parts))
     relay.observe(MetricsExporter(config.metrics, relay))
     return relay

@@ -3,10 +3,10 @@
 Owns ``MappingState`` (the version in use, the one waiting for a switch, the last version refused and
 why, a store that could not be read) and ``MappingAnnouncer``, which hands a changed state to the places
 other processes read: the HA member node (``Leadership.announce``) and the ZooKeeper mapping store's
-registry (``MappingStore.announce``). Runs on the publisher thread (``Relay._write_status``), writing
-only when the state changed; a failed announcement is logged once per state, never fatal — it is a
-report, not a fence. ``relay status``, ``relay mapping history`` and ``relay.daemon.metrics`` read what
-it leaves.
+registry (``MappingStore.announce``). Runs on the publisher thread (``relay.daemon.reporting``'s
+``StatusReporter``), writing only when the state changed; a failed announcement is logged once per
+state, never fatal — it is a report, not a fence. ``relay status``, ``relay mapping history`` and
+``relay.daemon.metrics`` read what it leaves.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ history has been copied there (``relay.kafka.history.TableMove``, on its own thr
 new topic holds the history before the first change published into it. Until the copy has caught up the
 relay keeps publishing under the version it runs (the moved tables still into their old topic, which the
 copy follows); then it holds new batches, lets the ones in flight be acknowledged, has the copy take the
-last records, and switches (``Relay._switch`` saves the position under the new version before the next
+last records, and switches (``HotReload._switch`` saves the position under the new version before the next
 batch). ``mapping.move: switch`` switches at once, the history left where it is.
 
 The states, as the loop sees them::

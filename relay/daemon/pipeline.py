@@ -1,6 +1,7 @@
 """The relay's publish loop: canal instance → mapping → codecs → Kafka → ack → saved position.
 
-It builds none of its parts: ``relay.wiring`` makes them from the config and hands them in (``RelayParts``).
+It builds none of its collaborators: ``relay.wiring`` makes them from the config and hands them in
+(``RelayParts``), and the rooms that do the loop's jobs (``RelayRooms``) are built from those parts.
 
 Threads: the canal instance's parser thread fills the ring store; ``Relay.run`` is the publisher
 thread. It takes batches from the store (``get_without_ack``), encodes every row change into records
@@ -8,75 +9,51 @@ under the current mapping, sends them, and acknowledges a batch to the store —
 resume point — only once Kafka has accepted every record of it and of every batch before it
 (``KafkaPublisher.completed_prefix``). That is the relay contract (docs/architecture.md, "Invariants"):
 
-- no loss: nothing is acked past an undelivered record; a retriable failure aborts the batches in
-  flight, rolls the store back and resends after a backoff (``publish.retry``);
-- a record Kafka will never take stops the relay with a clear error (``RecordRejectedError``), unless
-  a dead-letter topic is configured — never a retry spin. Before it stops, the records sent before
-  the refused one are given ``publish.drain_seconds`` to land and the batches completed before it
-  are acked, so the saved position ends right before the refused record's batch;
-- fail closed: a mapping error (a key column missing from a table) stops the relay without acking.
-- hot reload: a new mapping version in ``mapping.store`` is switched to at a batch boundary, when no
-  batch is in flight and a rolled-back range has been re-delivered under the old one (the rule is in
-  ``mapping.watch``), so no change is published under both; an invalid version is refused and logged.
-  The saved position names the mapping version of what follows it; a relay that starts or is elected
-  resumes under that version and switches to the current one by the same rule (``_resume_mapping``).
+- no loss: nothing is acked past an undelivered record (``BatchPath``, here); a retriable failure
+  rolls back and resends, a record Kafka will never take stops the relay (``relay.daemon.recovery``);
+- fail closed: a mapping error (a key column missing from a table) stops the relay without acking;
+- hot reload: a new mapping version is switched to at a batch boundary, never with a batch in flight
+  (``relay.daemon.reload``);
+- HA: the leadership's fence is checked before every send, ack and commit (``relay.daemon.fence``);
+  after a MySQL failover (``relay.source.failover``) the records name the standby;
+- transactions: a batch is acked only once its Kafka transaction committed (``relay.daemon.transactions``);
+- ``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: the batches in flight
+  are drained, the rest rolled back, and ``run`` returns normally (``relay.daemon.recovery``).
 
-High availability (``ha.enabled``, ``relay.ha.leadership``): ``run`` first stands by until ZooKeeper
-elects this process (status ``standby``), then starts the instance from the position saved in ZooKeeper. The
-leadership's fence is checked before every send and every ack; once fenced (session SUSPENDED or
-LOST, lease expired) ``run`` stops with ``LeadershipError`` without acking anything more — the batches
-in flight are abandoned, the new leader publishes them again from the saved position — and ``relay
-run`` exits with status 3. After a MySQL failover (``relay.source.failover``) the records name the standby.
-
-Transactional mode (``kafka.transactions``): after the election, ``init_transactions`` fences every older
-producer of this instance's ``transactional.id`` (a zombie's queued records are refused by the broker,
-its open transaction aborted). Consecutive batches share one Kafka transaction, committed when it holds
-``publish.max_inflight_batches`` batches or has been open ``kafka.transaction_linger_seconds`` — the
-fence is checked first; a batch is acked (and its position saved) only once its transaction committed.
-A failed transaction is aborted and its batches rolled back and resent after a backoff; a fenced
-producer stops the relay like lost leadership (``ProducerFencedError``, exit status 3). Exactly-once mode
-(``kafka.exactly_once``) first proves that the broker hides aborted records (or refuses to start), and
-puts the resume point of a transaction's last batch into that transaction (``relay.kafka.positions``).
-
-``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: batches in flight
-get ``publish.drain_seconds`` to be delivered and acked, the rest is rolled back, the position stays
-at the last acknowledged batch, and ``run`` returns normally.
+The rooms, each with one job: ``Fence`` (standing by, the fence), ``HotReload`` (the mapping, its
+encoder and switches), ``Transactions`` (fencing older producers, commits), ``BatchPath`` (send and
+ack, the hot path), ``Recovery`` (retry, rollback, drain), ``StatusReporter`` (status file, mapping
+announcements, snapshot requests). ``Relay`` is the loop that calls them in order.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from mapping import Mapping
-from mapping.watch import MappingWatcher, Refusal, SwitchGate, check_against_tables
+from mapping.watch import MappingWatcher
 from relay.canal.entry import Entry, RowChange
-from relay.common.binlog_names import file_order
 from relay.common.gc_tuning import gc_thresholds
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
-from relay.config.state import SNAPSHOT_REQUEST_FILE, STATUS_FILE
-from relay.daemon import snapshot_requests
-from relay.daemon.mapping_report import MappingAnnouncer, MappingState
-from relay.daemon.moves import MoveSwitch, last_identity
-from relay.daemon.status import RelayStats, write_status
-from relay.errors import (
-    InvalidMappingError,
-    LeadershipError,
-    MappingError,
-    PublishError,
-    RecordRejectedError,
-    RelayError,
-)
+from relay.config.state import SNAPSHOT_REQUEST_FILE
+from relay.daemon.fence import Fence, fence_for
+from relay.daemon.mapping_report import MappingState
+from relay.daemon.moves import last_identity
+from relay.daemon.recovery import Recovery
+from relay.daemon.reload import HotReload
+from relay.daemon.reporting import StatusReporter
+from relay.daemon.snapshot_requests import SnapshotDesk
+from relay.daemon.status import RelayStats
+from relay.daemon.transactions import Transactions
+from relay.errors import LeadershipError, PublishError
 from relay.ha.leadership import Leadership
-from relay.kafka.codec import RecordEncoder
 from relay.kafka.history import MovePlan, TableMove
-from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
+from relay.kafka.positions import KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import BatchHandle, Record
 from relay.positions.lock import InstanceLock
@@ -133,57 +110,157 @@ class RelayParts:
     open_move: Callable[[MovePlan], TableMove] | None = None
 
 
+class BatchPath:
+    """The hot path of one batch: encode and send it, then ack it once it and every batch before it
+    were delivered (``KafkaPublisher.completed_prefix``) — one position write for all acked at once.
+    Every log line about a batch names its binlog positions and, with HA, when its fence check passed."""
+
+    def __init__(
+        self,
+        instance: CanalInstance,
+        publisher: KafkaPublisher,
+        fence: Fence,
+        reload: HotReload,
+        stats: RelayStats,
+    ) -> None:
+        self._instance, self._publisher, self._fence, self._reload = instance, publisher, fence, reload
+        self._stats = stats
+        self.observers: list[RelayObserver] = []
+        # batch id → (records, rows, last event ms, (sequence, part) of its last record)
+        self._ledger: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
+
+    def send(self, batch_id: int, entries: Sequence[Entry]) -> None:
+        """Encode and send one batch under the mapping in use."""
+        encoder = self._reload.encoder()
+        records: list[Record] = []
+        rows = 0
+        for entry in entries:
+            records.extend(encoder.encode(entry))
+            value = entry.store_value
+            if isinstance(value, RowChange) and not value.is_ddl:
+                rows += len(value.rows)
+        last_ms = entries[-1].header.execute_time
+        new_topics = encoder.topics()
+        if new_topics:
+            self._publisher.ensure_topics(new_topics)
+        self._ledger[batch_id] = (len(records), rows, last_ms, last_identity(records))
+        where = _span(entries[0], entries[-1])
+        self._fence.check()
+        self._publisher.send(batch_id, records, where)
+        for observer in self.observers:
+            observer.batch_sent(batch_id)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "batch %d (%s): sent %d records (%d rows)%s",
+                batch_id,
+                where,
+                len(records),
+                rows,
+                self._fence.note(),
+            )
+
+    def ack_delivered(self) -> int:
+        """Ack the delivered prefix of the batches in flight; how many were acked."""
+        done: list[BatchHandle] = self._publisher.completed_prefix()
+        if not done:
+            return 0
+        self._fence.check()
+        point = self._instance.ack(*(handle.batch_id for handle in done))  # one position write for all
+        for handle in done:
+            for observer in self.observers:
+                observer.batch_acked(handle.batch_id)
+            records, rows, last_ms, last = self._ledger.pop(handle.batch_id, (0, 0, 0, None))
+            self._stats.acked(records, rows, str(point), last_ms)
+            self._reload.moves.acked(last)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s: %d records delivered; acked, position %s saved%s",
+                    handle.label,
+                    records,
+                    point,
+                    self._fence.note(),
+                )
+        return len(done)
+
+    def forget(self, batch_ids: Iterable[int]) -> None:
+        """Batches rolled back: they will be sent again under new ids."""
+        for batch_id in batch_ids:
+            self._ledger.pop(batch_id, None)
+
+
+@dataclass(frozen=True)
+class RelayRooms:
+    """The rooms a ``Relay`` runs its loop with; ``build`` makes them from the parts (``relay.wiring``
+    does; a test may hand in its own)."""
+
+    stats: RelayStats
+    fence: Fence
+    reload: HotReload
+    transactions: Transactions
+    batches: BatchPath
+    recovery: Recovery
+    reporter: StatusReporter
+
+    @classmethod
+    def build(cls, config: RelayConfig, mapping: Mapping, parts: RelayParts) -> RelayRooms:
+        instance, publisher, stats = parts.instance, parts.publisher, RelayStats()
+        fence = fence_for(parts.leadership)
+        desk = SnapshotDesk(
+            instance,
+            config.state_path(SNAPSHOT_REQUEST_FILE),
+            after_switch=config.snapshot.mode != "never",
+        )
+        reload = HotReload(
+            config,
+            mapping,
+            instance,
+            publisher,
+            fence,
+            read_mapping=parts.read_mapping,
+            open_watcher=parts.open_watcher,
+            open_move=parts.open_move,
+            on_switch=desk.mapping_switched,
+        )
+        transactions = Transactions(config, instance, publisher, fence, parts.exactly_once)
+        batches = BatchPath(instance, publisher, fence, reload, stats)
+        recovery = Recovery(config, instance, publisher, stats, reload, batches, transactions)
+        reporter = StatusReporter(config, instance, publisher, stats, reload, desk, parts.leadership)
+        return cls(stats, fence, reload, transactions, batches, recovery, reporter)
+
+
 class Relay:
     """One relay process for one MySQL source. ``run()`` blocks until ``stop()`` or a fatal error."""
 
-    def __init__(self, config: RelayConfig, mapping: Mapping, parts: RelayParts) -> None:
+    def __init__(
+        self, config: RelayConfig, mapping: Mapping, parts: RelayParts, rooms: RelayRooms | None = None
+    ) -> None:
         self.config = config
-        self.mapping = mapping
-        # HA: the leadership, which also fences the ZooKeeper position store's writes (relay.ha).
-        self.leadership = parts.leadership
-        # The wall time the last fence check passed (HA only). The send and ack log lines carry it: a
-        # process can be frozen between a check and what it allows, so a line stamped after a resume
-        # may stand for a step its leadership allowed before the freeze.
-        self._fence_passed = 0.0
+        self.leadership = parts.leadership  # HA: also fences the ZooKeeper position store's writes
         self.positions = parts.positions
         self.instance = parts.instance
         self.publisher = parts.publisher
-        self.stats = RelayStats()
-        self._observers: list[RelayObserver] = []
         self._lock = parts.lock
-        self._open_watcher = parts.open_watcher
-        self._exactly_once = parts.exactly_once
-        self._read_mapping = parts.read_mapping
-        # Resuming under the mapping version the saved position names (``_resume_mapping``): the
-        # source's binlog end when this process started, past which no earlier process can have read.
-        self._tail_end: tuple[str, int] | None = None
+        self.rooms = rooms or RelayRooms.build(config, mapping, parts)
+        self.stats = self.rooms.stats
         self._stopping = threading.Event()
-        self._encoder: RecordEncoder | None = None
-        # Hot reload (mapping.watch): the watcher of mapping.store (opened by run()), the switch rule,
-        # a version waiting for the pipeline to be quiet.
-        self.watcher: MappingWatcher | None = None
-        self._gate = SwitchGate()
-        self._pending: Mapping | None = None
-        # A switch that moves tables to another topic waits for their history to be copied there.
-        self._moves = MoveSwitch(parts.open_move, self._move_tables, config.source_id)
-        self._checked: Mapping | None = None  # the pending version last checked against the live tables
-        # batch id → (records, rows, last event ms, (sequence, part) of its last record)
-        self._batch_rows: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
-        self._refusal: Refusal | None = None  # a version refused with no watcher to keep the record
-        lead = self.leadership
-        self._announcer = MappingAnnouncer(
-            config.instance,
-            lead.member if lead is not None else None,
-            lead.announce if lead is not None else None,
-            lambda: self.watcher.store if self.watcher is not None else None,
-        )
-        self._next_status = 0.0
-        self._next_request_check = 0.0
-        self._snapshot_answer: dict[str, object] | None = None  # the last on-demand request's answer
+
+    @property
+    def mapping(self) -> Mapping:
+        """The mapping in use."""
+        return self.rooms.reload.mapping
+
+    @property
+    def watcher(self) -> MappingWatcher | None:
+        """The watcher of ``mapping.store`` (opened once this process leads; None: no hot reload)."""
+        return self.rooms.reload.watcher
+
+    def mapping_state(self) -> MappingState:
+        """The mapping in use, the one waiting for a batch boundary, the last refused and why."""
+        return self.rooms.reload.state()
 
     def observe(self, observer: RelayObserver) -> None:
         """Add an observer (before ``run``): it is started and stopped with the publish loop."""
-        self._observers.append(observer)
+        self.rooms.batches.observers.append(observer)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -196,78 +273,19 @@ class Relay:
     def run(self) -> ResumePoint | None:
         """Relay until stopped; returns the last saved position. Raises the error that stopped it
         (``LeadershipError`` when HA leadership is lost)."""
-        if self.leadership is None:
-            return self._run()
+        fence = self.rooms.fence
         try:
-            if not self._stand_by():
+            if not fence.stand_by(self._stopping, self.rooms.reporter.state):
                 return None  # stopped before being elected
-            return self._run()
+            with gc_thresholds(GC_THRESHOLDS):  # process-wide: restored when the relay stops
+                return self._relay()
         finally:
-            self.leadership.close()  # resigns when still the leader: a standby takes over at once
-
-    def _stand_by(self) -> bool:
-        """HA: wait until ZooKeeper elects this process; False when stopped first."""
-        assert self.leadership is not None
-        self.leadership.start()
-        self.stats.state = "standby"
-        self._write_status(force=True)
-        elected = self.leadership.acquire(self._stopping, lambda active: self._write_status(force=True))
-        self.stats.state = "starting" if elected else "stopped"
-        self._write_status(force=True)
-        return elected
-
-    def _fence(self) -> None:
-        """Before every send and every ack: raise ``LeadershipError`` once this process may not lead."""
-        if self.leadership is not None:
-            self.leadership.check()
-            self._fence_passed = time.time()
-
-    def _fence_note(self) -> str:
-        """For the send and ack log lines: when the fence check that allowed the step passed (HA)."""
-        return "" if self.leadership is None else f" (fence passed at {self._fence_passed:.3f})"
-
-    def mapping_state(self) -> MappingState:
-        """The mapping in use, the one waiting for a batch boundary, the last refused and why."""
-        watcher = self.watcher
-        refused = watcher.refusal if watcher is not None and watcher.refusal is not None else self._refusal
-        return MappingState(
-            self.mapping.version,
-            None if self._pending is None else self._pending.version,
-            refused,
-            None if watcher is None else watcher.store_error,
-        )
-
-    def _ha_status(self) -> dict[str, object]:
-        lead = self.leadership
-        return {} if lead is None else {"ha_member": lead.member, "ha_epoch": lead.epoch or None}
-
-    def _new_encoder(self) -> RecordEncoder:
-        return RecordEncoder(
-            self.mapping,
-            self.instance.source.identity,
-            ddl_topic=self.config.kafka.ddl_topic,
-            partitions=self.publisher.partitions,
-            source_id=self.config.source_id,
-        )
-
-    def _run(self) -> ResumePoint | None:
-        with gc_thresholds(GC_THRESHOLDS):  # process-wide: restored when the relay stops
-            return self._relay()
+            fence.close()  # HA: resigns when still the leader: a standby takes over at once
 
     def _relay(self) -> ResumePoint | None:
-        self._claim()
-        try:
-            self._start_transactions()
-            self.instance.start()
-            self._resume_mapping()
-            if self._open_watcher is not None:
-                self.watcher = self._open_watcher(self.mapping)
-        except BaseException:
-            self.instance.stop()
-            self._release()
-            raise
-        self._encoder = self._new_encoder()
-        self.publisher.ensure_topics(self._initial_topics())
+        rooms = self.rooms
+        self._open()
+        self.publisher.ensure_topics(rooms.reload.initial_topics())
         log.info(
             "relay %s: publishing from %s to %s",
             self.config.instance,
@@ -275,42 +293,73 @@ class Relay:
             self.config.kafka.bootstrap_servers,
         )
         self.stats.state = "running"
-        backoff = self.config.publish.retry.start(sleep=self._stopping.wait)
         try:
-            while not self._stopping.is_set():
-                try:
-                    if self._step():
-                        backoff.reset()
-                except PublishError as exc:
-                    # A delivery failure is handled just below; anything else raised while sending is a
-                    # topic that could not be checked or created (the broker is away): roll back, retry.
-                    if self.publisher.failed() is None:
-                        if not exc.retriable:
-                            raise
-                        self._retry(exc, backoff)
-                failed = self.publisher.failed()
-                if failed is not None:
-                    self._recover(failed, backoff)
-                if self.instance.save_failure is not None:  # the position writer could not write
-                    raise self.instance.save_failure
-                self._snapshot_requests()
-                self._write_status()
-            self._drain()
+            self._loop(self.config.publish.retry.start(sleep=self._stopping.wait))
+            rooms.recovery.drain()
         except BaseException as exc:
             self.stats.state, self.stats.error = "failed", str(exc)
-            self._abandon(term_over=isinstance(exc, LeadershipError))
+            rooms.recovery.abandon(term_over=isinstance(exc, LeadershipError))
             raise
         finally:
-            self._moves.abandon()
+            rooms.reload.close()
             self.instance.stop()
-            if self.watcher is not None:
-                self.watcher.store.close()
             self.publisher.close(timeout=1.0)
             self._release()
-            self._write_status(force=True)
-        self.stats.state = "stopped"
-        self._write_status(force=True)
+            rooms.reporter.write(force=True)
+        rooms.reporter.state("stopped")
         return self.instance.last_saved
+
+    def _open(self) -> None:
+        """Claim the instance, fence older producers, start reading, resume under the saved mapping."""
+        self._claim()
+        try:
+            self.rooms.transactions.start()
+            self.instance.start()
+            self.rooms.reload.start()
+        except BaseException:
+            self.instance.stop()
+            self._release()
+            raise
+        self.rooms.reload.encoder()
+
+    def _loop(self, backoff: Backoff) -> None:
+        """Until stopped: a step, then what it left to handle — a failure, a position not written, a
+        snapshot request, the status file."""
+        recovery, publisher = self.rooms.recovery, self.publisher
+        while not self._stopping.is_set():
+            try:
+                if self._step():
+                    backoff.reset()
+            except PublishError as exc:
+                # A delivery failure is handled just below; anything else raised while sending is a
+                # topic that could not be checked or created (the broker is away): roll back, retry.
+                if publisher.failed() is None:
+                    if not exc.retriable:
+                        raise
+                    recovery.retry(exc, backoff)
+            failed = publisher.failed()
+            if failed is not None:
+                recovery.recover(failed, backoff)
+            if self.instance.save_failure is not None:  # the position writer could not write
+                raise self.instance.save_failure
+            self.rooms.reporter.snapshot_requests()
+            self.rooms.reporter.write()
+
+    def _step(self) -> bool:
+        """Send one batch if the window allows, serve deliveries, ack the delivered prefix."""
+        p, rooms = self.config.publish, self.rooms
+        inflight = self.publisher.inflight()
+        wait = min(p.batch_wait_seconds, INFLIGHT_WAIT_SECONDS) if inflight else p.batch_wait_seconds
+        sent = False
+        if rooms.reload.ready() and inflight < p.max_inflight_batches:
+            message = self.instance.get_without_ack(p.batch_size, timeout=wait)
+            if message.entries:
+                rooms.batches.send(message.batch_id, message.entries)
+                sent = True
+        self.publisher.poll(0 if sent else wait)
+        if rooms.transactions.due():
+            rooms.transactions.commit()
+        return rooms.batches.ack_delivered() > 0
 
     def _claim(self) -> None:
         """Hold the instance (a file position's lock: one relay per position) and start the observers."""
@@ -318,7 +367,7 @@ class Relay:
             self._lock.acquire()
         started: list[RelayObserver] = []
         try:
-            for observer in self._observers:
+            for observer in self.rooms.batches.observers:
                 observer.start()
                 started.append(observer)
         except BaseException:
@@ -326,379 +375,10 @@ class Relay:
             raise
 
     def _release(self, observers: Sequence[RelayObserver] | None = None) -> None:
-        for observer in self._observers if observers is None else observers:
+        for observer in self.rooms.batches.observers if observers is None else observers:
             observer.stop()
         if self._lock is not None:
             self._lock.release()
-
-    def _start_transactions(self) -> None:
-        """Exactly-once: prove the broker hides aborted records (or refuse, before fencing anyone);
-        transactional: fence older producers of our ``transactional.id`` before reading any position."""
-        if self._exactly_once is not None:
-            prove_aborted_records_hidden(self._exactly_once.config)
-        self._fence()
-        self.publisher.init_transactions()
-
-    def _initial_topics(self) -> list[str]:
-        topics = list(self.mapping.topic_names())
-        if self.config.kafka.ddl_topic:
-            topics.append(self.config.kafka.ddl_topic)
-        return topics
-
-    def _step(self) -> bool:
-        """Send one batch if the window allows, serve deliveries, ack the delivered prefix."""
-        p = self.config.publish
-        inflight = self.publisher.inflight()
-        wait = min(p.batch_wait_seconds, INFLIGHT_WAIT_SECONDS) if inflight else p.batch_wait_seconds
-        sent = False
-        if self._reload() and inflight < p.max_inflight_batches:
-            message = self.instance.get_without_ack(p.batch_size, timeout=wait)
-            if message.entries:
-                self._send(message.batch_id, message.entries)
-                sent = True
-        self.publisher.poll(0 if sent else wait)
-        if self._transaction_due():
-            self._commit()
-        return self._ack_delivered() > 0
-
-    def _transaction_due(self) -> bool:
-        """A transaction commits when it holds ``max_inflight_batches`` batches or is ``linger`` old."""
-        age = self.publisher.transaction_age()
-        if age is None:
-            return False
-        full = self.publisher.inflight() >= self.config.publish.max_inflight_batches
-        return full or age >= self.config.kafka.transaction_linger_seconds
-
-    def _commit(self) -> bool:
-        """Commit the open transaction (exactly-once: with the resume point after its last batch)."""
-        extra: list[Record] = []
-        point = None
-        eos = self._exactly_once
-        if eos is not None:
-            point = self.instance.resume_point(self.publisher.batch_ids()[-1])
-            epoch = self.leadership.epoch if self.leadership is not None else 0
-            extra.append(eos.record(point, epoch))
-        self._fence()
-        committed = self.publisher.commit(extra)
-        if committed and eos is not None and point is not None:
-            eos.committed(point)
-        return committed
-
-    def _send(self, batch_id: int, entries: Sequence[Entry]) -> None:
-        """Encode and send one batch; every log line about it names its binlog positions (``where``)."""
-        assert self._encoder is not None
-        if self._encoder.source != self.instance.source.identity:  # the instance failed over
-            self._encoder = self._new_encoder()
-        records: list[Record] = []
-        rows = 0
-        for entry in entries:
-            records.extend(self._encoder.encode(entry))
-            value = entry.store_value
-            if isinstance(value, RowChange) and not value.is_ddl:
-                rows += len(value.rows)
-        last_ms = entries[-1].header.execute_time
-        new_topics = self._encoder.topics()
-        if new_topics:
-            self.publisher.ensure_topics(new_topics)
-        self._batch_rows[batch_id] = (len(records), rows, last_ms, last_identity(records))
-        where = _span(entries[0], entries[-1])
-        self._fence()
-        self.publisher.send(batch_id, records, where)
-        for observer in self._observers:
-            observer.batch_sent(batch_id)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "batch %d (%s): sent %d records (%d rows)%s",
-                batch_id,
-                where,
-                len(records),
-                rows,
-                self._fence_note(),
-            )
-
-    def _ack_delivered(self) -> int:
-        done: list[BatchHandle] = self.publisher.completed_prefix()
-        if not done:
-            return 0
-        self._fence()
-        point = self.instance.ack(*(handle.batch_id for handle in done))  # one position write for all
-        for handle in done:
-            for observer in self._observers:
-                observer.batch_acked(handle.batch_id)
-            records, rows, last_ms, last = self._batch_rows.pop(handle.batch_id, (0, 0, 0, None))
-            self.stats.acked(records, rows, str(point), last_ms)
-            self._moves.acked(last)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s: %d records delivered; acked, position %s saved%s",
-                    handle.label,
-                    records,
-                    point,
-                    self._fence_note(),
-                )
-        return len(done)
-
-    # -- hot reload ------------------------------------------------------------------------------
-    def _resume_mapping(self) -> None:
-        """Start publishing under the mapping version the saved position names, switching to the
-        current one later, at a batch boundary, by the hot-reload rule (``mapping.watch``).
-
-        The current mapping is read again here, when this process starts to lead — a standby elected
-        days after it started does not lead with the mapping it read then, whether or not
-        ``mapping.reload`` is on. When the saved position names another version, the records after it
-        that the previous process may have published (at most a store's worth of entries, and nothing
-        past the source's binlog end as it is now) are published again under that version, byte for
-        byte; the switch comes after them. A version the store no longer has stops the relay (fail
-        closed): ``relay positions set`` starts afresh under the current mapping.
-        """
-        current = self.mapping if self._read_mapping is None else self._read_mapping(None)
-        if current != self.mapping:
-            log.info(
-                "mapping version %d is current (this process read %d)", current.version, self.mapping.version
-            )
-        saved = self.instance.saved_point
-        named = saved.mapping_version if saved is not None else None
-        self.mapping = current
-        if named is not None and named != current.version:
-            if self._read_mapping is None:
-                raise MappingError(
-                    "mapping.version",
-                    f"the saved position {saved} was published under mapping version {named}; "
-                    f"this relay has only version {current.version}",
-                )
-            try:
-                self.mapping = self._read_mapping(named)
-            except MappingError as exc:
-                if exc.retriable:
-                    raise
-                raise MappingError(
-                    "mapping.version",
-                    f"the saved position {saved} names mapping version {named}, which the mapping store "
-                    f"cannot give ({exc}); to start afresh under version {current.version}, move the "
-                    "position with `relay positions set`",
-                ) from exc
-            self._pending = current
-            self._gate.resumed(self.instance.store.config.buffer_size)
-            info = self.instance.info
-            self._tail_end = info.end if info is not None else None
-            log.info(
-                "resuming under mapping version %d (named by the saved position %s); switching to version "
-                "%d once what an earlier process may have published after it is published again",
-                named,
-                saved,
-                current.version,
-            )
-        self.instance.publish_under(self.mapping.version)
-
-    def _tail_covered(self) -> None:
-        """Resuming: the tail is covered once the saved position reaches the binlog end seen at start."""
-        end, saved = self._tail_end, self.instance.last_saved
-        if end is None or saved is None or saved.source != self.instance.source.identity:
-            return
-        if (file_order(saved.journal), saved.offset) >= (file_order(end[0]), end[1]):
-            self._gate.tail_covered()
-            self._tail_end = None
-
-    def _reload(self) -> bool:
-        """Switch to a new mapping version at a batch boundary (the rule: ``mapping.watch``).
-
-        Returns False while a pending switch waits for the batches in flight to drain: no new batch
-        is taken then, so every batch is encoded under one mapping and none under both.
-        """
-        if self.watcher is not None:
-            new = self.watcher.poll()
-            if new is not None:
-                self._pending = new
-        if self._pending is None:
-            return True
-        self._tail_covered()
-        if not self._history_copied(self._pending) or self._pending is None:
-            return True  # the moved tables' history is still being copied (or the version was refused)
-        ack = self.instance.acked_sequence
-        if self._gate.may_switch(self.publisher.inflight(), ack):
-            if not self._moves.finished():
-                return False  # nothing in flight: the copy takes the last records, no batch is taken
-            self._switch(self._pending)
-            return True
-        return not self._gate.hold_new_batches(True, ack)
-
-    def _history_copied(self, new: Mapping) -> bool:
-        """A version that moves tables to another topic waits until their history has been copied
-        there (``relay.daemon.moves``); one that cannot be used for the live tables is refused first."""
-        if self._checked is not new:  # once per pending version (``_switch`` checks again)
-            self._checked = new
-            assert self._encoder is not None
-            problem = check_against_tables(new, self._encoder.known_tables())
-            if problem is not None:
-                self._refuse(new, problem)
-                return True
-        try:
-            return self._moves.may_switch(self.mapping, new, self.instance.saved_point)
-        except InvalidMappingError as exc:
-            self._refuse(new, exc)
-            return True
-
-    def _move_tables(self) -> list[tuple[str, str]]:
-        """The physical tables a move is planned over: the source's captured tables and the tables
-        published since the last switch (a dropped one still has history)."""
-        assert self._encoder is not None
-        known = [(db, table) for db, table, _ in self._encoder.known_tables()]
-        return [*self.instance.captured_tables(), *known]
-
-    def _switch(self, new: Mapping) -> None:
-        """Swap the mapping (nothing in flight), or refuse it when it fails on the tables seen so far."""
-        assert self._encoder is not None
-        problem = check_against_tables(new, self._encoder.known_tables())
-        if problem is not None:
-            self._refuse(new, problem)
-            return
-        self.publisher.ensure_topics(new.topic_names())  # may raise a retriable error: stays pending
-        self._fence()
-        self.instance.publish_under(new.version)  # a restart from here publishes under ``new``
-        old, self._encoder.mapping, self.mapping = self.mapping, new, new
-        self._pending = None
-        self._moves.switched()
-        if self.config.snapshot.mode != "never":
-            self._snapshot_answer = snapshot_requests.after_mapping_switch(self.instance, old, new)
-        if self.watcher is not None:
-            self.watcher.accept(new)
-        else:
-            log.info("mapping switched from version %d to version %d", old.version, new.version)
-
-    def _refuse(self, new: Mapping, problem: MappingError) -> None:
-        """Keep the current mapping: ``new`` cannot be used (logged once; the status shows it)."""
-        self._pending = None
-        self._moves.refused()
-        if self.watcher is not None:
-            self.watcher.refuse(new, problem)
-        else:
-            self._refusal = Refusal.of(new.version, problem)
-            log.error(
-                "refused mapping version %d; keeping version %d: %s",
-                new.version,
-                self.mapping.version,
-                problem,
-            )
-
-    # -- failures --------------------------------------------------------------------------------
-    def _recover(self, failed: BatchHandle, backoff: Backoff) -> None:
-        error = failed.error
-        assert error is not None
-        if not error.retriable:
-            if isinstance(error, RecordRejectedError):
-                self._settle()
-            log.error("stopping: %s; the position stays at %s", error, self._saved())
-            raise error
-        self._retry(error, backoff)
-
-    def _retry(self, error: PublishError, backoff: Backoff) -> None:
-        """Abort every batch in flight, roll the store back to the saved position, back off, go on."""
-        aborted = self.publisher.abort_inflight()
-        self._gate.rolled_back(self.instance.store.sequences[1])  # re-deliver these before a switch
-        self.instance.rollback()
-        for bid in aborted:
-            self._batch_rows.pop(bid, None)
-        self.stats.batches_rolled_back += len(aborted)
-        self.stats.state = "retrying"
-        log.warning(
-            "%s; rolled back batches %s, the position stays at %s; retrying after a backoff",
-            error,
-            aborted,
-            self._saved(),
-        )
-        if not backoff.wait():  # sleeps on the stop event: a stop cuts the wait short
-            raise PublishError(f"gave up retrying: {error}") from error
-        self.stats.state = "running"
-
-    def _settle(self) -> None:
-        """Stopping on a refused record: let what was sent before it land, ack the batches before it.
-
-        The failed batch stays unacked (the position ends right before it); its records sent before
-        the refused one are delivered too, and published again, identically, after a restart.
-        """
-        left = self.publisher.flush(self.config.publish.drain_seconds)
-        self._ack_delivered()
-        if left:
-            log.warning("%d records sent before the refused one were not delivered in time", left)
-
-    def _saved(self) -> str:
-        return str(self.instance.last_saved or self.instance.start_point)
-
-    def _drain(self) -> None:
-        """Stopping: give batches in flight time to be delivered and acked, roll the rest back."""
-        deadline = time.monotonic() + self.config.publish.drain_seconds
-        while self.publisher.inflight() and time.monotonic() < deadline and self.publisher.failed() is None:
-            self.publisher.poll(0.1)
-            if self.publisher.transaction_age() is not None:
-                self._commit()
-            self._ack_delivered()
-        self._abandon()
-        log.info("relay %s stopped; position %s", self.config.instance, self._saved())
-
-    def _abandon(self, term_over: bool = False) -> None:
-        """Save what was acked, roll back the rest; ``term_over`` (leadership lost): the open transaction
-        is left to the successor, which aborts it (``KafkaPublisher.abort_inflight``)."""
-        try:  # what was acked is delivered: its position is written before anything else happens
-            self.instance.save_pending()
-        except RelayError as exc:
-            log.warning("could not save the position %s: %s", self.instance.saved_point, exc)
-        try:
-            aborted = self.publisher.abort_inflight(term_over=term_over)
-            if aborted:
-                self.instance.rollback()
-                log.info(
-                    "batches %s not acknowledged; the position stays at %s: they will be published again",
-                    aborted,
-                    self._saved(),
-                )
-        except RelayError as exc:
-            log.warning("while abandoning the batches in flight: %s", exc)
-
-    # -- on-demand snapshots ---------------------------------------------------------------------
-    def _snapshot_requests(self) -> None:
-        """A ``relay snapshot run|cancel`` request waiting in its file: carried out at this boundary."""
-        now = time.monotonic()
-        if now < self._next_request_check:
-            return
-        self._next_request_check = now + snapshot_requests.CHECK_SECONDS
-        request = snapshot_requests.take_request(self.config.state_path(SNAPSHOT_REQUEST_FILE))
-        if request is not None:
-            self._snapshot_answer = snapshot_requests.handle(self.instance, self.mapping, request)
-            self._write_status(force=True)
-
-    # -- status ----------------------------------------------------------------------------------
-    def _write_status(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now < self._next_status:
-            return
-        self._next_status = now + self.config.status.interval_seconds
-        fill = self.instance.store.fill()
-        store = self.instance.store.config
-        saved = self.instance.last_saved
-        mapping = self.mapping_state()
-        self._announcer.update(mapping)
-        data = self.stats.snapshot(
-            instance=self.config.instance,
-            source=self.config.source.address,
-            position=None if saved is None else json.loads(replace(saved, source=None).to_json()),
-            store_entries=fill.entries,
-            store_bytes=fill.bytes,
-            store_slots=store.buffer_size,
-            store_budget=store.memory_budget,
-            store_mode=store.batch_mode.value,
-            inflight_batches=self.publisher.inflight(),
-            **mapping.to_status(),
-            kafka_mode=self.config.kafka.mode,
-            transactional_id=self.publisher.transactional_id,
-            snapshot=self.instance.snapshot_status(),
-            snapshot_request=self._snapshot_answer,
-            mapping_move=self._moves.progress(),
-            **self._ha_status(),
-        )
-        try:
-            write_status(self.config.state_path(STATUS_FILE), data)
-        except OSError as exc:
-            log.warning("cannot write the status file: %s", exc)
 
 
 def _span(first: Entry, last: Entry) -> str:

@@ -10,6 +10,10 @@ service and works wherever the CLI can reach the status file (the same host or v
 request goes to the active relay's file. ``run`` re-reads every shard of one logical table — the
 physical tables the CURRENT mapping routes to it and the sink filters keep — with the watermark rules of
 ``relay.source.snapshot``, while the live stream goes on.
+
+Owns ``SnapshotDesk``, the publisher thread's side of the channel: it takes a request at a batch
+boundary, asks for the snapshot that a mapping switch calls for (tables the new version routes and the
+old one dropped), and keeps the last answer for the status file (``relay.daemon.reporting``).
 """
 
 from __future__ import annotations
@@ -126,3 +130,33 @@ def after_mapping_switch(instance: CanalInstance, old: Mapping, new: Mapping) ->
             reason,
         )
     return {**request, "accepted": reason is None, "reason": reason, "at": time.time()}
+
+
+class SnapshotDesk:
+    """Takes on-demand snapshot requests for the publisher thread and keeps the last answer.
+
+    ``after_switch``: a mapping switch snapshots the tables it adds (``snapshot.mode`` is not ``never``).
+    """
+
+    def __init__(self, instance: CanalInstance, request_path: Path, *, after_switch: bool) -> None:
+        self._instance, self._path, self._after_switch = instance, request_path, after_switch
+        self._next_check = 0.0
+        self.answer: dict[str, Any] | None = None  # the last request's answer, shown in the status file
+
+    def take(self, mapping: Mapping) -> bool:
+        """A ``relay snapshot run|cancel`` request waiting in its file: carried out now, under
+        ``mapping`` (at most every ``CHECK_SECONDS``). True when one was answered."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + CHECK_SECONDS
+        request = take_request(self._path)
+        if request is None:
+            return False
+        self.answer = handle(self._instance, mapping, request)
+        return True
+
+    def mapping_switched(self, old: Mapping, new: Mapping) -> None:
+        """Right after a switch: snapshot the tables ``new`` routes and ``old`` did not."""
+        if self._after_switch:
+            self.answer = after_mapping_switch(self._instance, old, new)

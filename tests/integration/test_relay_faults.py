@@ -423,7 +423,7 @@ def test_debug_log_names_batch_and_position_on_every_publish_and_ack_line(case: 
     lines = [
         line
         for line in relay.log().splitlines()
-        if re.search(r" relay\.(?:\w+\.)?(pipeline|publisher|instance|server): ", line)
+        if re.search(r" relay\.(?:\w+\.)?(pipeline|recovery|publisher|instance|server): ", line)
         and re.search(r"\bbatch(es)? \[?\d", line)
     ]
     sent = [line for line in lines if " sent " in line]

@@ -1,0 +1,77 @@
+"""Kafka transactions, from the publish loop's side (``kafka.transactions``, ``kafka.exactly_once``).
+
+Owns ``Transactions``: fencing older producers when this process starts to lead, deciding when the open
+transaction is due, and committing it — in exactly-once mode with the resume point after its last batch
+inside it (``relay.kafka.positions``). Runs on the publisher thread (``Relay.run``). In idempotent mode
+the publisher has no transaction: ``due`` is always False and ``start`` only checks the fence.
+
+The contract: after the election, ``init_transactions`` fences every older producer of this instance's
+``transactional.id`` (a zombie's queued records are refused by the broker, its open transaction
+aborted). Consecutive batches share one Kafka transaction, committed when it holds
+``publish.max_inflight_batches`` batches or has been open ``kafka.transaction_linger_seconds`` — the
+fence is checked first; a batch is acked (and its position saved) only once its transaction committed.
+A failed transaction is aborted and its batches rolled back and resent after a backoff
+(``relay.daemon.recovery``); a fenced producer stops the relay like lost leadership
+(``ProducerFencedError``, exit status 3). Exactly-once mode first proves that the broker hides aborted
+records (or refuses to start).
+"""
+
+from __future__ import annotations
+
+from relay.config.load import RelayConfig
+from relay.daemon.fence import Fence
+from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
+from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import Record
+from relay.source.instance import CanalInstance
+
+
+class Transactions:
+    """When and how the publisher's open transaction commits. ``exactly_once``: the Kafka position
+    store whose records go into the transactions (None: not exactly-once mode)."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        instance: CanalInstance,
+        publisher: KafkaPublisher,
+        fence: Fence,
+        exactly_once: KafkaPositionStore | None = None,
+    ) -> None:
+        self._max_batches = config.publish.max_inflight_batches
+        self._linger = config.kafka.transaction_linger_seconds
+        self._instance, self._publisher, self._fence = instance, publisher, fence
+        self._exactly_once = exactly_once
+
+    def start(self) -> None:
+        """Exactly-once: prove the broker hides aborted records (or refuse, before fencing anyone);
+        transactional: fence older producers of our ``transactional.id`` before reading any position."""
+        if self._exactly_once is not None:
+            prove_aborted_records_hidden(self._exactly_once.config)
+        self._fence.check()
+        self._publisher.init_transactions()
+
+    def due(self) -> bool:
+        """A transaction commits when it holds ``max_inflight_batches`` batches or is ``linger`` old."""
+        age = self._publisher.transaction_age()
+        if age is None:
+            return False
+        return self._publisher.inflight() >= self._max_batches or age >= self._linger
+
+    def open(self) -> bool:
+        """A transaction is open (draining: commit it before the batches in it can be acked)."""
+        return self._publisher.transaction_age() is not None
+
+    def commit(self) -> bool:
+        """Commit the open transaction (exactly-once: with the resume point after its last batch)."""
+        extra: list[Record] = []
+        point = None
+        eos = self._exactly_once
+        if eos is not None:
+            point = self._instance.resume_point(self._publisher.batch_ids()[-1])
+            extra.append(eos.record(point, self._fence.epoch))
+        self._fence.check()
+        committed = self._publisher.commit(extra)
+        if committed and eos is not None and point is not None:
+            eos.committed(point)
+        return committed
