@@ -285,15 +285,15 @@ class Relay:
     def _relay(self) -> ResumePoint | None:
         rooms = self.rooms
         self._open()
-        self.publisher.ensure_topics(rooms.reload.initial_topics())
-        log.info(
-            "relay %s: publishing from %s to %s",
-            self.config.instance,
-            self.instance.start_point,
-            self.config.kafka.bootstrap_servers,
-        )
-        self.stats.state = "running"
         try:
+            self.publisher.ensure_topics(rooms.reload.initial_topics())
+            log.info(
+                "relay %s: publishing from %s to %s",
+                self.config.instance,
+                self.instance.start_point,
+                self.config.kafka.bootstrap_servers,
+            )
+            self.stats.state = "running"
             self._loop(self.config.publish.retry.start(sleep=self._stopping.wait))
             rooms.recovery.drain()
         except BaseException as exc:
@@ -316,11 +316,13 @@ class Relay:
             self.rooms.transactions.start()
             self.instance.start()
             self.rooms.reload.start()
+            self.rooms.reload.encoder()
         except BaseException:
+            self.rooms.reload.close()
             self.instance.stop()
+            self.publisher.close(timeout=1.0)
             self._release()
             raise
-        self.rooms.reload.encoder()
 
     def _loop(self, backoff: Backoff) -> None:
         """Until stopped: a step, then what it left to handle — a failure, a position not written, a

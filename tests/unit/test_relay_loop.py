@@ -230,3 +230,19 @@ def test_a_takeover_after_lost_leadership_resends_what_was_in_flight(tmp_path: P
     assert "error" not in out
     assert fenced_at.offset == 1_300  # the first batch; the next was in flight at the fence, never acked
     assert len(new_producer.sent) == 3  # what was in flight at the fence is published again, then the rest
+
+
+def test_a_start_that_fails_on_the_topics_stops_the_instance_and_closes_the_producer(tmp_path: Path) -> None:
+    positions, producer = MemoryPositions(), FakeProducer()
+
+    def unreachable(names: Iterable[str]) -> None:
+        raise PublishError("no broker answers: the topics could not be checked")
+
+    producer.ensure_topics = unreachable  # type: ignore[method-assign]
+    relay = relay_over(tmp_path, positions, producer)
+    thread, out = run_in_thread(relay)
+    thread.join(10)
+    assert isinstance(out.get("error"), PublishError)
+    assert not relay.instance.running and producer.closed  # nothing left reading or open after it
+    assert producer.sent == [] and positions.point is None
+    assert relay.stats.state == "failed"
