@@ -36,8 +36,8 @@ from relay.source.failover import Failover
 from relay.source.read_ahead import Pending, TransactionScan
 from relay.source.reading import Reading
 from relay.source.schema_start import attach_schema_history
-from relay.source.snapshot import is_snapshot
 from relay.source.snapshot_control import SnapshotControl
+from relay.source.snapshot_entry import is_snapshot
 from relay.source.start_point import StartPoint, resolve_start
 
 log = logging.getLogger(__name__)
