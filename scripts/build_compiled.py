@@ -36,8 +36,11 @@ GROUP = "relay._compiled"  # the shared library: relay/_compiled__mypyc.<EXT_SUF
 # relay.kafka.canal_protobuf (mypyc refuses its surrogate-range regex literal; canal-json is the default), and
 # the per-batch stages (server, publish loop). The binlog source and the instance's parser loop are in: every
 # event passes through them (W1: 53 -> ~40 us CPU/row with them and the explicit __init__s of the
-# per-transaction types). mypyc names a C struct field after its attribute with one more underscore, so an
-# attribute called ``_thread`` becomes ``__thread``, a GCC keyword: the C does not compile.
+# per-transaction types); so is the walk that finds a time in the binlog (binlog_time: every event of the
+# files it scans passes through it), compiled since it was part of the binlog source. The server checks and
+# the start position, split from the binlog source too, run once per start and stay interpreted. mypyc names
+# a C struct field after its attribute with one more underscore, so an attribute called ``_thread`` becomes
+# ``__thread``, a GCC keyword: the C does not compile.
 MODULES = (
     "relay.binlog.charsets",
     "relay.binlog.events",
@@ -72,6 +75,7 @@ MODULES = (
     "relay.kafka.verdicts",
     "relay.kafka.window",
     "relay.source.binlog_source",
+    "relay.source.binlog_time",
     "relay.source.parser",
     "relay.source.read_ahead",
     "relay.source.snapshot_rows",

@@ -313,7 +313,7 @@ class TransactionEnd:
         self.props = [] if props is None else props
 
 
-# Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.source.snapshot).
+# Where compiled (scripts/build-compiled), still subclassed by interpreted code (relay.source.snapshot_entry).
 @mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(init=False, slots=True)
 class Entry:

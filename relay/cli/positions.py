@@ -30,7 +30,8 @@ from relay.daemon.status import pid_running, read_status
 from relay.errors import PositionError, RelayError, SourceError
 from relay.positions.lock import holder
 from relay.positions.store import ResumePoint, SourceIdentity, next_generation
-from relay.source.binlog_source import ServerInfo, find_by_timestamp, inspect_server
+from relay.source.binlog_time import find_by_timestamp
+from relay.source.server import ServerInfo, inspect_server
 from relay.wiring import holding_positions, open_positions
 
 if TYPE_CHECKING:

@@ -141,7 +141,7 @@ def cancel_saved(config: RelayConfig) -> str:
     ``SnapshotRequestError`` when a relay holds the instance or there is no unfinished snapshot."""
     from relay.cli.positions import active_holders
     from relay.errors import SnapshotRequestError
-    from relay.source.snapshot import EXTRA_KEY, compacted
+    from relay.source.snapshot_checkpoint import EXTRA_KEY, compacted
     from relay.wiring import holding_positions, open_positions
 
     def refuse_if_held(lock_held: bool) -> None:

@@ -13,8 +13,8 @@ Field order is canal's, then ours (readers of canal-json ignore unknown fields):
 
 ``utcMicros`` appears only where the row has TIMESTAMP values that know their instant. ``snapshot`` (true)
 appears only on snapshot reads (``snapshot_row_text``, right after ``sequence``): INSERTs with ``es``/``ts``
-0, ``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot``). ``part``
-(``relay.kafka.codec``) comes last where a record has one.
+0, ``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot_entry``).
+``part`` (``relay.kafka.codec``) comes last where a record has one.
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
   re-publication, and a non-negative Java long as canal's), ``sequence`` repeats it under an

@@ -32,8 +32,8 @@ What becomes what:
 - A DDL: a barrier on every partition of its table's topic, plus a copy on the DDL audit topic
   (``relay.kafka.barriers``); other statements go to the audit topic only.
 
-A snapshot chunk (an entry marked by ``relay.source.snapshot``) becomes one INSERT per row, every row with
-the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` =
+A snapshot chunk (an entry marked by ``relay.source.snapshot_entry``) becomes one INSERT per row, every row
+with the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` =
 ((the chunk's ordinal among the chunks put at that place << 21) | the row's ordinal in the chunk) << 1:
 its identity is (source id, sequence, part).
 
@@ -86,7 +86,7 @@ from relay.kafka.sequences import (
     sequence,
 )
 from relay.positions.store import MAX_GENERATION, SourceIdentity
-from relay.source.snapshot import SNAPSHOT_PROP, SnapshotEntry
+from relay.source.snapshot_entry import SNAPSHOT_PROP, SnapshotEntry
 
 __all__ = [
     "FILE_BITS",
@@ -192,8 +192,8 @@ class RecordEncoder:
         return protobuf_rows.rows(self._origin, entry, rc, plan, first, headers)
 
     def _snapshot_rows(self, entry: Entry, rc: RowChange) -> list[Record]:
-        """A snapshot chunk (``relay.source.snapshot``): INSERTs marked as snapshot reads, every row with
-        the chunk's sequence and ``part`` = its ordinal in the chunk << 1 (so (source id, sequence, part)
+        """A snapshot chunk (``relay.source.snapshot_entry``): INSERTs marked as snapshot reads, every row
+        with the chunk's sequence and ``part`` = its ordinal in the chunk << 1 (so (source id, sequence, part)
         stays the identity), ``rowIndex`` 0."""
         h = entry.header
         plan = self._plans.get(self.mapping, h.schema_name, h.table_name, rc.columns)

@@ -20,7 +20,7 @@ from mapping.model import Route
 from relay.kafka import canal_json as codec_json
 from relay.kafka.records import Record
 from relay.positions.store import SourceIdentity
-from relay.source.snapshot import SNAPSHOT_PROP
+from relay.source.snapshot_entry import SNAPSHOT_PROP
 
 H_DB = "relay.db"
 H_TABLE = "relay.table"
@@ -31,7 +31,7 @@ H_TAG = "relay.tag"
 H_SEQUENCE = "relay.sequence"
 H_SOURCE_ID = "relay.source.id"
 H_PART = "relay.part"
-H_SNAPSHOT = SNAPSHOT_PROP  # "true" on a snapshot read (relay.source.snapshot); absent on live changes
+H_SNAPSHOT = SNAPSHOT_PROP  # "true" on a snapshot read (relay.source.snapshot_entry); absent on live changes
 
 Headers = tuple[tuple[str, bytes], ...]
 

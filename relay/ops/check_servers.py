@@ -1,7 +1,7 @@
 """``relay check``: the source server and Kafka, as a start would find them, by reading only.
 
 Owns the server-side checks of ``relay.ops.check``: the source's settings one by one
-(``relay.source.binlog_source.settings_report``), what the start reads from it (binary logs, GTIDs,
+(``relay.source.server.settings_report``), what the start reads from it (binary logs, GTIDs,
 its time zone), the account's grants (REPLICATION SLAVE in ``SHOW GRANTS``, SELECT on every captured
 table when a snapshot or the schema history needs it), the mapping against the server's real tables,
 where the relay would start; then Kafka: reachable, and every topic it publishes to present with the
@@ -24,13 +24,8 @@ from relay.config.load import RelayConfig
 from relay.config.sections import SinkConfig
 from relay.errors import RelayError
 from relay.ops.check_result import FAIL, OK, SKIP, WARN, Check, Emit
-from relay.source.binlog_source import (
-    ServerInfo,
-    inspect_server,
-    resolve_start,
-    server_settings,
-    settings_report,
-)
+from relay.source.server import ServerInfo, inspect_server, server_settings, settings_report
+from relay.source.start_point import resolve_start
 
 _SYSTEM = ("mysql", "information_schema", "performance_schema", "sys")
 _SHOWN = 5  # tables named in a line before "and N more"

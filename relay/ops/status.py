@@ -20,8 +20,8 @@ from relay.daemon.status import pid_running, read_status
 from relay.errors import RelayError, ZooKeeperUnavailableError
 from relay.ops.cluster import zookeeper_status
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import inspect_server
-from relay.source.snapshot import read_percent
+from relay.source.server import inspect_server
+from relay.source.snapshot_checkpoint import read_percent
 from relay.wiring import mapping_store, open_positions, transactional_id
 
 

@@ -47,10 +47,12 @@ from relay.config.sections import InstanceConfig
 from relay.positions.store import PositionStore, ResumePoint, resume_after
 from relay.schema.history import SchemaHistory
 from relay.source.acks import AckPath
-from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint
+from relay.source.binlog_source import BinlogSource
 from relay.source.reading import Reading
+from relay.source.server import ServerInfo
 from relay.source.snapshot import Snapshot
 from relay.source.snapshot_control import SnapshotControl
+from relay.source.start_point import StartPoint
 
 log = logging.getLogger(__name__)
 

@@ -31,13 +31,14 @@ from relay.errors import RelayError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint, already_published, next_generation, resume_after
 from relay.schema.history import SchemaHistory
 from relay.source.acks import AckPath
-from relay.source.binlog_source import BinlogSource, StartPoint, resolve_start
+from relay.source.binlog_source import BinlogSource
 from relay.source.failover import Failover
 from relay.source.read_ahead import Pending, TransactionScan
 from relay.source.reading import Reading
 from relay.source.schema_start import attach_schema_history
-from relay.source.snapshot import is_snapshot
 from relay.source.snapshot_control import SnapshotControl
+from relay.source.snapshot_entry import is_snapshot
+from relay.source.start_point import StartPoint, resolve_start
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,10 @@ Written by the start (caller's thread) and by a failover (parser thread); read b
 from __future__ import annotations
 
 from relay.config.sections import SourceConfig
-from relay.source.binlog_source import BinlogSource, ServerInfo, StartPoint
+from relay.source.binlog_source import BinlogSource
 from relay.source.failover import EntryFilter, standby_config
+from relay.source.server import ServerInfo
+from relay.source.start_point import StartPoint
 
 
 class Reading:

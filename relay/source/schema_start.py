@@ -39,15 +39,9 @@ from relay.schema.history import Place, Record, SchemaHistory, server_key
 from relay.schema.model import Catalog
 from relay.schema.server import read_catalog
 from relay.schema.tracker import SchemaTracker
-from relay.source.binlog_source import (
-    BinlogSource,
-    ServerInfo,
-    StartPoint,
-    _binlog_state,
-    _connect,
-    _stream_config,
-    _translate,
-)
+from relay.source.binlog_source import BinlogSource
+from relay.source.server import ServerInfo, binlog_state, connect, stream_config, translate
+from relay.source.start_point import StartPoint
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +109,7 @@ def attach_schema_history(
 
 
 def _status(cfg: SourceConfig, conn: Any) -> Place:
-    _, status = _binlog_state(cfg, conn)
+    _, status = binlog_state(cfg, conn)
     return str(status[0]), int(status[1])
 
 
@@ -126,13 +120,13 @@ def consistent_snapshot(
     row metadata): a table a DDL changed between ``start`` and the read is left out instead of refusing
     the start — its TABLE_MAPs describe it, and it is learned from the first one."""
     for _ in range(SNAPSHOT_ATTEMPTS):
-        conn = _connect(cfg)
+        conn = connect(cfg)
         try:
             before = _status(cfg, conn)
             catalog = read_catalog(conn, info.mariadb)
             after = _status(cfg, conn)
         except pymysql.err.MySQLError as exc:
-            raise _translate(cfg, exc, "reading the table definitions") from exc
+            raise translate(cfg, exc, "reading the table definitions") from exc
         finally:
             conn.close()
         ddls = ddls_between(cfg, info, start, after, every=lenient)
@@ -168,14 +162,14 @@ def gtid_start_place(cfg: SourceConfig, info: ServerInfo, gtid_set: str) -> Plac
     (every transaction outside the set starts with one; the file's format description and GTID list
     sent before it are earlier and not transactions), or the binlog end read before the dump when it
     sends nothing but a heartbeat (nothing after the set yet)."""
-    conn = _connect(cfg)
+    conn = connect(cfg)
     try:
         end = _status(cfg, conn)
     except pymysql.err.MySQLError as exc:
-        raise _translate(cfg, exc, "reading the binlog end") from exc
+        raise translate(cfg, exc, "reading the binlog end") from exc
     finally:
         conn.close()
-    config = dataclasses.replace(_stream_config(cfg, info, side=True), decode_rows=False)
+    config = dataclasses.replace(stream_config(cfg, info, side=True), decode_rows=False)
     with contextlib.closing(BinlogStream(config)) as stream:
         stream.open_at_gtid(gtid_set)
         while True:
@@ -197,7 +191,7 @@ def ddls_between(
     found: list[Ddl] = []
     # Rows are not decoded: an image the relay will refuse later (a session's binlog_row_image=MINIMAL)
     # must stop it where it is read, with its own message, not here.
-    config = dataclasses.replace(_stream_config(cfg, info, side=True), decode_rows=False)
+    config = dataclasses.replace(stream_config(cfg, info, side=True), decode_rows=False)
     with contextlib.closing(BinlogStream(config)) as stream:
         stream.open_at(*start)
         while True:

@@ -24,16 +24,10 @@ from relay.config.sections import SnapshotConfig
 from relay.positions.store import ResumePoint
 from relay.source.acks import AckPath
 from relay.source.reading import Reading
-from relay.source.snapshot import (
-    EXTRA_KEY,
-    Snapshot,
-    SnapshotEntry,
-    captured_tables,
-    check_where,
-    compacted,
-    plan,
-    state_rows,
-)
+from relay.source.snapshot import Snapshot
+from relay.source.snapshot_checkpoint import EXTRA_KEY, compacted, state_rows
+from relay.source.snapshot_entry import SnapshotEntry
+from relay.source.snapshot_plan import captured_tables, check_where, plan
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
 from relay.config.sections import SourceConfig
 from relay.dev.services import MySQLService
-from relay.source.binlog_source import inspect_server
+from relay.source.server import inspect_server
 
 _server_ids = itertools.count(47000)
 COLUMNS = "id, name, note, amount, CAST(at AS CHAR), e, s, doc, HEX(b), extra"

@@ -31,15 +31,11 @@ from relay.dev import services
 from relay.dev.services import MySQLService
 from relay.errors import ServiceError, SourceError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import (
-    BinlogSource,
-    StartPoint,
-    find_by_timestamp,
-    inspect_server,
-    locate_by_timestamp,
-    resolve_start,
-)
+from relay.source.binlog_source import BinlogSource
+from relay.source.binlog_time import find_by_timestamp, locate_by_timestamp
 from relay.source.schema_start import ddls_between, gtid_start_place
+from relay.source.server import inspect_server
+from relay.source.start_point import StartPoint, resolve_start
 
 _server_ids = itertools.count(52000)
 FAST_RETRY = RetryPolicy(initial=0.05, maximum=0.5, jitter=0.0, deadline=30.0)

@@ -27,8 +27,9 @@ from relay.config.sections import SourceConfig
 from relay.dev.services import MySQLService
 from relay.errors import SchemaError, SourceError
 from relay.schema.history import FileSchemaHistory
-from relay.source.binlog_source import BinlogSource, StartPoint
+from relay.source.binlog_source import BinlogSource
 from relay.source.schema_start import attach_schema_history
+from relay.source.start_point import StartPoint
 
 pytestmark = pytest.mark.integration
 

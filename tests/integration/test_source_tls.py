@@ -19,9 +19,11 @@ from relay.common.tls import TlsConfig
 from relay.config.sections import SourceConfig
 from relay.dev.programs import package_of
 from relay.errors import ConfigError, SourceError
-from relay.source.binlog_source import BinlogSource, StartPoint, inspect_server
+from relay.source.binlog_source import BinlogSource
 from relay.source.retention import RetentionProbe
+from relay.source.server import inspect_server
 from relay.source.snapshot_tables import describe_table
+from relay.source.start_point import StartPoint
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from relay.canal.sink import Sink
 from relay.config.sections import FailoverConfig, SinkConfig, SourceConfig, StandbyConfig, StartConfig
 from relay.errors import SourceError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import ServerInfo, StartPoint, TimeLocation, begun_before, resolve_start
+from relay.source.binlog_time import TimeLocation, begun_before
 from relay.source.failover import (
     Failover,
     FingerprintSkip,
@@ -32,6 +32,8 @@ from relay.source.failover import (
     master_config,
     standby_config,
 )
+from relay.source.server import ServerInfo
+from relay.source.start_point import StartPoint, resolve_start
 
 
 def txn(server: str, offset: int, gtid: str, time_ms: int, rows: list[str], *, xid: str = "1") -> list[Entry]:

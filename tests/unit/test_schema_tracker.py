@@ -21,7 +21,7 @@ from relay.errors import SchemaError, SourceError
 from relay.schema.history import PartAssembler, Record, SchemaHistory, encode_parts
 from relay.schema.model import Catalog, Collation, ColumnDef, TableDef
 from relay.schema.tracker import SchemaTracker
-from relay.source.binlog_source import _refuse_unfit
+from relay.source.server import _refuse_unfit
 from tests.unit.test_binlog_parse import FILE, event, lenenc, names, tlv
 
 UTF8MB4_0900 = 255

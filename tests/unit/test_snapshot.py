@@ -16,9 +16,12 @@ from relay.canal.entry import Entry, EntryPosition, EntryType, EventType, Header
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.kafka.codec import H_SNAPSHOT, RecordEncoder, sequence
 from relay.positions.store import SourceIdentity, resume_after
-from relay.source.snapshot import Chunk, Snapshot, SnapshotEntry, new_state, position
+from relay.source.snapshot import Snapshot
+from relay.source.snapshot_checkpoint import new_state
+from relay.source.snapshot_entry import SnapshotEntry
 from relay.source.snapshot_rows import parse_row
 from relay.source.snapshot_tables import K_BINARY, K_DECIMAL, K_INT, TableSpec, column_meta
+from relay.source.snapshot_watermarks import Chunk, position
 
 FILE = "mysql-bin.000007"
 
@@ -103,10 +106,10 @@ def _snapshot(spec: TableSpec) -> Snapshot:
 def test_rows_changed_in_the_window_are_dropped_and_the_chunk_sits_just_before_its_place() -> None:
     spec = _spec()
     snap = _snapshot(spec)
-    snap.watch(spec)
+    snap.watermarks.watch(spec)
     rows = [("1", "A"), ("2", "B"), ("3", "C")]
     chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, ["3"], False)
-    snap._submit(chunk)
+    snap.watermarks.submit(chunk)
     assert snap.due(False, None) == []  # the parser has not reached the high watermark
     changed = _rows_entry(1100, spec.table, (RowImage(("2", "A"), ("2", "Z")),))
     snap.observe(_event(1100, 100), [changed])  # ends at 1200 = high
@@ -134,7 +137,7 @@ def test_rows_changed_in_the_window_are_dropped_and_the_chunk_sits_just_before_i
 def test_the_last_chunk_finishes_the_table_and_the_snapshot() -> None:
     spec = _spec()
     snap = _snapshot(spec)
-    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    snap.watermarks.submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
     (entry,) = snap.due(False, None)
     assert isinstance(entry, SnapshotEntry)
     assert entry.checkpoint["done"] and snap.done
@@ -154,7 +157,7 @@ def _mapping() -> Any:
 def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
     spec = _spec()
     snap = _snapshot(spec)
-    snap._submit(
+    snap.watermarks.submit(
         Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A"), ("6", None)], ["6"], True)
     )
     (entry,) = snap.due(False, None)
@@ -186,7 +189,7 @@ def test_a_snapshot_record_has_the_same_bytes_with_and_without_the_c_helper(
     spec = _spec()
     snap = _snapshot(spec)
     rows = [("5", 'A "quoted"\n\x01 naïve'), ("6", None), ("7", "中文")]
-    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), rows, ["7"], True))
+    snap.watermarks.submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), rows, ["7"], True))
     (entry,) = snap.due(False, None)
 
     def encode() -> list[bytes | None]:
@@ -204,9 +207,9 @@ def test_a_snapshot_record_has_the_same_bytes_with_and_without_the_c_helper(
 def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> None:
     spec = _spec()
     snap = _snapshot(spec)
-    snap.watch(spec)
+    snap.watermarks.watch(spec)
     chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A")], ["1"], False, ddls=0)
-    snap._submit(chunk)
+    snap.watermarks.submit(chunk)
     header = Header(FILE, 1100, 1, 0, 100, EventType.ALTER, spec.db, spec.table)
     ddl = Entry(
         header,
@@ -223,11 +226,11 @@ def test_a_ddl_between_the_read_and_the_place_makes_the_chunk_read_again() -> No
 def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
     from relay.ops.status import snapshot_report
     from relay.positions.store import ResumePoint
-    from relay.source.snapshot import compacted, state_rows
+    from relay.source.snapshot_checkpoint import compacted, state_rows
 
     spec = _spec()
     snap = _snapshot(spec)
-    snap._submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    snap.watermarks.submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
     (entry,) = snap.due(False, None)
     assert isinstance(entry, SnapshotEntry)
     small = compacted(entry.checkpoint)
@@ -300,10 +303,10 @@ def test_a_keyless_table_is_one_chunk_voided_by_any_change_of_the_table_in_its_w
         == "SELECT `id`, `status` FROM `shop_01`.`events` WHERE (id > 1) LIMIT 101"
     )
     snap = _snapshot(spec)
-    snap.watch(spec)
+    snap.watermarks.watch(spec)
     rows = [("1", "A"), ("1", "A"), ("2", None)]
     chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, None, True, whole=True)
-    snap._submit(chunk)
+    snap.watermarks.submit(chunk)
     other = _rows_entry(1100, "orders_02", (RowImage(("9", "A"), ("9", "B")),))  # another table
     snap.observe(_event(1100, 100), [other])
     (entry,) = snap.due(False, None)  # nothing of the table changed: every row, duplicates too
@@ -312,9 +315,9 @@ def test_a_keyless_table_is_one_chunk_voided_by_any_change_of_the_table_in_its_w
     assert snap.state["tables"][spec.name]["done"] and not chunk.redo
 
     snap = _snapshot(spec)
-    snap.watch(spec)
+    snap.watermarks.watch(spec)
     chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), rows, None, True, whole=True)
-    snap._submit(chunk)
+    snap.watermarks.submit(chunk)
     mine = _rows_entry(1100, "events", (RowImage(("5", "A"), ("5", "B")),))  # a row not in the chunk
     snap.observe(_event(1100, 100), [mine])
     assert snap.due(False, None) == []  # which rows it superseded cannot be told: nothing is put
@@ -323,7 +326,7 @@ def test_a_keyless_table_is_one_chunk_voided_by_any_change_of_the_table_in_its_w
 
 def test_progress_is_a_share_of_the_estimated_rows_and_a_bar() -> None:
     from relay.ops.snapshot import progress_bar
-    from relay.source.snapshot import read_percent
+    from relay.source.snapshot_checkpoint import read_percent
 
     state = {
         "id": "s",
@@ -346,9 +349,9 @@ def test_changes_below_the_watch_start_neither_supersede_nor_void() -> None:
     an old ``source.start``) was in the binlog before the table was read: not recorded."""
     spec = _spec()
     snap = _snapshot(spec)
-    snap.watch(spec, since=position(FILE, 1000))
+    snap.watermarks.watch(spec, since=position(FILE, 1000))
     chunk = Chunk(spec, position(FILE, 1000), position(FILE, 1200), [("1", "A"), ("2", "B")], ["2"], False)
-    snap._submit(chunk)
+    snap.watermarks.submit(chunk)
     old = _rows_entry(400, spec.table, (RowImage(("1", "X"), ("1", "A")),))  # history: before the watch
     ddl = Entry(
         Header(FILE, 500, 1, 0, 100, EventType.ALTER, spec.db, spec.table),

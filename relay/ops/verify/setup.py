@@ -28,7 +28,7 @@ from relay.ops.verify.target import Target
 from relay.ops.verify.topic import TopicIndex
 from relay.ops.verify.topic_target import TopicTarget
 from relay.positions.store import PositionStore, ResumePoint
-from relay.source.snapshot import check_where
+from relay.source.snapshot_plan import check_where
 from relay.wiring import open_positions, snapshot_captures
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,10 @@ from relay.config.sections import SourceConfig
 from relay.errors import SourceError, VerifyError
 from relay.ops.verify.digest import double_layout_matches, double_probe_sql, quote_name, row_hash_sql
 from relay.ops.verify.shards import JoinKey, Shard
-from relay.source.snapshot import position, text_connection
+from relay.source.snapshot_readers import text_connection
 from relay.source.snapshot_rows import K_BIT, K_FLOAT, K_INT, Row, query_rows
 from relay.source.snapshot_tables import TableSpec, describe_table, list_tables
+from relay.source.snapshot_watermarks import position
 
 Pos = tuple[tuple[str, int], int]
 ChunkKey = tuple[str | None, ...]  # chunk key values (canal text), in key order

@@ -13,19 +13,14 @@ from relay.canal.entry import Entry
 from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError, SourceUnavailableError
 from relay.positions.store import ResumePoint
-from relay.source.binlog_source import (
-    BinlogSource,
-    ServerInfo,
-    StartPoint,
-    TimeLocation,
-    locate_by_timestamp,
-    resolve_start,
-    uncovered_error,
-)
+from relay.source.binlog_source import BinlogSource
+from relay.source.binlog_time import TimeLocation, locate_by_timestamp, uncovered_error
 from relay.source.failover.boundaries import EntryFilter, GtidSkip, GtidTracker, SavedBoundary, StartBoundary
 from relay.source.failover.config import has_standby, master_config, standby_config
 from relay.source.failover.fingerprint import FingerprintSkip
 from relay.source.failover.history import HOLD_BYTES, History
+from relay.source.server import ServerInfo
+from relay.source.start_point import StartPoint, resolve_start
 
 log = logging.getLogger(__name__)
 
