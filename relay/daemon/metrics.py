@@ -34,8 +34,8 @@ from relay.common.redact import redact
 from relay.config.sections import MetricsConfig
 from relay.daemon.mapping_report import MappingState
 from relay.errors import ConfigError, RelayError
-from relay.source.binlog_source import inspect_server
 from relay.source.retention import RetentionProbe
+from relay.source.server import inspect_server
 
 if TYPE_CHECKING:
     from relay.daemon.pipeline import Relay

@@ -39,9 +39,6 @@ from relay.schema.tracker import SchemaTracker
 from relay.source.server import ServerInfo, inspect_server, stream_config
 from relay.source.start_point import StartPoint
 
-# inspect_server is also imported from here by relay.daemon.metrics.
-__all__ = ["BinlogSource", "inspect_server"]
-
 log = logging.getLogger(__name__)
 
 
