@@ -263,3 +263,26 @@ def test_a_table_without_controls_takes_no_extra_step() -> None:
     assert enc.encode(entry(EventType.INSERT, RowImage(None, ROW)))
     (plan,) = [p for p in enc._plans._plans.values() if p is not None]
     assert plan.projection is None
+
+
+def test_a_key_change_publishes_both_halves_controlled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SALT, "pepper")
+    moved = ("7", *ROW[1:])
+    delete, insert = encoder(people()).encode(entry(EventType.UPDATE, RowImage(ROW, moved)))
+    assert (delete.key, insert.key) == (b'{"id":"1"}', b'{"id":"7"}')
+    for record in (delete, insert):
+        assert b"ann@example.com" not in record.value and b"123-45-6789" not in record.value
+        assert json.loads(record.value)["data"][0]["email"] == digest("ann@example.com")
+
+
+def test_relay_check_fails_on_a_missing_salt(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.config.load import parse_config
+    from relay.ops import check
+
+    monkeypatch.delenv(SALT, raising=False)
+    (tmp_path / "mapping.yaml").write_text(dump_mapping(people()))
+    config = parse_config({"mapping": {"file": str(tmp_path / "mapping.yaml")}}, str(tmp_path))
+    found: list[Any] = []
+    check._mapping(config, found.append)
+    assert [c.status for c in found] == ["FAIL"], found
+    assert SALT in found[0].detail, found
