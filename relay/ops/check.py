@@ -4,9 +4,10 @@ Owns the sequence of checks and their verdicts (``Check``: ok, warn, FAIL, skip)
 problem, one line each), the state directory (the place, an upgrade's stranded state, whether it can
 be written), whether a relay already holds the instance, the mapping (its store, its warnings, the salt
 variables of its column hashes), the source server, Kafka and the topics (``relay.ops.check_servers``),
-ZooKeeper where the config uses it, and the metrics port. Only reads: files are stat-ed and read, MySQL gets SELECT / SHOW statements,
-Kafka metadata and config descriptions (never a metadata request naming a topic, which some brokers
-answer by creating it, and never ``validate_only`` creation, which Tansu performs), ZooKeeper reads.
+ZooKeeper where the config uses it, and the metrics port. Only reads: files are stat-ed and read, MySQL
+gets SELECT / SHOW statements, Kafka metadata and config descriptions (never a metadata request naming
+a topic, which some brokers answer by creating it, and never ``validate_only`` creation, which Tansu
+performs), ZooKeeper reads.
 What only a write could prove (the exactly-once probe, a topic creation) is said to be unproven.
 Runs on the CLI's thread; each network step has its configured timeout.
 """
