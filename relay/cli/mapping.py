@@ -127,7 +127,8 @@ def add_mapping_parser(subparsers: Any) -> None:
         help="where a physical table's changes go",
         description="Prints the topic, logical names, key, tag, codec, the rule deciding it and the "
         "effective column controls (columns: include/exclude/hash/mask/truncate). With --all, "
-        "every table of a live server: published, dropped, unmapped and ambiguous (exit 1 if any ambiguous).",
+        "every table of a live server: published, dropped, unmapped, and ambiguous or invalid (two "
+        "claimants, column controls that do not fit the table's columns; exit 1 if any).",
     )
     p.add_argument("tables", nargs="*", metavar="DB.TABLE", help="physical names, e.g. shop_07.orders_33")
     p.add_argument("--all", action="store_true", help="every table of the live server (--mysql or -c)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -154,7 +155,10 @@ def _warning_path(route: Route) -> str:
 
 
 def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
-    coverage = mapping.validate_against(_live_tables(args), raise_errors=False)
+    tables, columns = _live(args, 10.0, columns=bool(mapping.column_controls()))
+    coverage = mapping.validate_against(tables, raise_errors=False)
+    problems = column_problems(mapping, coverage.routes, columns) if columns else []
+    coverage = dataclasses.replace(coverage, errors=(*coverage.errors, *problems))
     if args.json:
         out = {
             "version": mapping.version,

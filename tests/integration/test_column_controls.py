@@ -371,3 +371,16 @@ def test_mapping_validate_checks_the_controls_against_the_servers_columns(
         f"columns: exclude=ssn hash=email(sha256) mask=phone(4) truncate=card(4),photo(2) salt_env={SALT_ENV}"
     )
     assert expected in shown.stdout, shown.stdout
+    # --all: every table of the server, the controls checked against each one's columns
+    mfile.write_text(yaml.safe_dump(people_mapping(prefix, "canal-json", {"mask": {"id": 3, "nope": 2}})))
+    every = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "mapping", "resolve", "--all", "--json", "-f", str(mfile),
+         "--mysql", mysql_service.url],
+        check=False, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert every.returncode == 1, every.stderr
+    report = yaml.safe_load(every.stdout)
+    (route,) = [r for r in report["routes"] if r["db"] == f"{prefix}_00"]
+    assert route["columns"] == {"mask": {"id": 3, "nope": 2}}
+    problems = " | ".join(report["ambiguous"])
+    assert "primary key column 'id' cannot be masked" in problems and "'nope' is not a column" in problems
