@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mapping.key_shard import key_shard_problem
+from mapping.columns import check_controls, check_keys, check_salt, merge
+from mapping.key_shard import key_shard_problem, shard_column
 from mapping.names import (
     LOGICAL_NAME,
     db_topic_path,
@@ -25,7 +26,7 @@ from mapping.names import (
     template_problem,
     topic_problem,
 )
-from mapping.parts import LogicalDb, MappingFields
+from mapping.parts import LogicalDb, LogicalTable, MappingFields
 from mapping.patterns import Claimant, check_overlaps, compile_patterns
 from mapping.topic_codecs import codec_conflicts, static_topics
 from relay.errors import MappingError
@@ -51,6 +52,7 @@ def check_mapping(mapping: MappingFields) -> tuple[list[MappingError], tuple[Cla
             _check_choice(db.unclaimed_tables, UNCLAIMED_CHOICES, f"{path}.unclaimed_tables", errors)
         _check_key_shard(db.key_shard, f"{path}.key_shard", errors)
         _check_expanded(db.topic or mapping.defaults.topic, db_topic_path(db), db.name, None, errors)
+        _check_db_columns(mapping, db, f"{path}.columns", errors)
         tables = _check_tables(mapping, db, errors)
         index.append(Claimant(db, path, patterns, tables))
     check_overlaps(index, "db", errors)
@@ -115,8 +117,34 @@ def _check_tables(mapping: MappingFields, db: LogicalDb, errors: list[MappingErr
             errors.append(MappingError(f"{path}.tag", "empty tag; omit it for none"))
         where = f"{path}.topic" if table.topic else db_topic_path(db)
         _check_expanded(table.topic or db.topic or mapping.defaults.topic, where, db.name, table.name, errors)
+        _check_table_columns(mapping, db, table, path, errors)
         out.append(Claimant(table, path, patterns))
     return tuple(out)
+
+
+def _check_db_columns(mapping: MappingFields, db: LogicalDb, path: str, errors: list[MappingError]) -> None:
+    """A db's column controls: on their own, a hash's salt, the db's ``key_shard`` column."""
+    check_controls(db.columns, path, errors)
+    merged = merge(db.columns, path, None, "")
+    check_salt(merged, path, errors)
+    errors.extend(check_keys(merged, None, shard_column(db.key_shard or mapping.defaults.key_shard)))
+
+
+def _check_table_columns(
+    mapping: MappingFields, db: LogicalDb, table: LogicalTable, path: str, errors: list[MappingError]
+) -> None:
+    """A table's column controls: on their own, merged with its db's against the key it writes."""
+    if table.columns is None and db.columns is None:
+        return
+    check_controls(table.columns, f"{path}.columns", errors)
+    merged = merge(
+        db.columns, name_path("logical_dbs", db.name) + ".columns", table.columns, f"{path}.columns"
+    )
+    if table.columns is not None:
+        check_salt(merged, f"{path}.columns", errors)
+    shard = shard_column(table.key_shard or db.key_shard or mapping.defaults.key_shard)
+    known = {str(e) for e in errors}
+    errors.extend(e for e in check_keys(merged, table.key, shard) if str(e) not in known)
 
 
 def _check_expanded(

@@ -8,11 +8,12 @@ Pure functions over ``Mapping`` values, run on the caller's thread; they hand ba
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mapping.load import dump_mapping
-from mapping.model import LogicalDb, LogicalTable, Mapping, Route
+from mapping.model import ColumnControls, LogicalDb, LogicalTable, Mapping, Route, columns_dict
 from relay.errors import MappingError
 
 __all__ = ["Move", "codec_moves", "logical_changes", "moves", "summary", "text_diff"]
@@ -163,6 +164,8 @@ def _db_changes(old: Mapping, new: Mapping, a: LogicalDb, b: LogicalDb) -> list[
         x, y = getattr(a, key), getattr(b, key)
         if x != y:
             lines.append(f"~ logical db {a.name} {key}: {_show(x)} -> {_show(y)}")
+    if a.columns != b.columns:
+        lines.append(f"~ logical db {a.name} columns: {_controls(a.columns)} -> {_controls(b.columns)}")
     atables = {t.name: t for t in a.tables}
     btables = {t.name: t for t in b.tables}
     for name in sorted(atables.keys() | btables.keys()):
@@ -180,10 +183,17 @@ def _db_changes(old: Mapping, new: Mapping, a: LogicalDb, b: LogicalDb) -> list[
                 x, y = getattr(ta, key), getattr(tb, key)
                 if x != y:
                     lines.append(f"~ logical table {full} {key}: {_show(x)} -> {_show(y)}")
+            if ta.columns != tb.columns:
+                was, now = _controls(ta.columns), _controls(tb.columns)
+                lines.append(f"~ logical table {full} columns: {was} -> {now}")
             ea, eb = _table_topic(old, a, ta), _table_topic(new, b, tb)
             if ea != eb and ta.topic == tb.topic:
                 lines.append(f"~ logical table {full} topic (inherited): {ea} -> {eb}")
     return lines
+
+
+def _controls(controls: ColumnControls | None) -> str:
+    return "(none)" if controls is None else json.dumps(columns_dict(controls), sort_keys=True)
 
 
 def _show(value: object) -> str:

@@ -22,7 +22,15 @@ from typing import Any
 
 import yaml
 
-from mapping.model import Defaults, LogicalDb, LogicalTable, Mapping, TopicSettings, UnmappedRule
+from mapping.model import (
+    ColumnControls,
+    Defaults,
+    LogicalDb,
+    LogicalTable,
+    Mapping,
+    TopicSettings,
+    UnmappedRule,
+)
 from mapping.names import name_path
 from relay.common.atomic import atomic_write_text
 from relay.common.strict_yaml import load_strict
@@ -32,8 +40,9 @@ TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables"
 DEFAULTS_KEYS = ("codec", "topic", "unclaimed_tables", "key_shard")
 TOPICS_KEYS = ("partitions", "replication_factor", "retention_ms", "create", "config")
 UNMAPPED_KEYS = ("action", "topic")
-DB_KEYS = ("physical", "topic", "codec", "unclaimed_tables", "key_shard", "tables")
-TABLE_KEYS = ("physical", "topic", "key", "key_shard", "tag", "codec")
+DB_KEYS = ("physical", "topic", "codec", "unclaimed_tables", "key_shard", "columns", "tables")
+TABLE_KEYS = ("physical", "topic", "key", "key_shard", "tag", "codec", "columns")
+COLUMNS_KEYS = ("exclude", "include", "hash", "mask", "truncate", "salt_env")
 
 Section = dict[str, Any]
 
@@ -197,6 +206,7 @@ def _logical_dbs(reader: _Reader, top: Section) -> tuple[LogicalDb, ...]:
                 unclaimed_tables=reader.string(db, "unclaimed_tables", f"{path}.unclaimed_tables"),
                 tables=tuple(tables),
                 key_shard=reader.string(db, "key_shard", f"{path}.key_shard"),
+                columns=_columns(reader, db, f"{path}.columns"),
             )
         )
     return tuple(out)
@@ -241,7 +251,35 @@ def _table(reader: _Reader, name: str, node: Any, path: str) -> LogicalTable | N
         codec=reader.string(sec, "codec", f"{path}.codec"),
         origin=path if path.startswith("tables") else None,
         key_shard=reader.string(sec, "key_shard", f"{path}.key_shard"),
+        columns=_columns(reader, sec, f"{path}.columns"),
     )
+
+
+def _columns(reader: _Reader, parent: Section, path: str) -> ColumnControls | None:
+    """A ``columns`` section (column controls, ``mapping.columns``); None when absent."""
+    if parent.get("columns") is None:
+        return None
+    sec = reader.section(parent["columns"], path, COLUMNS_KEYS) or {}
+    return ColumnControls(
+        exclude=reader.strings(sec, "exclude", f"{path}.exclude") or (),
+        include=reader.strings(sec, "include", f"{path}.include"),
+        hash=tuple(_pairs(reader, sec, "hash", path, str).items()),
+        mask=tuple(_pairs(reader, sec, "mask", path, int).items()),
+        truncate=tuple(_pairs(reader, sec, "truncate", path, int).items()),
+        salt_env=reader.string(sec, "salt_env", f"{path}.salt_env"),
+    )
+
+
+def _pairs(reader: _Reader, sec: Section, key: str, path: str, kind: type) -> dict[str, Any]:
+    """``{column: value}`` of one control, each value of ``kind`` (text, or an integer)."""
+    out: dict[str, Any] = {}
+    for column, value in (reader.section(sec.get(key), f"{path}.{key}", None) or {}).items():
+        if isinstance(value, kind) and not isinstance(value, bool):
+            out[column] = value
+        else:
+            wanted = "an integer N" if kind is int else "an algorithm name"
+            reader.fail(f"{path}.{key}.{column}", f"expected {wanted}, got {_kind(value)} {value!r}")
+    return out
 
 
 # --- typed access with collected errors ------------------------------------------------------

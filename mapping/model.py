@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mapping.checks import CODECS, UNCLAIMED_CHOICES, check_mapping
+from mapping.columns import Controls, merge
 from mapping.key_shard import KEY_SHARD_NONE, MappingWarning, collapse_problem, key_warnings, shard_column
 from mapping.names import (
     PLACEHOLDERS,
@@ -47,7 +48,7 @@ from mapping.names import (
     table_path,
     topic_problem,
 )
-from mapping.parts import Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
+from mapping.parts import ColumnControls, Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
 from mapping.patterns import Claimant, first_match, quoted
 from relay.errors import InvalidMappingError, MappingError
 
@@ -56,6 +57,7 @@ __all__ = [
     "PLACEHOLDERS",
     "RESOLVE_CACHE_SIZE",
     "UNCLAIMED_CHOICES",
+    "ColumnControls",
     "Coverage",
     "Defaults",
     "InvalidMappingError",
@@ -95,6 +97,7 @@ class Route:
     rule: str
     key_shard: str = KEY_SHARD_NONE
     key_shard_rule: str = "defaults.key_shard"
+    columns: Controls | None = None  # column controls (``mapping.columns``); None: every column as read
 
     def check_shard_column(self, column_names: Iterable[str]) -> str | None:
         """The ``column:<name>`` shard column in the table's spelling, or None for other settings.
@@ -238,6 +241,19 @@ class Mapping:
         while their key holds no shard identity (see ``Coverage.warnings`` for real table names)."""
         return tuple(key_warnings(self))
 
+    def column_controls(self) -> tuple[Controls, ...]:
+        """The effective column controls of every logical db and logical table that has some (a db's
+        apply to its unclaimed tables)."""
+        out: list[Controls] = []
+        for db in self.logical_dbs:
+            merged = [merge(db.columns, _columns_path(db), None, "")]
+            merged += [
+                merge(db.columns, _columns_path(db), t.columns, f"{table_path(db.name, t)}.columns")
+                for t in db.tables
+            ]
+            out.extend(m for m in merged if m is not None)
+        return tuple(out)
+
     def topic_names(self) -> tuple[str, ...]:
         """Every topic fully known without seeing physical names (templates with only logical
         placeholders), sorted: what a Spark job can subscribe to, or an admin pre-create."""
@@ -300,6 +316,7 @@ class Mapping:
             rule=f"{name_path('logical_dbs', ldb.name)}.unclaimed_tables",
             key_shard=ldb.key_shard or self.defaults.key_shard,
             key_shard_rule=self._db_key_shard_path(ldb),
+            columns=merge(ldb.columns, _columns_path(ldb), None, ""),
         )
 
     def _table_route(self, ldb: LogicalDb, lt: LogicalTable, db: str, table: str) -> Route:
@@ -318,6 +335,7 @@ class Mapping:
             rule=path,
             key_shard=lt.key_shard or ldb.key_shard or self.defaults.key_shard,
             key_shard_rule=f"{path}.key_shard" if lt.key_shard else self._db_key_shard_path(ldb),
+            columns=merge(ldb.columns, _columns_path(ldb), lt.columns, f"{path}.columns"),
         )
 
     @staticmethod
@@ -343,6 +361,10 @@ class Mapping:
             mapped=False,
             rule="unmapped",
         )
+
+
+def _columns_path(ldb: LogicalDb) -> str:
+    return f"{name_path('logical_dbs', ldb.name)}.columns"
 
 
 def _topic(template: str, where: str, db: str, table: str, *, logical: tuple[str, str]) -> str:
@@ -416,6 +438,8 @@ def _db_dict(db: LogicalDb) -> dict[str, Any]:
     for key in ("topic", "codec", "unclaimed_tables", "key_shard"):
         if getattr(db, key) is not None:
             out[key] = getattr(db, key)
+    if db.columns is not None:
+        out["columns"] = columns_dict(db.columns)
     if db.tables:
         out["tables"] = {t.name: _table_dict(t) for t in db.tables}
     return out
@@ -433,4 +457,21 @@ def _table_dict(table: LogicalTable) -> dict[str, Any]:
         out["tag"] = table.tag
     if table.codec is not None:
         out["codec"] = table.codec
+    if table.columns is not None:
+        out["columns"] = columns_dict(table.columns)
+    return out
+
+
+def columns_dict(controls: ColumnControls) -> dict[str, Any]:
+    """A ``columns`` section as plain data (what ``dump_mapping`` writes)."""
+    out: dict[str, Any] = {}
+    if controls.include is not None:
+        out["include"] = list(controls.include)
+    if controls.exclude:
+        out["exclude"] = list(controls.exclude)
+    for name in ("hash", "mask", "truncate"):
+        if getattr(controls, name):
+            out[name] = dict(getattr(controls, name))
+    if controls.salt_env is not None:
+        out["salt_env"] = controls.salt_env
     return out

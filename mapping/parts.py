@@ -61,6 +61,28 @@ class UnmappedRule:
 
 
 @dataclass(frozen=True)
+class ColumnControls:
+    """A logical db's or table's ``columns`` section: what of a row's columns reaches Kafka
+    (``mapping.columns`` merges and checks them; ``relay.kafka.columns`` applies them).
+
+    ``include`` None keeps every column but the ``exclude`` ones; ``hash`` maps a column to its
+    algorithm, ``mask`` and ``truncate`` to their N, each as sorted (column, value) pairs;
+    ``salt_env`` names the environment variable holding the hash salt.
+    """
+
+    exclude: tuple[str, ...] = ()
+    include: tuple[str, ...] | None = None
+    hash: tuple[tuple[str, str], ...] = ()
+    mask: tuple[tuple[str, int], ...] = ()
+    truncate: tuple[tuple[str, int], ...] = ()
+    salt_env: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("hash", "mask", "truncate"):  # one canonical order: equal settings compare equal
+            object.__setattr__(self, name, tuple(sorted(getattr(self, name))))
+
+
+@dataclass(frozen=True)
 class Defaults:
     """Values a logical db or table inherits when it does not set its own."""
 
@@ -80,6 +102,7 @@ class LogicalTable:
 
     ``key_shard`` puts the shard identity into the record key (``mapping.key_shard.KEY_SHARD_HELP``):
     ``none``, ``physical`` (the physical ``db.table``) or ``column:<name>`` (that column's value).
+    ``columns`` (column controls) adds to, and per column overrides, the db's (``mapping.columns``).
     """
 
     name: str
@@ -90,6 +113,7 @@ class LogicalTable:
     codec: str | None = None
     origin: str | None = field(default=None, compare=False, repr=False)
     key_shard: str | None = None
+    columns: ColumnControls | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +121,8 @@ class LogicalDb:
     """A logical db: the physical db patterns it claims, its topic template and its tables.
 
     ``topic``, ``codec``, ``unclaimed_tables`` and ``key_shard`` None inherit from ``Mapping.defaults``;
-    ``key_shard`` is also what the db's logical tables (and its unclaimed tables) inherit.
+    ``key_shard`` is also what the db's logical tables (and its unclaimed tables) inherit; ``columns``
+    (column controls) apply to every table of the db that has the columns they name.
     """
 
     name: str
@@ -107,6 +132,7 @@ class LogicalDb:
     unclaimed_tables: str | None = None
     tables: tuple[LogicalTable, ...] = ()
     key_shard: str | None = None
+    columns: ColumnControls | None = None
 
     def table(self, name: str) -> LogicalTable | None:
         return next((t for t in self.tables if t.name == name), None)

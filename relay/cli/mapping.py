@@ -125,8 +125,10 @@ def add_mapping_parser(subparsers: Any) -> None:
         "resolve",
         parents=[store],
         help="where a physical table's changes go",
-        description="Prints the topic, logical names, key, tag, codec and the rule deciding it. With --all, "
-        "every table of a live server: published, dropped, unmapped and ambiguous (exit 1 if any ambiguous).",
+        description="Prints the topic, logical names, key, tag, codec, the rule deciding it and the "
+        "effective column controls (columns: include/exclude/hash/mask/truncate). With --all, "
+        "every table of a live server: published, dropped, unmapped, and ambiguous or invalid (two "
+        "claimants, column controls that do not fit the table's columns; exit 1 if any).",
     )
     p.add_argument("tables", nargs="*", metavar="DB.TABLE", help="physical names, e.g. shop_07.orders_33")
     p.add_argument("--all", action="store_true", help="every table of the live server (--mysql or -c)")
@@ -139,10 +141,12 @@ def add_mapping_parser(subparsers: Any) -> None:
         help="check the stored mapping (or FILE); with -c or --mysql also against the server's tables",
         description="Exit 0 when valid; otherwise every problem with its key path (exit 2). Checked always: "
         "names, regexes, templates, overlapping patterns (an example name one pattern matches that the "
-        "other matches too: shop_\\d+ beside shop_.*), one codec per topic, not empty. With -c CONFIG or "
+        "other matches too: shop_\\d+ beside shop_.*), one codec per topic, not empty, column controls "
+        "(N, hash algorithm, salt_env, none on a key column the mapping writes). With -c CONFIG or "
         "--mysql URL, when the server answers within 5 s, also every table it has (two claimants, two "
-        "codecs in one topic that only real names show); when it does not, a warning says the patterns "
-        "were checked against each other only. Every edit checks the same way.",
+        "codecs in one topic that only real names show) and the column controls against each table's "
+        "columns (unknown columns, primary key columns, truncate of a non-text column); when it does not, "
+        "a warning says the patterns were checked against each other only. Every edit checks the same way.",
     )
     p.add_argument("source_file", nargs="?", metavar="FILE", help="a mapping file instead of the store")
     p.add_argument("--live", action="store_true", help="require the server's tables (fail if unreachable)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
+from relay.cli.mapping_columns import LiveColumns, column_problems, live_columns
 from relay.cli.mapping_relays import known_relays, markers, print_relays
 from relay.common import mysql
 from relay.config.state import MAPPING_HISTORY_DIR
@@ -60,6 +62,13 @@ def open_from_args(args: argparse.Namespace) -> MappingStore:
 
 def _live_tables(args: argparse.Namespace, timeout: float = 10.0) -> list[tuple[str, str]]:
     """Every base table of the live server (--mysql URL, or the config's source account)."""
+    return _live(args, timeout, columns=False)[0]
+
+
+def _live(
+    args: argparse.Namespace, timeout: float, *, columns: bool
+) -> tuple[list[tuple[str, str]], LiveColumns]:
+    """The live server's base tables and, with ``columns``, each one's columns."""
     import pymysql
 
     from relay.dev.services import MySQLService
@@ -83,7 +92,8 @@ def _live_tables(args: argparse.Namespace, timeout: float = 10.0) -> list[tuple[
                 f"'BASE TABLE' AND table_schema NOT IN ({marks}) ORDER BY 1, 2",
                 _SYSTEM_SCHEMAS,
             )
-            return [(str(db), str(table)) for db, table in cur.fetchall()]
+            tables = [(str(db), str(table)) for db, table in cur.fetchall()]
+            return tables, (live_columns(cur, _SYSTEM_SCHEMAS) if columns else {})
     except (pymysql.MySQLError, SourceError) as exc:
         raise MappingError("--mysql", f"cannot list the tables of {host}:{port}: {exc}") from exc
 
@@ -94,9 +104,10 @@ def _route_line(route: Route | None, db: str, table: str) -> str:
     key = ",".join(route.key_columns) if route.key_columns is not None else "(primary key)"
     shard = f" key_shard={route.key_shard}" if route.key_shard != "none" else ""
     tag = f" tag={route.tag}" if route.tag else ""
+    columns = f"  columns: {route.columns.describe()}" if route.columns is not None else ""
     return (
         f"{db}.{table} -> topic {route.topic}  as {route.logical_db}.{route.logical_table}  "
-        f"key={key}{tag}{shard} codec={route.codec}  rule={route.rule}"
+        f"key={key}{tag}{shard} codec={route.codec}  rule={route.rule}{columns}"
     )
 
 
@@ -144,7 +155,10 @@ def _warning_path(route: Route) -> str:
 
 
 def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
-    coverage = mapping.validate_against(_live_tables(args), raise_errors=False)
+    tables, columns = _live(args, 10.0, columns=bool(mapping.column_controls()))
+    coverage = mapping.validate_against(tables, raise_errors=False)
+    problems = column_problems(mapping, coverage.routes, columns) if columns else []
+    coverage = dataclasses.replace(coverage, errors=(*coverage.errors, *problems))
     if args.json:
         out = {
             "version": mapping.version,
@@ -155,6 +169,7 @@ def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
                     "topic": r.topic,
                     "logical": f"{r.logical_db}.{r.logical_table}",
                     "mapped": r.mapped,
+                    **({"columns": r.columns.as_dict()} if r.columns is not None else {}),
                 }
                 for r in coverage.routes
             ],
@@ -183,12 +198,18 @@ def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
     mapping = load_mapping(args.source_file) if args.source_file else store.read()
     where = args.source_file or store.name
     warnings = mapping.warnings()
-    tables = _live_tables(args) if args.live else _reachable_tables(args)
+    controls = bool(mapping.column_controls())
+    live = _live(args, 10.0, columns=controls) if args.live else _reachable(args, columns=controls)
     against = ""
-    if tables is not None:
+    if live is not None:
+        tables, columns = live
         # raises InvalidMappingError naming each table (two claimants, two codecs in one topic); what
         # the real names show replaces what the patterns suggest
-        warnings = (*_no_dbs(mapping), *mapping.validate_against(tables).warnings)
+        coverage = mapping.validate_against(tables)
+        problems = column_problems(mapping, coverage.routes, columns) if controls else []
+        if problems:
+            raise InvalidMappingError(str(where), problems)
+        warnings = (*_no_dbs(mapping), *coverage.warnings)
         against = f", checked against {len(tables)} tables of the source"
     _print_warnings(warnings)
     count = f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""
@@ -199,13 +220,16 @@ def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
 REACH_SECONDS = 5.0  # how long a command that does not need the server waits for it (-c / --mysql)
 
 
-def _reachable_tables(args: argparse.Namespace) -> list[tuple[str, str]] | None:
-    """The source's tables when -c or --mysql names a server that answers; None (with a warning) when
-    it does not, or when none is named: the patterns are then checked against each other only."""
+def _reachable(
+    args: argparse.Namespace, *, columns: bool
+) -> tuple[list[tuple[str, str]], LiveColumns] | None:
+    """The source's tables (and columns) when -c or --mysql names a server that answers; None (with a
+    warning) when it does not, or when none is named: the patterns are then checked against each other
+    only, and column controls against the mapping's own key columns only."""
     if not (getattr(args, "config", None) or getattr(args, "mysql", None)):
         return None
     try:
-        return _live_tables(args, REACH_SECONDS)
+        return _live(args, REACH_SECONDS, columns=columns)
     except MappingError as exc:
         print(f"warning: overlaps checked between the patterns only: {exc}", file=sys.stderr)
         return None
@@ -282,9 +306,10 @@ def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapp
         raise editor.refusal(exc) from None
     _print_effect(args, old, new)
     _warn_codec_moves(args, old, new)
-    tables = None if getattr(args, "live", False) else _reachable_tables(args)
-    if tables is not None:  # overlaps and codecs only real names show: refused like any invalid edit
-        errors = new.validate_against(tables, raise_errors=False).errors
+    live = None if getattr(args, "live", False) else _reachable(args, columns=bool(new.column_controls()))
+    if live is not None:  # overlaps and codecs only real names show: refused like any invalid edit
+        coverage = new.validate_against(live[0], raise_errors=False)
+        errors = [*coverage.errors, *column_problems(new, coverage.routes, live[1])]
         if errors:
             raise editor.refusal(InvalidMappingError("the edited mapping, against the live tables", errors))
     if args.dry_run:

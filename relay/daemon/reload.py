@@ -3,8 +3,9 @@
 Owns ``HotReload``: the mapping in use and the record encoder that applies it, the watcher of
 ``mapping.store`` (``mapping.watch``), a version waiting for a batch boundary, the switch rule
 (``SwitchGate``), a switch that first moves tables' history to another topic (``relay.daemon.moves``),
-and resuming under the mapping version the saved position names. Runs on the publisher thread
-(``Relay.run``); the watcher reads the store on its own schedule but is only polled from here.
+and resuming under the mapping version the saved position names (a column hash's salt variable
+unset refuses the start, and a version). Runs on the publisher thread (``Relay.run``); the watcher
+reads the store on its own schedule but is only polled from here.
 
 The contract: a new mapping version in ``mapping.store`` is switched to at a batch boundary, when no
 batch is in flight and a rolled-back range has been re-delivered under the old one (the rule is in
@@ -27,6 +28,7 @@ from relay.daemon.mapping_report import MappingState
 from relay.daemon.moves import MoveSwitch
 from relay.errors import InvalidMappingError, MappingError
 from relay.kafka.codec import RecordEncoder
+from relay.kafka.columns import known_problems, salt_problems
 from relay.kafka.history import MovePlan, TableMove
 from relay.kafka.publisher import KafkaPublisher
 from relay.source.instance import CanalInstance
@@ -146,6 +148,9 @@ class HotReload:
         saved = self._instance.saved_point
         named = saved.mapping_version if saved is not None else None
         self.mapping = current
+        salts = salt_problems(current)  # a hash without its salt: refuse to start (fail closed)
+        if salts:
+            raise InvalidMappingError(f"mapping version {current.version}", salts)
         if named is not None and named != current.version:
             self.mapping = self._named_version(named, current)
             self._pending = current
@@ -218,7 +223,7 @@ class HotReload:
         there (``relay.daemon.moves``); one that cannot be used for the live tables is refused first."""
         if self._checked is not new:  # once per pending version (``_switch`` checks again)
             self._checked = new
-            problem = check_against_tables(new, self._last_encoder().known_tables())
+            problem = _problem(new, self._last_encoder())
             if problem is not None:
                 self._refuse(new, problem)
                 return True
@@ -237,7 +242,7 @@ class HotReload:
     def _switch(self, new: Mapping) -> None:
         """Swap the mapping (nothing in flight), or refuse it when it fails on the tables seen so far."""
         encoder = self._last_encoder()
-        problem = check_against_tables(new, encoder.known_tables())
+        problem = _problem(new, encoder)
         if problem is not None:
             self._refuse(new, problem)
             return
@@ -268,3 +273,15 @@ class HotReload:
                 self.mapping.version,
                 problem,
             )
+
+
+def _problem(new: Mapping, encoder: RecordEncoder) -> InvalidMappingError | None:
+    """Why ``new`` cannot be switched to: what it gives on the tables seen so far (``check_against_tables``),
+    its column controls on their columns, or a salt of its column hashes missing from the environment."""
+    problem = check_against_tables(new, encoder.known_tables())
+    more = [*known_problems(new, encoder.known_columns()), *salt_problems(new)]
+    if not more:
+        return problem
+    return InvalidMappingError(
+        f"mapping version {new.version}", [*(problem.errors if problem else ()), *more]
+    )

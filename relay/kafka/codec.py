@@ -32,10 +32,12 @@ What becomes what:
 - A DDL: a barrier on every partition of its table's topic, plus a copy on the DDL audit topic
   (``relay.kafka.barriers``); other statements go to the audit topic only.
 
-A snapshot chunk (an entry marked by ``relay.source.snapshot_entry``) becomes one INSERT per row, every row
-with the chunk's sequence (the entry sits at its binlog place ``P - 1``, see that module) and ``part`` =
-((the chunk's ordinal among the chunks put at that place << 21) | the row's ordinal in the chunk) << 1:
-its identity is (source id, sequence, part).
+A snapshot chunk (an entry marked by ``relay.source.snapshot_entry``) becomes one INSERT per row carrying
+the time the chunk was read (ms) as its execute time (canal-json ``es`` and ``ts``, canal-protobuf
+``executeTime``; the entry itself keeps 0, see ``_read_at``), every row with the chunk's sequence (the
+entry sits at its binlog place ``P - 1``, see that module) and ``part`` = ((the chunk's ordinal among
+the chunks put at that place << 21) | the row's ordinal in the chunk) << 1: its identity is (source id,
+sequence, part).
 
 The change identity — (source id, sequence), see ``relay.kafka.sequences`` — and the header names
 (``relay.kafka.headers``) are also importable from here, where readers of the records have always found
@@ -44,6 +46,9 @@ them.
 The source block of a value names the source id and the server read from (``SourceIdentity``:
 ``host:port``, server id — the event's own when the configured one is 0 —, server UUID), the physical
 db and table, the event's file, start offset and GTID, and the row's index in its event.
+
+Column controls (``relay.kafka.columns``) are applied to a change's columns and images before either codec
+sees them, for binlog rows and snapshot rows alike; a table without controls skips that step.
 
 Key columns are checked (``Route.check_columns``) the first time a (db, table, columns) is seen; a
 ``MappingError`` propagates and stops the relay (fail closed). ``mapping`` is a plain attribute: the
@@ -56,7 +61,8 @@ import logging
 from collections.abc import Callable
 
 from mapping.model import Mapping, Route
-from relay.canal.entry import Entry, EntryType, EventType, RowChange
+from relay.binlog.events import ColumnMeta
+from relay.canal.entry import Entry, EntryType, EventType, Header, RowChange
 from relay.kafka import json_rows, protobuf_rows
 from relay.kafka.barriers import StatementRecords
 from relay.kafka.headers import (
@@ -157,6 +163,11 @@ class RecordEncoder:
         table is dropped, its columns unknown): what a new mapping is checked against before a switch."""
         return self._plans.known_tables()
 
+    def known_columns(self) -> list[tuple[str, str, tuple[ColumnMeta, ...]]]:
+        """(db, table, columns) of the tables encoded since the mapping last changed (not dropped): what a
+        new mapping's column controls are checked against before a switch."""
+        return self._plans.known_columns()
+
     def topics(self) -> set[str]:
         """Every topic this encoder has produced records for."""
         return set(self._topics)
@@ -179,6 +190,8 @@ class RecordEncoder:
         plan = self._plans.get(self.mapping, h.schema_name, h.table_name, rc.columns)
         if plan is None or not rc.rows:
             return []
+        if plan.projection is not None:  # column controls: the rows as the mapping publishes them
+            rc = plan.projection.apply(rc)
         # Inside a transaction payload every row shares the payload's sequence; ``row_part`` orders them.
         if entry.payload_index >= 0:
             first = entry_sequence(entry)
@@ -199,10 +212,14 @@ class RecordEncoder:
         plan = self._plans.get(self.mapping, h.schema_name, h.table_name, rc.columns)
         if plan is None or not rc.rows:
             return []
+        if plan.projection is not None:
+            rc = plan.projection.apply(rc)
         self._topics.add(plan.route.topic)
         seq = entry_sequence(entry)
         # Chunks put at one place share its sequence: the chunk's ordinal there and the row's in the chunk.
         chunk = entry.ordinal << 21 if isinstance(entry, SnapshotEntry) else 0
+        if isinstance(entry, SnapshotEntry) and entry.read_ms > 0:
+            entry = _read_at(entry, entry.read_ms)
         headers = (*plan.headers, (H_TYPE, b"INSERT"), *plan.tag, self._origin.header, (H_SNAPSHOT, b"true"))
         if plan.json is not None:
             return json_rows.snapshot_rows(self._origin, entry, rc, plan, seq, chunk, headers)
@@ -226,3 +243,26 @@ class RecordEncoder:
         if records:
             self._topics.add(records[0].topic)
         return records
+
+
+def _read_at(entry: Entry, read_ms: int) -> Entry:
+    """A snapshot chunk as its records show it: with the time its rows were read as the execute time
+    (canal-json ``es``/``ts``, canal-protobuf ``executeTime``). A copy for encoding only: the entry itself
+    keeps execute time 0, which is what the resume point after it saves (``relay.positions.store``)."""
+    h = entry.header
+    header = Header(
+        h.logfile_name, h.logfile_offset, h.server_id, read_ms, h.event_length, h.event_type,
+        h.schema_name, h.table_name, h.gtid, h.props, h.version, h.serveren_code, h.source_type,
+    )  # fmt: skip
+    return Entry(
+        header,
+        entry.entry_type,
+        entry.store_value,
+        entry.txn,
+        entry.txn_index,
+        entry.closes_txn,
+        entry.generation,
+        entry.payload_index,
+        entry.inner_size,
+        entry.xa_hold,
+    )

@@ -1,6 +1,7 @@
 """Routing plans: what every row of one physical table shares once the mapping has routed it, and their cache.
 
-``TablePlan`` holds a table's route (topic, logical names, codec), its columns, its keys
+``TablePlan`` holds a table's route (topic, logical names, codec), its columns, its column controls
+(``relay.kafka.columns.Projection``, None for a table without), its keys
 (``relay.kafka.keys.KeyShape``), its headers, its canal-json table (``relay.kafka.canal_json.JsonTable``,
 for the canal-json codec) and whether its topic is compacted (a tombstone then follows every DELETE).
 ``PlanCache`` makes a plan the first time a (db, table) is seen with a table map and keeps it while the
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 from mapping.model import Mapping, Route
 from relay.binlog.events import ColumnMeta, RowImage
 from relay.kafka import canal_json as codec_json
+from relay.kafka.columns import Projection, projection
 from relay.kafka.headers import H_PART, H_SEQUENCE, H_TYPE, Headers, Origin, route_headers, tombstone
 from relay.kafka.keys import KeyShape, key_shape
 from relay.kafka.records import Record
@@ -38,19 +40,24 @@ class TablePlan:
     tag: Headers  # () or the tag header
     json: codec_json.JsonTable | None
     compact: bool = False  # the topic is compacted: a tombstone follows every DELETE
+    # the route's column controls (relay.kafka.columns); None: the rows are published as read
+    projection: Projection | None = None
 
 
 def table_plan(route: Route, columns: tuple[ColumnMeta, ...], compact: bool) -> TablePlan:
     headers, tag = route_headers(route)
-    json_table = codec_json.json_table(route, columns) if route.codec == "canal-json" else None
+    shown = projection(route, columns)  # raises MappingError (fail closed)
+    published = columns if shown is None else shown.columns
+    json_table = codec_json.json_table(route, published) if route.codec == "canal-json" else None
     return TablePlan(
         route=route,
         columns=columns,
-        key=key_shape(route, columns),  # raises MappingError (fail closed)
+        key=key_shape(route, published),  # raises MappingError (fail closed)
         headers=headers,
         tag=tag,
         json=json_table,
         compact=compact,
+        projection=shown,
     )
 
 
@@ -87,6 +94,10 @@ class PlanCache:
     def drop(self, db: str, table: str) -> None:
         """The table's definition changes (a DDL): its plan is made (and its key columns checked) afresh."""
         self._plans.pop((db, table), None)
+
+    def known_columns(self) -> list[tuple[str, str, tuple[ColumnMeta, ...]]]:
+        """(db, table, columns) of the tables planned since the mapping last changed and not dropped."""
+        return [(db, table, plan.columns) for (db, table), plan in self._plans.items() if plan is not None]
 
     def known_tables(self) -> list[tuple[str, str, tuple[str, ...] | None]]:
         """(db, table, column names) of the tables planned since the mapping last changed (None: the

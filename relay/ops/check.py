@@ -2,11 +2,12 @@
 
 Owns the sequence of checks and their verdicts (``Check``: ok, warn, FAIL, skip): the config (every
 problem, one line each), the state directory (the place, an upgrade's stranded state, whether it can
-be written), whether a relay already holds the instance, the mapping (its store, its warnings), the
-source server, Kafka and the topics (``relay.ops.check_servers``), ZooKeeper where the config uses it,
-and the metrics port. Only reads: files are stat-ed and read, MySQL gets SELECT / SHOW statements,
-Kafka metadata and config descriptions (never a metadata request naming a topic, which some brokers
-answer by creating it, and never ``validate_only`` creation, which Tansu performs), ZooKeeper reads.
+be written), whether a relay already holds the instance, the mapping (its store, its warnings, the salt
+variables of its column hashes), the source server, Kafka and the topics (``relay.ops.check_servers``),
+ZooKeeper where the config uses it, and the metrics port. Only reads: files are stat-ed and read, MySQL
+gets SELECT / SHOW statements, Kafka metadata and config descriptions (never a metadata request naming
+a topic, which some brokers answer by creating it, and never ``validate_only`` creation, which Tansu
+performs), ZooKeeper reads.
 What only a write could prove (the exactly-once probe, a topic creation) is said to be unproven.
 Runs on the CLI's thread; each network step has its configured timeout.
 """
@@ -23,6 +24,7 @@ from mapping.model import Mapping
 from relay.config.load import RelayConfig, load_config
 from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.errors import ConfigError, InvalidConfigError, RelayError
+from relay.kafka.columns import salt_problems
 from relay.ops.check_result import FAIL, OK, SKIP, WARN, Check, Emit
 from relay.ops.check_servers import kafka_checks, source_checks
 
@@ -140,6 +142,11 @@ def _mapping(config: RelayConfig, out: Emit) -> Mapping | None:
         return None
     finally:
         store.close()
+    salts = salt_problems(mapping)  # a start refuses a hash whose salt variable is unset or empty
+    for err in salts:
+        out(Check(FAIL, "mapping", f"{store.name}: {err}"))
+    if salts:
+        return mapping
     dbs = len(mapping.logical_dbs)
     out(Check(OK, "mapping", f"{store.name}: version {mapping.version} valid ({dbs} logical dbs)"))
     for warning in mapping.warnings():

@@ -33,13 +33,17 @@ class SnapshotEntry(Entry):
     the snapshot's checkpoint after it and its memory size (the rows' text, not the length of 1 that
     places it in the binlog)."""
 
-    __slots__ = ("checkpoint", "memory", "ordinal")
+    __slots__ = ("checkpoint", "memory", "ordinal", "read_ms")
 
     checkpoint: dict[str, Any]
     memory: int
     # Chunks put at the same binlog place share its sequence: the ordinal of this one among them (0, 1, …),
     # part of its rows' ``part`` (relay.kafka.codec), so no two rows of one place share an identity.
     ordinal: int
+    # When its rows were read (ms since the epoch): the time its records carry (relay.kafka.codec). The
+    # header's execute_time stays 0: a snapshot read has no binlog time, and the resume point after it
+    # must not claim one (relay.positions.store).
+    read_ms: int
 
     @property
     def size(self) -> int:
@@ -62,10 +66,12 @@ def chunk_entry(
     mariadb: bool,
     gtid_set: str | None,
     checkpoint: dict[str, Any],
+    read_ms: int = 0,
 ) -> SnapshotEntry:
     """The chunk's entry at the place ``journal``:``offset`` (``P``): an INSERT of its rows (after
     images) and, for a key snapshot, delete rows (before images only) for the keys asked for that the
-    table does not have. ``checkpoint``: the snapshot's state after it (copied)."""
+    table does not have. ``checkpoint``: the snapshot's state after it (copied); ``read_ms``: when its
+    rows were read (ms; 0: unknown)."""
     start = EntryPosition(journal, offset - 1, server_id)
     header = Header(journal, offset - 1, server_id, 0, 1, EventType.INSERT, spec.db, spec.table)
     header.props.append((SNAPSHOT_PROP, "true"))
@@ -80,4 +86,5 @@ def chunk_entry(
     entry.checkpoint = copy.deepcopy(checkpoint)
     entry.memory = 64 + sum(sum(len(v) for v in r if v is not None) + 8 * len(r) for r in [*rows, *deleted])
     entry.ordinal = ordinal
+    entry.read_ms = read_ms
     return entry

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ class Chunk:
     whole: bool = False  # the whole of a table without a usable key: any change in its window voids it
     emitted: threading.Event = field(default_factory=threading.Event)
     deleted: list[Row] = field(default_factory=list)  # keys asked for, not found
+    read_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # made as its SELECT returns
 
 
 @dataclass
@@ -216,7 +218,7 @@ class Watermarks:
         self._place = (pos, ordinal)
         entry = chunk_entry(
             chunk.spec, rows, deleted, journal, pos[1], ordinal=ordinal, server_id=self.server_id,
-            mariadb=self.mariadb, gtid_set=gtid_set, checkpoint=self.state,
+            mariadb=self.mariadb, gtid_set=gtid_set, checkpoint=self.state, read_ms=chunk.read_ms,
         )  # fmt: skip
         if self.state["done"]:
             log.info("snapshot %s: done", self.state["id"])

@@ -33,6 +33,7 @@ from tests.integration.relay_harness import (
     identity,
     master_position,
     read_topic,
+    same_content,
     select_orders,
     single_table_mapping,
     write_configs,
@@ -241,7 +242,7 @@ def rebuild(records: list[Rec]) -> tuple[dict[str, dict[str, str | None]], int]:
         ident = identity(rec)
         seen = first.setdefault(ident, rec)
         if seen is not rec:
-            assert (rec.key, rec.value, rec.headers) == (seen.key, seen.value, seen.headers), (
+            assert same_content(rec, seen), (
                 f"{ident} at {rec.partition}:{rec.offset} repeats {seen.partition}:{seen.offset} differently"
             )
             repeats += 1

@@ -5,6 +5,7 @@ checkpoint, and the snapshot record's format."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from mapping.load import parse_mapping
 from relay.binlog import types as t
 from relay.binlog.events import BinlogEvent, EventHeader, RowImage
 from relay.canal.entry import Entry, EntryPosition, EntryType, EventType, Header, RowChange, TxnContext
+from relay.canal.proto import entry_pb2, packet_pb2
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.kafka.codec import H_SNAPSHOT, RecordEncoder, sequence
 from relay.positions.store import SourceIdentity, resume_after
@@ -157,9 +159,10 @@ def _mapping() -> Any:
 def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
     spec = _spec()
     snap = _snapshot(spec)
-    snap.watermarks.submit(
-        Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A"), ("6", None)], ["6"], True)
-    )
+    before = int(time.time() * 1000)
+    chunk = Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A"), ("6", None)], ["6"], True)
+    after = int(time.time() * 1000)
+    snap.watermarks.submit(chunk)
     (entry,) = snap.due(False, None)
     encoder = RecordEncoder(_mapping(), SourceIdentity("db", 3306, 1), ddl_topic=None, partitions=lambda _: 3)
     records = encoder.encode(entry)
@@ -176,9 +179,35 @@ def test_a_snapshot_record_is_a_marked_insert_with_the_chunk_sequence() -> None:
             seq,
             seq,
         )
-        assert value["old"] is None and value["es"] == 0 and value["source"]["rowIndex"] == 0
+        assert value["old"] is None and value["source"]["rowIndex"] == 0
+        # the time the chunk was read, not 0 (1970)
+        assert before <= value["es"] == value["ts"] == chunk.read_ms <= after
     assert json.loads(records[1].value)["data"] == [{"id": "6", "status": None}]
     assert encoder.encode(entry)[0].value == records[0].value  # the same chunk again: the same bytes
+    # The entry keeps execute time 0: the resume point after it claims no binlog time (timestamp
+    # failover treats timestamp <= 0 as "unknown"), whatever time its records carry.
+    assert entry.header.execute_time == 0 and resume_after(entry).timestamp == 0
+
+
+def test_a_snapshot_record_in_canal_protobuf_carries_the_read_time_too() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    chunk = Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A")], ["5"], True)
+    snap.watermarks.submit(chunk)
+    (entry,) = snap.due(False, None)
+    protobuf = parse_mapping(
+        {
+            "unmapped": {"action": "drop"},
+            "logical_dbs": {"shop": {"physical": [r"shop_\d+"], "codec": "canal-protobuf"}},
+        }
+    )
+    encoder = RecordEncoder(protobuf, SourceIdentity("db", 3306, 1), ddl_topic=None, partitions=lambda _: 3)
+    (record,) = encoder.encode(entry)
+    packet = packet_pb2.Packet.FromString(record.value)
+    (raw,) = packet_pb2.Messages.FromString(packet.body).messages
+    pb = entry_pb2.Entry.FromString(raw)
+    assert pb.header.executeTime == chunk.read_ms > 0
+    assert resume_after(entry).timestamp == 0
 
 
 def test_a_snapshot_record_has_the_same_bytes_with_and_without_the_c_helper(
