@@ -69,21 +69,35 @@ def current_version(target: MirrorTarget, table: str, kind: str = "latest") -> i
     return int(snapshot.snapshot_id)
 
 
+def _logical(kind: pa.DataType) -> pa.DataType:
+    """The logical type of an Arrow type: a reader's choice of offsets or views (pyiceberg maps an Iceberg
+    ``string`` to ``large_string``, deltalake may give ``string_view``) is not a different type."""
+    if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.binary()
+    return kind
+
+
 def schema_of(target: MirrorTarget, table: str, kind: str = "latest") -> dict[str, pa.DataType]:
-    """Column → Arrow type of the table's current schema, as its library reports it."""
+    """Column → logical Arrow type (``_logical``) of the table's current schema, as its library reports it."""
     if target.format == "delta":
         from deltalake import DeltaTable
 
         delta = DeltaTable(_delta_uri(target, table, kind), storage_options=_delta_options(target))
-        return {f.name: f.type for f in pa.schema(delta.schema().to_arrow())}
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
+        fields = list(pa.schema(delta.schema().to_arrow()))
+    else:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    iceberg = _catalog(target).load_table(_iceberg_ident(table, kind))
-    return {f.name: f.type for f in schema_to_pyarrow(iceberg.schema(), include_field_ids=False)}
+        iceberg = _catalog(target).load_table(_iceberg_ident(table, kind))
+        fields = list(schema_to_pyarrow(iceberg.schema(), include_field_ids=False))
+    return {f.name: _logical(f.type) for f in fields}
 
 
-def _files_table(target: MirrorTarget, files: list[tuple[str, str | None]]) -> pa.Table:
-    """pyarrow over exactly ``files`` ((URI, bucket from the log or None when the file holds it))."""
+def _files_table(target: MirrorTarget, files: list[tuple[str, str | None]], empty: pa.Table) -> pa.Table:
+    """pyarrow over exactly ``files`` ((URI, bucket from the log or None when the file holds it)); ``empty``
+    when there are none (a version whose rows were all deleted has no data file: its columns come from
+    the table's schema in the log/metadata, as for any reader of the files)."""
     fs = target.storage.filesystem()
     parts = []
     for uri, bucket in files:
@@ -93,15 +107,15 @@ def _files_table(target: MirrorTarget, files: list[tuple[str, str | None]]) -> p
         if bucket is not None:
             part = part.append_column(BUCKET, pa.array([bucket] * part.num_rows, pa.string()))
         parts.append(part)
-    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+    return pa.concat_tables(parts, promote_options="permissive") if parts else empty
 
 
-def _duckdb_table(files: list[str]) -> pa.Table:
+def _duckdb_table(files: list[str], empty: pa.Table) -> pa.Table:
     import duckdb
 
     paths = [f[len("file://") :] if f.startswith("file://") else f for f in files]
     if not paths:
-        return pa.table({})
+        return empty  # read_parquet of no file is an error, not an empty table
     got = duckdb.sql(
         "SELECT * FROM read_parquet($files, union_by_name = true)", params={"files": paths}
     ).arrow()
@@ -121,13 +135,14 @@ def _delta_readers(target: MirrorTarget, table: str, kind: str, version: int | N
             actions.column("path").to_pylist(), actions.column(f"partition.{BUCKET}").to_pylist(), strict=True
         )
     ]
+    lake = pa.table(delta.to_pyarrow_table())
     out = {
-        "deltalake": pa.table(delta.to_pyarrow_table()),
+        "deltalake": lake,
         "polars": pl.read_delta(uri, version=version, storage_options=options or None).to_arrow(),
-        "pyarrow over the version's files": _files_table(target, files),
+        "pyarrow over the version's files": _files_table(target, files, lake.schema.empty_table()),
     }
     if target.storage.is_local:
-        plain = _duckdb_table([f for f, _ in files])
+        plain = _duckdb_table([f for f, _ in files], lake.schema.empty_table())
         out["duckdb over the version's files"] = plain
     return out
 
@@ -136,12 +151,14 @@ def _iceberg_readers(target: MirrorTarget, table: str, kind: str, version: int |
     iceberg = _catalog(target).load_table(_iceberg_ident(table, kind))
     scan = iceberg.scan(snapshot_id=version)
     files = [task.file.file_path for task in scan.plan_files()]
+    seen = scan.to_arrow()
+    empty = seen.schema.empty_table()
     out = {
-        "pyiceberg": scan.to_arrow(),
-        "pyarrow over the snapshot's files": _files_table(target, [(f, None) for f in files]),
+        "pyiceberg": seen,
+        "pyarrow over the snapshot's files": _files_table(target, [(f, None) for f in files], empty),
     }
     if target.storage.is_local:
-        out["duckdb over the snapshot's files"] = _duckdb_table(files)
+        out["duckdb over the snapshot's files"] = _duckdb_table(files, empty)
     return out
 
 
@@ -168,7 +185,8 @@ def read_all(
     columns = [c for c in first.column_names if c != BUCKET]
     want = _rows(first, columns)
     for name, got in readers.items():
-        assert set(columns) <= set(got.column_names), f"{name} lacks {set(columns) - set(got.column_names)}"
+        missing = set(columns) - set(got.column_names)
+        assert not missing, f"{name} lacks {missing}: it read {got.num_rows} rows of {got.column_names}"
         rows = _rows(got, columns)
         assert rows == want, f"{name} and {first_name} read {table} differently:\n{rows[:3]}\n{want[:3]}"
     return [{c: r[c] for c in columns} for r in want]

@@ -175,8 +175,12 @@ def _mirror_restarted(spark: Any, config: MirrorConfig, total: int) -> None:
     """A continuous query stopped after a few micro-batches (mid-way through the topic), then the same
     checkpoint until caught up: the batches tile the topic exactly once."""
     query = start(spark, config)
-    wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 2, 120, "3 batches")
-    query.stop()
+    try:
+        wait_for(
+            lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 2, 300, "3 batches"
+        )
+    finally:
+        query.stop()  # also when the wait failed: a query left active would fail the next test's start
     first = [p for p in query.recentProgress if p["numInputRows"] > 0]
     second = [
         p
