@@ -2,9 +2,9 @@
 
 ``mirror_records`` builds a DataFrame with Spark's kafka-source schema from the records a test read
 (``relay_harness.Rec``: tombstones included, ``changes`` drops them), runs
-``apply_changes(changes(df), out)`` and reads the mirrored table back with ``read_mirror`` (deltalake) —
-the ONE place
-that knows how a mirrored table is stored: change it there if the table format changes. ``select_rows``
+``apply_changes(changes(df), out)`` (a Delta table per logical table under ``out``) and reads the mirrored
+table back with ``read_mirror`` (``deltalake``, not the code that wrote it) — the ONE place that knows how
+a mirrored table is stored: change it there if the table format changes. ``select_rows``
 is SELECT * over physical tables; ``assert_mirror_equals`` compares every column of every row, by key.
 
 Row identity on the mirror side is its ``_key`` column (the key columns' values in key-name order, with
@@ -76,12 +76,12 @@ def apply_records(spark: Any, records: Iterable[Record], out: Path) -> list[str]
 def read_mirror(spark: Any, out: Path, table: str) -> list[dict[str, Any]]:
     """Every row of the mirrored logical ``table`` ("db.table") under ``out``, all columns, as dicts.
 
-    The one place that reads a mirror back, with the format's own library (deltalake for the default
-    Delta table), not with the code that wrote it."""
-    from relay.spark.layout import BUCKET
-    from relay.spark.tables import read_table
+    The one place that reads a mirror back: the Delta table ``out/db.table`` (the README's layout) read
+    by ``deltalake``, the format's own library, not by the code that wrote it."""
+    from deltalake import DeltaTable
 
-    return read_table(out, table).drop_columns([BUCKET]).to_pylist()
+    rows = DeltaTable(str(Path(out) / table)).to_pyarrow_table()
+    return rows.drop_columns([c for c in rows.column_names if c == "relay_bucket"]).to_pylist()
 
 
 def mirror_records(spark: Any, records: Iterable[Record], out: Path, table: str) -> list[dict[str, Any]]:

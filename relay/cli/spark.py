@@ -93,6 +93,24 @@ def add_spark_parser(subparsers: Any) -> None:
     mirror.add_argument("--codec", default="auto", choices=("auto", "canal-json", "canal-protobuf"))
     mirror.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     mirror.add_argument(
+        "--driver-memory",
+        help="the Spark driver's heap, e.g. 4g (local mode: it holds each cached micro-batch)",
+    )
+    mirror.add_argument(
+        "--retention-hours",
+        type=float,
+        default=168.0,
+        help="versions younger than this stay readable by time travel; maintenance removes the files "
+        "only older ones need (default 168: 7 days)",
+    )
+    mirror.add_argument(
+        "--maintain-every",
+        type=int,
+        default=100,
+        help="commits of a table between two maintenance runs (Delta vacuum and log clean-up; Iceberg "
+        "snapshot expiry and the files it frees); 0: never (default 100)",
+    )
+    mirror.add_argument(
         "--history",
         action="store_true",
         help="also keep each table's SCD type 2 history (OUT/db.table.history)",
@@ -113,6 +131,8 @@ def add_spark_parser(subparsers: Any) -> None:
     bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
     bench.add_argument("--batch", type=int, default=5_000, help="changes applied to both tables")
     bench.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    bench.add_argument("--load-batch", type=int, default=1_000_000, help="records per initial-load batch")
+    bench.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
     bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
     bench.add_argument("--formats", default="delta,iceberg", help="table formats measured")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,9 +150,9 @@ def _catalog(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     from relay.errors import OptionError
+    from relay.spark.guide import how_to_read
     from relay.spark.mirror import MirrorConfig, local_session, start
     from relay.spark.storage import Storage, parse_options
-    from relay.spark.tables import how_to_read
 
     extra = parse_options(args.kafka_option, "--kafka-option")
     storage = Storage(args.out, parse_options(args.storage_option, "--storage-option"))
@@ -155,16 +175,22 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         format=args.format,
         storage_options=storage.options,
         catalog=_catalog(args),
+        retention_hours=args.retention_hours,
+        maintain_every=args.maintain_every,
     )
     target = config.target()  # checks the format and the catalog settings before Spark starts
-    spark = local_session(args.master)
-    query = start(spark, config)
-    where = f"{args.format} tables under {config.out}"
-    print(f"relay spark mirror: query {query.id} running; {where}", flush=True)
-    for table in config.tables or ():
-        print(how_to_read(target, table), flush=True)
-    if not config.tables:
-        print(f"each logical table db.t becomes a table; e.g.\n{how_to_read(target, 'db.t')}", flush=True)
+
+    def announce(table: str) -> None:  # Spark's stream thread, once per table: where it is, how to read it
+        kinds = ("latest", "history") if config.history else ("latest",)
+        print("\n".join(how_to_read(target, table, kind) for kind in kinds), flush=True)
+
+    spark = local_session(args.master, driver_memory=args.driver_memory)
+    query = start(spark, config, announce)
+    print(
+        f"relay spark mirror: query {query.id} running; {args.format} tables under {config.out} "
+        f"(checkpoint {config.checkpoint}); each table is listed with how to read it once it is written",
+        flush=True,
+    )
     try:
         query.awaitTermination()
     finally:
@@ -181,6 +207,7 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
 
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
+    sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]
     return bench_main(
         ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
     )

@@ -35,7 +35,8 @@ change (values cast, null where they do not convert); a dropped column stays, nu
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame
@@ -43,13 +44,18 @@ from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
 from relay.spark.decode import typed
 from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, Written, file_schema
+from relay.spark.survey import Survey, survey
 from relay.spark.tables import MirrorTable, MirrorTarget, target_of
 from relay.spark.tasks import WRITTEN_DDL, BucketJob, PartSpec
 
 log = logging.getLogger(__name__)
 
-_CLEARING = ("TRUNCATE", "ERASE")  # TRUNCATE TABLE, DROP TABLE (canal's ERASE)
 Location = str | Path | MirrorTarget
+# The columns of ``changes`` rows the merge reads: the batch is cached as this projection only.
+_USED = (
+    "topic", "partition", "offset", "key", "database", "table", "type", "is_ddl", "sequence", "part",
+    "source_id", "es", "mysql_type", "before", "after", "snapshot", "instants",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,20 +93,6 @@ def _columns(
     return merged, added, retyped
 
 
-def _batch_facts(changes_df: DataFrame) -> tuple[dict[str, dict[str, int]], int | None]:
-    """The batch's last offset per topic partition, and its highest sequence."""
-    rows = (
-        changes_df.groupBy("topic", "partition")
-        .agg(F.max("offset").alias("o"), F.max("sequence").alias("s"))
-        .collect()
-    )
-    offsets: dict[str, dict[str, int]] = {}
-    for r in rows:
-        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["o"])
-    top = max((int(r["s"]) for r in rows if r["s"] is not None), default=None)
-    return offsets, top
-
-
 @dataclass
 class _Plan:
     """One table's batch, ready for the tasks."""
@@ -108,16 +100,14 @@ class _Plan:
     mirror: MirrorTable
     kind: str
     state: MirrorState
-    events: DataFrame
-    touched: list[str]
-    full: list[str] = field(default_factory=list)  # buckets to rewrite without events
-    rewrite: bool = False
-    clear_all: bool = False
+    events: DataFrame  # the batch's upserts and deletes of the table, by bucket
+    rewrite: bool = False  # a column changed its type: every bucket is written again
+    clear_all: bool = False  # a new TRUNCATE/DROP watermark: every bucket is filtered again
     changed_state: bool = False
 
 
 def _plan(
-    changes_df: DataFrame, target: MirrorTarget, table: str, kind: str, batch: BatchId | None
+    changes_df: DataFrame, target: MirrorTarget, table: str, kind: str, batch: BatchId | None, facts: Survey
 ) -> _Plan | None:
     mirror = MirrorTable(target, table, kind)
     mirror.recover()
@@ -125,26 +115,21 @@ def _plan(
     if batch is not None and old is not None and old.batches.get(batch.app_id, -1) >= batch.batch_id:
         log.info("%s: micro-batch %d of %s is already applied", mirror.where, batch.batch_id, batch.app_id)
         return None
-    rows = typed(changes_df, table)
+    rows = typed(changes_df, table, facts.columns.get(table, []))
     batch_columns = [(c, t) for c, t in rows.dtypes if not c.startswith("_")]
     columns, added, retyped = _columns(old.columns if old else [], batch_columns)
     cleared = dict(old.cleared) if old else {}
     clear_all = False
     if kind == "latest":
-        for p, s in _clearings(changes_df, table).items():
+        for p, s in facts.clearings.get(table, {}).items():
             if s > cleared.get(p, -1):
                 cleared[p], clear_all = s, True
-    events = _events(rows, columns).persist()
-    touched = sorted(r[0] for r in events.select(BUCKET).distinct().collect())
-    state = MirrorState(columns, cleared, dict(old.batches) if old else {})
-    plan = _Plan(mirror, kind, state, events, touched, rewrite=retyped and old is not None)
+    state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
+    plan = _Plan(mirror, kind, state, _events(rows, columns), rewrite=retyped and old is not None)
     plan.clear_all = clear_all
     plan.changed_state = old is None or bool(added) or retyped or clear_all
-    if old is not None and (plan.rewrite or clear_all):
-        plan.full = sorted(set(mirror.rows.files()) - set(touched))
-    if not touched and not plan.full and not plan.changed_state:
-        events.unpersist()
-        return None
+    if table not in facts.rows and not plan.changed_state:
+        return None  # a TRUNCATE/DROP replayed: older than the watermark kept
     _prepare_tables(plan, old, added)
     return plan
 
@@ -158,61 +143,63 @@ def _prepare_tables(plan: _Plan, old: MirrorState | None, added: list[str]) -> N
             mirror.tombs.create(file_schema([], plan.kind, "tombs"), None)
         mirror.rows.create(schema, None)
     elif added and not plan.rewrite and old is not None:
-        evolved = MirrorState(plan.state.columns, old.cleared, old.batches, old.offsets, old.max_sequence)
+        evolved = MirrorState(
+            plan.state.columns, old.cleared, old.batches, old.offsets, old.max_sequence, old.commits
+        )
         mirror.rows.add_columns([schema.field(c) for c in added], evolved)
 
 
-def _run(plan: _Plan, batch: BatchId | None, facts: tuple[dict[str, dict[str, int]], int | None]) -> int:
-    """The tasks, then the commits (tombstones first, then the rows with the state); files written."""
+def _job(plan: _Plan, write_id: str, dirs: tuple[str, str]) -> tuple[BucketJob, list[str]]:
+    """The tasks' job (every stored file by bucket: a task opens those of its bucket only), and the
+    buckets to rewrite even without events (all of them for a type change or a new watermark)."""
     mirror, target = plan.mirror, plan.mirror.target
     narrow = target.format == "delta"
     rows_schema = file_schema(plan.state.columns, plan.kind, "rows", narrow_ints=narrow)
     tomb_schema = file_schema([], plan.kind, "tombs")
-    buckets = [*plan.touched, *plan.full]
+    stored = mirror.rows.files()
+    rows = PartSpec(
+        rows_schema, stored, dirs[0], mirror.rows.bucket_in_file, mirror.rows.file_schema(rows_schema)
+    )
+    tombs = PartSpec(
+        tomb_schema,
+        mirror.tombs.files(),
+        dirs[1],
+        mirror.tombs.bucket_in_file,
+        mirror.tombs.file_schema(tomb_schema),
+    )
+    job = BucketJob(target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite)
+    return job, sorted(stored) if plan.rewrite or plan.clear_all else []
+
+
+def _run(plan: _Plan, batch: BatchId | None, facts: Survey) -> list[Written]:
+    """The tasks, then the commits (tombstones first, then the rows with the state); the files written."""
+    mirror = plan.mirror
+    narrow = mirror.target.format == "delta"
+    rows_schema = file_schema(plan.state.columns, plan.kind, "rows", narrow_ints=narrow)
+    tomb_schema = file_schema([], plan.kind, "tombs")
     mirror.rows.begin(rows_schema)
     mirror.tombs.begin(tomb_schema)
     write_id, rows_dir, tombs_dir = mirror.begin_write()
-    job = BucketJob(
-        target.storage,
-        plan.kind,
-        PartSpec(
-            rows_schema,
-            mirror.rows.files(buckets),
-            rows_dir,
-            mirror.rows.bucket_in_file,
-            mirror.rows.file_schema(rows_schema),
-        ),
-        PartSpec(
-            tomb_schema,
-            mirror.tombs.files(buckets),
-            tombs_dir,
-            mirror.tombs.bucket_in_file,
-            mirror.tombs.file_schema(tomb_schema),
-        ),
-        plan.state.cleared,
-        plan.clear_all,
-        plan.rewrite,
-    )
+    job, full = _job(plan, write_id, (rows_dir, tombs_dir))
     frame = plan.events
-    if plan.full:
-        markers = frame.sparkSession.createDataFrame([(b,) for b in plan.full], f"{BUCKET} string")
+    if full:
+        markers = frame.sparkSession.createDataFrame([(b,) for b in full], f"{BUCKET} string")
         frame = frame.unionByName(markers, allowMissingColumns=True)
     written = [
         Written(**r.asDict())
         for r in frame.groupBy(BUCKET).applyInArrow(job.function(), WRITTEN_DDL).collect()
     ]
-    plan.events.unpersist()
     rows = [w for w in written if w.part == "rows"]
     tombs = [w for w in written if w.part == "tombs"]
     if tombs:
         mirror.tombs.commit(tombs, {w.bucket for w in tombs}, tomb_schema, state=None, write_id=write_id)
     if rows or plan.changed_state:
         state = plan.state
-        offsets, top = facts
         if batch is not None:
             state.batches[batch.app_id] = batch.batch_id
-        state.offsets = offsets
-        state.max_sequence = top
+        state.offsets = facts.offsets
+        state.max_sequence = facts.max_sequence
+        state.commits += 1
         app = (batch.app_id, batch.batch_id) if batch is not None else None
         mirror.rows.commit(
             rows,
@@ -223,16 +210,19 @@ def _run(plan: _Plan, batch: BatchId | None, facts: tuple[dict[str, dict[str, in
             overwrite=plan.rewrite,
             app=app,
         )
-        _maintain(mirror)
+        every = mirror.target.maintain_every
+        if every and state.commits % every == 0:
+            maintain(mirror)
     mirror.finish_write()
-    return len([w for w in written if w.path])
+    return written
 
 
-def _maintain(mirror: MirrorTable) -> None:
-    every = mirror.target.maintain_every
-    if every and mirror.rows.version() % every == 0:
-        for part in (mirror.rows, mirror.tombs):
-            part.maintain(mirror.target.retention_hours)
+def maintain(mirror: MirrorTable) -> None:
+    """Remove what no version younger than the target's ``retention_hours`` needs, in both tables of
+    ``mirror`` (Delta: vacuum and log clean-up; Iceberg: snapshot expiry and the files it frees). Run
+    every ``maintain_every`` commits of a table by the apply itself; callable on its own."""
+    for part in (mirror.rows, mirror.tombs):
+        part.maintain(mirror.target.retention_hours)
 
 
 def apply_table(
@@ -242,13 +232,24 @@ def apply_table(
     *,
     kind: str = "latest",
     batch: BatchId | None = None,
-    facts: tuple[dict[str, dict[str, int]], int | None] = ({}, None),
+    facts: Survey | None = None,
 ) -> None:
-    """Merge the changes of logical ``table`` ("db.table") in ``changes_df`` into its mirror table."""
-    plan = _plan(changes_df, target_of(out), table, kind, batch)
+    """Merge the changes of logical ``table`` ("db.table") in ``changes_df`` into its mirror table.
+
+    ``facts``: the batch's ``survey`` when the caller has it (``apply_changes`` surveys once for all)."""
+    begin = time.perf_counter()
+    facts = survey(changes_df) if facts is None else facts
+    plan = _plan(changes_df, target_of(out), table, kind, batch, facts)
     if plan is not None:
-        files = _run(plan, batch, facts)
-        log.info("%s: %d buckets merged, %d files written", plan.mirror.where, len(plan.touched), files)
+        written = _run(plan, batch, facts)
+        log.info(
+            "%s: %d buckets merged, %d files written (%d rows) in %.2f s",
+            plan.mirror.where,
+            len({w.bucket for w in written}),
+            len([w for w in written if w.path]),
+            sum(w.rows for w in written if w.part == "rows"),
+            time.perf_counter() - begin,
+        )
 
 
 def apply_history(changes_df: DataFrame, out: Location, table: str, batch: BatchId | None = None) -> None:
@@ -300,18 +301,6 @@ def write_table(rows: DataFrame, out: Location, table: str) -> None:
     mirror.finish_write()
 
 
-def tables_in(changes_df: DataFrame) -> list[str]:
-    """The logical tables ("db.table") with row changes, or a TRUNCATE/DROP TABLE, in ``changes_df``."""
-    rows = ~F.col("is_ddl") & F.col("type").isin("INSERT", "UPDATE", "DELETE")
-    found = (
-        changes_df.where(rows | (F.col("is_ddl") & F.col("type").isin(*_CLEARING)))
-        .select("database", "table")
-        .distinct()
-        .collect()
-    )
-    return sorted(f"{r['database']}.{r['table']}" for r in found)
-
-
 def apply_changes(
     changes_df: DataFrame,
     out: Location,
@@ -327,11 +316,12 @@ def apply_changes(
     ``tables`` limits the merge to those tables; ``history`` also keeps each table's SCD type 2 history
     (``apply_history``); ``batch`` makes a re-run of that micro-batch a no-op. See the module docstring."""
     target = target_of(out)
-    cached = changes_df.persist()
+    # foreachBatch re-reads its source on every action: cache what the survey and the tasks read.
+    used = F.struct(F.col("source.database").alias("database"), F.col("source.table").alias("table"))
+    cached = changes_df.select(*_USED, used.alias("source")).persist()
     try:
-        present = tables_in(cached)
-        chosen = [t for t in present if tables is None or t in tables]
-        facts = _batch_facts(cached) if chosen else ({}, None)
+        facts = survey(cached)
+        chosen = [t for t in facts.tables if tables is None or t in tables]
         for table in chosen:
             apply_table(cached, target, table, batch=batch, facts=facts)
             if history:
@@ -352,19 +342,6 @@ def _conform(df: DataFrame, columns: list[list[str]]) -> list[Column]:
     ]
 
 
-def _clearings(changes_df: DataFrame, table: str) -> dict[str, int]:
-    """physical "db.table" → sequence of its latest TRUNCATE/DROP TABLE in this batch."""
-    db, _, name = table.partition(".")
-    found = (
-        changes_df.where(F.col("is_ddl") & F.col("type").isin(*_CLEARING))
-        .where((F.col("database") == db) & (F.col("table") == name))
-        .groupBy(F.concat_ws(".", "source.database", "source.table").alias("p"))
-        .agg(F.max("sequence").alias("s"))
-        .collect()
-    )
-    return {r["p"]: int(r["s"]) for r in found}
-
-
 def cdc_rows(rows: DataFrame, columns: list[str]) -> DataFrame:
     """``typed`` rows as upserts and deletes by key: what a MERGE (or AutoCDC) applies.
 
@@ -374,15 +351,19 @@ def cdc_rows(rows: DataFrame, columns: list[str]) -> DataFrame:
     is a delete; an UPDATE that changed the key is also a delete of the old key. Never analyses ``rows``
     (works on streaming DataFrames and inside pipeline query functions).
     """
-    meta = ("_sequence", "_part", "_source_id", "_es", "_source")
-    upserts = rows.where(F.col("_op").isin("INSERT", "UPDATE")).select(
-        *columns, "_key", *meta, F.lit(False).alias("_deleted")
+    meta = [F.col(c) for c in ("_sequence", "_part", "_source_id", "_es", "_source")]
+    data = [F.col(c) for c in columns]
+    upsert = F.struct(*data, F.col("_key"), *meta, F.lit(False).alias("_deleted"))
+    delete = F.struct(*data, F.col("_old_key").alias("_key"), *meta, F.lit(True).alias("_deleted"))
+    op = F.col("_op")
+    moved = (op == "UPDATE") & (F.col("_old_key") != F.col("_key"))
+    # One projection and explode, not a union of two selects: a union computes its input twice.
+    events = (
+        F.when(moved, F.array(upsert, delete))
+        .when(op.isin("INSERT", "UPDATE"), F.array(upsert))
+        .when(op == "DELETE", F.array(delete))
     )
-    moved = (F.col("_op") == "UPDATE") & (F.col("_old_key") != F.col("_key"))
-    deletes = rows.where((F.col("_op") == "DELETE") | moved).select(
-        *columns, F.col("_old_key").alias("_key"), *meta, F.lit(True).alias("_deleted")
-    )
-    return upserts.unionByName(deletes)
+    return rows.select(F.explode(events).alias("_e")).select("_e.*")
 
 
 def _events(rows: DataFrame, columns: list[list[str]]) -> DataFrame:

@@ -1,9 +1,10 @@
 """Benchmark: decode + apply throughput of the Spark helpers on local Spark, next to a plain ``from_json``.
 
-``python -m relay.spark.bench [--records N] [--runs R] [--master local[2]] [--small 10000]
-[--large 10000000] [--batch 5000] [--json]`` (or ``relay spark bench``) builds N canal-json records of a
-sharded ``bench.orders`` table (inserts, updates, deletes; 10 % of them repeated), caches them as a
-DataFrame in Spark's ``kafka`` schema, then times, R times each:
+``python -m relay.spark.bench [--records N] [--runs R] [--master local[2]] [--driver-memory 4g]
+[--small 10000] [--large 10000000] [--batch 5000] [--load 10000000] [--load-batch 1000000]
+[--batches 100] [--formats delta,iceberg] [--json]`` (or ``relay spark bench``) builds N canal-json
+records of a sharded ``bench.orders`` table (inserts, updates, deletes; 10 % of them repeated), caches
+them as a DataFrame in Spark's ``kafka`` schema, then times, R times each:
 
 - ``from_json``: the baseline — ``from_json`` of the value with the FlatMessage schema, nothing else;
 - ``changes(json)``: ``changes(df, codec="canal-json")`` (from_json + the change-row projection);
@@ -13,15 +14,17 @@ DataFrame in Spark's ``kafka`` schema, then times, R times each:
 
 Every step but ``apply`` ends in Spark's ``noop`` sink, so the figure is the work itself. Then, for each
 of ``--formats`` (Delta, Iceberg): the apply growth — two mirrored tables, ``--small`` and ``--large``
-rows (built in Spark from ``spark.range`` and published with ``write_table``), each get the SAME batch of
+rows (built in Spark from ``spark.range`` and published with ``write_table``), each get a batch of
 ``--batch`` changes (60 % updates, 30 % inserts, 10 % deletes on ids 5000 and up: recent rows of the
-small table, a range both tables hold), R times: ``<fmt>_apply_growth_ratio`` is the large table's median
-over the small one's; the same with ``--batch`` UPDATEs spread uniformly over all ids
+small table, a range both tables hold) R times after a warm-up — each run NEW changes of the same keys
+(later sequences), so each run rewrites what it touches: ``<fmt>_apply_growth_ratio`` is the large
+table's median over the small one's; the same with ``--batch`` UPDATEs spread uniformly over all ids
 (``<fmt>_apply_growth_ratio_uniform``); the initial load of ``--load`` INSERTs (built in Spark) through
-``apply_changes`` (``<fmt>_load_rows_per_second``); and the table's data files after ``--batches``
-batches (``<fmt>_files_after_N_batches``: current version; ``…_on_storage…``: every file kept for time
-travel). Prints the median seconds of each (``--json``: one JSON object). A measurement tool for
-people, not a test: it prints.
+``apply_changes`` in micro-batches of ``--load-batch`` (``<fmt>_load_rows_per_second``); and the
+table's data files after ``--batches`` batches with maintenance every ``MAINTAIN_EVERY`` commits and no
+time travel kept (``<fmt>_files_after_N_batches``: the current version; ``…_on_storage…``: every data
+file on disk, tombstones included). Prints the median seconds of each (``--json``: one JSON object). A
+measurement tool for people, not a test: it prints.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 TABLE = "bench.orders"
@@ -44,7 +48,7 @@ MYSQL_TYPES = {
     "note": "text",
     "at": "datetime(3)",
 }
-LOAD_CHUNK = 250_000  # records per micro-batch of the initial load (a 1 GB driver heap holds them)
+MAINTAIN_EVERY = 10  # commits between maintenance runs in the file-count measurement
 SQL_TYPES = {"id": -5, "status": 12, "amount": 3, "note": 2005, "at": 93}
 
 
@@ -181,31 +185,49 @@ def _frame(spark: Any, rows: list[tuple[bytes, bytes, str, int, int]]) -> Any:
     return df
 
 
-def _target(fmt: str, out: str) -> Any:
-    from relay.spark.tables import target_of
+def _target(fmt: str, out: str, **keep: Any) -> Any:
+    from relay.spark.storage import Storage
+    from relay.spark.tables import MirrorTarget
 
-    return target_of(out, format=fmt)
+    return MirrorTarget(Storage(out), fmt, **keep)
+
+
+def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
+    """The median seconds of applying each of ``batches`` (record lists) after the first (a warm-up)."""
+    from relay.spark.apply import apply_changes
+    from relay.spark.decode import changes
+
+    took = []
+    for records in batches:
+        df = _frame(spark, records)
+        begin = time.perf_counter()
+        apply_changes(changes(df, codec="canal-json"), target)
+        took.append(time.perf_counter() - begin)
+        df.unpersist()
+    return statistics.median(took[1:])
 
 
 def apply_growth(spark: Any, fmt: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
-    """Median apply seconds of the same batch (recent keys; spread uniformly) on tables of ``sizes``
-    rows in format ``fmt``; the ratios large/small."""
-    from relay.spark.apply import apply_changes, write_table
-    from relay.spark.decode import changes
+    """Median apply seconds of a batch of ``batch`` changes on recent keys, and of one of ``batch`` UPDATEs
+    spread uniformly over every key, on tables of ``sizes`` rows in format ``fmt``; the ratios
+    large/small. Every run applies NEW changes (later sequences) to the same keys: it rewrites what
+    it touches (a repeat of an applied batch would change, and write, nothing)."""
+    from relay.spark.apply import write_table
 
     figures: dict[str, Any] = {}
     medians: dict[str, list[float]] = {"recent": [], "uniform": []}
-    recent = _frame(spark, batch_records(batch))
     for size in sizes:
-        uniform = _frame(spark, uniform_records(batch, size))
-        for kind, df in (("recent", recent), ("uniform", uniform)):
-            with tempfile.TemporaryDirectory() as out:
-                target = _target(fmt, out)
-                begin = time.perf_counter()
-                write_table(_table(spark, size), target, TABLE)
-                figures[f"{fmt}_build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
-                apply_changes(changes(df, codec="canal-json"), target)  # warm-up (and the first apply)
-                seconds = _time(lambda t=target, d=df: apply_changes(changes(d, codec="canal-json"), t), runs)  # type: ignore[misc]
+        with tempfile.TemporaryDirectory() as out:
+            target = _target(fmt, out)
+            begin = time.perf_counter()
+            write_table(_table(spark, size), target, TABLE)
+            figures[f"{fmt}_build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
+            sequences = [(1 << 40) + run * batch for run in range(runs + 1)]
+            recent = _applies(spark, target, [batch_records(batch, seq=s) for s in sequences])
+            spread = _applies(
+                spark, target, [uniform_records(batch, size, seq=s + (1 << 41)) for s in sequences]
+            )
+        for kind, seconds in (("recent", recent), ("uniform", spread)):
             suffix = "" if kind == "recent" else "_uniform"
             figures[f"{fmt}_apply_{size}_rows{suffix}_seconds"] = round(seconds, 3)
             medians[kind].append(seconds)
@@ -249,20 +271,22 @@ def load_records(spark: Any, first: int, end: int) -> Any:
     )
 
 
-def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int) -> dict[str, Any]:
-    """The initial load rate of ``rows`` changes through ``apply_changes``, then the table's data files
-    (current version, and all on storage) after ``batches`` batches of ``batch`` recent-key changes."""
+def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
+    """The initial load rate of ``rows`` INSERTs through ``apply_changes`` in micro-batches of ``chunk``,
+    then the table's data files after ``batches`` batches of ``batch`` recent-key changes, with the
+    maintenance of a mirror that keeps no time travel (every ``MAINTAIN_EVERY`` commits, retention 0):
+    the files of the current version, and every data file on storage."""
     from relay.spark.apply import apply_changes
     from relay.spark.decode import changes
     from relay.spark.tables import MirrorTable
 
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as out:
-        target = _target(fmt, out)
+        target = _target(fmt, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
         begin = time.perf_counter()
-        for first in range(0, rows, LOAD_CHUNK):  # as micro-batches with maxOffsetsPerTrigger bring them
-            chunk = load_records(spark, first, min(first + LOAD_CHUNK, rows))
-            apply_changes(changes(chunk, codec="canal-json"), target)
+        for first in range(0, rows, chunk):  # as micro-batches with maxOffsetsPerTrigger bring them
+            records = load_records(spark, first, min(first + chunk, rows))
+            apply_changes(changes(records, codec="canal-json"), target)
         seconds = time.perf_counter() - begin
         figures[f"{fmt}_load_{rows}_rows_seconds"] = round(seconds, 3)
         figures[f"{fmt}_load_rows_per_second"] = round(rows / seconds)
@@ -272,11 +296,12 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int) ->
             apply_changes(changes(df, codec="canal-json"), target)
             df.unpersist()
         mirror = MirrorTable(target, TABLE)
-        live = sum(len(f) for f in mirror.rows.files().values())
-        figures[f"{fmt}_files_after_{batches}_batches"] = live
-        from pathlib import Path
-
-        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = len(list(Path(out).rglob("*.parquet")))
+        state = mirror.rows.state()
+        figures[f"{fmt}_commits"] = state.commits if state else 0
+        figures[f"{fmt}_maintenance_runs"] = figures[f"{fmt}_commits"] // MAINTAIN_EVERY
+        figures[f"{fmt}_files_after_{batches}_batches"] = sum(len(f) for f in mirror.rows.files().values())
+        stored = len(list(Path(out).rglob("*.parquet")))
+        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = stored
     return figures
 
 
@@ -289,32 +314,33 @@ def _time(action: Callable[[], Any], runs: int) -> float:
     return statistics.median(took)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m relay.spark.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
     parser.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
     parser.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
     parser.add_argument("--batch", type=int, default=5_000, help="changes in the batch applied to both")
     parser.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    parser.add_argument(
+        "--load-batch", type=int, default=1_000_000, help="records per micro-batch of the initial load"
+    )
     parser.add_argument("--batches", type=int, default=100, help="batches applied before counting files")
     parser.add_argument("--formats", default="delta,iceberg", help="table formats measured")
     parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _decode(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The decode steps (and an apply into an empty table) on ``--records`` records, median seconds."""
     from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
     from relay.spark.apply import apply_changes
     from relay.spark.decode import CANAL_JSON_TYPE, changes, typed
-    from relay.spark.mirror import local_session
 
-    spark = local_session(args.master, "relay-spark-bench")
-    spark.sparkContext.setLogLevel("ERROR")
-    rows = records(args.records)
-    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long")
-    df = df.withColumn("timestamp", F.current_timestamp()).withColumn("timestampType", F.lit(0)).cache()
-    df.count()
+    df = _frame(spark, records(args.records))
     columns = list(MYSQL_TYPES.items())
 
     def noop(frame: Any) -> Callable[[], None]:
@@ -334,12 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("typed", noop(typed(changes(df, codec="canal-json"), TABLE, columns))),
         ("apply_changes", apply),
     ]
-    figures: dict[str, Any] = {"records": args.records, "master": args.master, "runs": args.runs}
+    figures: dict[str, Any] = {}
     if not args.json:
-        print(
-            f"{args.records} canal-json records, {args.master}, "
-            f"median of {args.runs} runs (after one warm-up)"
-        )
+        print(f"{args.records} canal-json records, {args.master}, median of {args.runs} runs after a warm-up")
     for name, action in steps:
         action()  # warm-up: code generation, Python workers
         seconds = _time(action, args.runs)
@@ -349,22 +372,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures["changes_vs_from_json"] = round(
         figures["changes(canal-json)_seconds"] / figures["from_json_seconds"], 3
     )
+    df.unpersist()
+    return figures
+
+
+def _show(fmt: str, growth: dict[str, Any], args: argparse.Namespace) -> None:
+    print(f"{fmt}: apply of {args.batch} changes (new ones every run), median of {args.runs} runs:")
+    for size in (args.small, args.large):
+        recent = growth[f"{fmt}_apply_{size}_rows_seconds"]
+        spread = growth[f"{fmt}_apply_{size}_rows_uniform_seconds"]
+        print(f"  {size:>12,} rows  recent keys {recent:7.3f} s  uniform {spread:7.3f} s")
+    print(f"  apply_growth_ratio {growth[f'{fmt}_apply_growth_ratio']:.2f}", end="")
+    print(f"  apply_growth_ratio_uniform {growth[f'{fmt}_apply_growth_ratio_uniform']:.2f}")
+    print(f"  load of {args.load:,} rows: {growth[f'{fmt}_load_rows_per_second']:,} rows/s")
+    current = growth[f"{fmt}_files_after_{args.batches}_batches"]
+    stored = growth[f"{fmt}_files_on_storage_after_{args.batches}_batches"]
+    runs = growth[f"{fmt}_maintenance_runs"]
+    print(
+        f"  after {args.batches} batches: {current} data files in the current version, {stored} on storage "
+        f"({runs} maintenance runs: every {MAINTAIN_EVERY} commits, retention 0)",
+        flush=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    from relay.spark.mirror import local_session
+
+    spark = local_session(args.master, "relay-spark-bench", driver_memory=args.driver_memory)
+    spark.sparkContext.setLogLevel("ERROR")
+    figures: dict[str, Any] = {"records": args.records, "master": args.master, "runs": args.runs}
+    figures["driver_memory"] = args.driver_memory
+    figures.update(_decode(spark, args))
     for fmt in args.formats.split(","):
         growth = apply_growth(spark, fmt, (args.small, args.large), args.batch, args.runs)
-        growth.update(load_and_files(spark, fmt, args.load, args.batches, args.batch))
+        growth.update(load_and_files(spark, fmt, args.load, args.batches, args.batch, args.load_batch))
         figures.update(growth)
         if not args.json:
-            print(f"{fmt}: apply of the same {args.batch} changes, median of {args.runs} runs:")
-            for size in (args.small, args.large):
-                recent = growth[f"{fmt}_apply_{size}_rows_seconds"]
-                spread = growth[f"{fmt}_apply_{size}_rows_uniform_seconds"]
-                print(f"  {size:>12,} rows  recent keys {recent:7.3f} s  uniform {spread:7.3f} s")
-            print(f"  apply_growth_ratio {growth[f'{fmt}_apply_growth_ratio']:.2f}", end="")
-            print(f"  apply_growth_ratio_uniform {growth[f'{fmt}_apply_growth_ratio_uniform']:.2f}")
-            print(f"  load {growth[f'{fmt}_load_rows_per_second']:,} rows/s", end="")
-            print(
-                f"  files after {args.batches} batches {growth[f'{fmt}_files_after_{args.batches}_batches']}"
-            )
+            _show(fmt, growth, args)
     spark.stop()
     if args.json:
         print(json.dumps(figures))

@@ -204,24 +204,33 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
 
 
 SHARD_FIELD = "_shard"  # the record key's shard identity (mapping key_shard), not a column of the row
+_KEY_WIDTH = 4  # keys of up to this many columns spelled as in the image are read without a lambda
 
 
 def _key_names(df: DataFrame) -> DataFrame:
-    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted, and
-    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys).
+    """Adds ``_names``: the key columns (from the record key's JSON, else the whole image), sorted,
+    ``_kshard``: the key's ``_shard`` value (null when the mapping puts no shard identity in keys), and
+    ``_kfast``: the names are at most ``_KEY_WIDTH`` and spelled as in the image (see ``_key_of``).
 
     The record key spells the columns as the mapping does, and the mapping matches them case-insensitively:
-    each name is replaced by the image's own spelling of it.
+    each name is replaced by the image's own spelling of it. Spark runs higher-order functions (``transform``,
+    ``filter``) interpreted, row by row: they are only evaluated for the rare keys that need them.
     """
-    key_map = F.from_json(F.col("key"), _TEXT_MAP)
-    image = F.coalesce(F.col("after"), F.col("before"))
+    with_map = df.withColumn("_kmap", F.from_json(F.col("key"), _TEXT_MAP))
+    key_map, image = F.col("_kmap"), F.coalesce(F.col("after"), F.col("before"))
+    named = F.map_keys(key_map)
+    known = F.array_union(F.map_keys(image), F.array(F.lit(SHARD_FIELD)))
+    fast = key_map.isNotNull() & (F.size(named) <= _KEY_WIDTH) & (F.size(F.array_except(named, known)) == 0)
     spelled = F.transform(
-        F.map_keys(key_map),
+        named,
         lambda n: F.coalesce(F.get(F.filter(F.map_keys(image), lambda k: F.lower(k) == F.lower(n)), 0), n),
     )
-    return df.withColumn(
-        "_names", F.array_sort(F.when(key_map.isNotNull(), spelled).otherwise(F.map_keys(image)))
-    ).withColumn("_kshard", key_map[SHARD_FIELD])
+    slow = F.when(key_map.isNotNull(), spelled).otherwise(F.map_keys(image))
+    return (
+        with_map.withColumn("_kfast", F.coalesce(fast, F.lit(False)))
+        .withColumn("_names", F.array_sort(F.when(F.col("_kfast"), named).otherwise(slow)))
+        .withColumn("_kshard", key_map[SHARD_FIELD])
+    )
 
 
 def _key_of(image: str) -> Column:
@@ -231,7 +240,10 @@ def _key_of(image: str) -> Column:
     def value(n: Column) -> Column:
         return F.when(n == F.lit(SHARD_FIELD), F.col("_kshard")).otherwise(F.col(image)[n])
 
-    return F.when(F.col(image).isNotNull(), F.to_json(F.transform(F.col("_names"), value)))
+    names = F.col("_names")
+    fast = F.slice(F.array(*[value(F.get(names, i)) for i in range(_KEY_WIDTH)]), 1, F.size(names))
+    values = F.when(F.col("_kfast"), fast).otherwise(F.transform(names, value))
+    return F.when(F.col(image).isNotNull(), F.to_json(values))
 
 
 def column_types(rows: DataFrame) -> list[tuple[str, str]]:

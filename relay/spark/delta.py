@@ -14,6 +14,7 @@ Runs on the Spark driver (or any process reading a mirror); no pyspark import.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from relay.errors import SparkSourceError
 from relay.spark.layout import BUCKET, MirrorState, Written
 from relay.spark.storage import Storage
 
+_RECENT = 4
 _HISTORY_DEPTH = 200  # commits searched back for the relay's state (others' commits may come between)
 
 
@@ -98,9 +100,10 @@ class DeltaPart:
         table = self._open()
         if table is None:
             return None
-        for commit in table.history(_HISTORY_DEPTH):
-            if "relay.state" in commit:
-                return MirrorState.from_json(commit["relay.state"])
+        for depth in (_RECENT, _HISTORY_DEPTH):  # the last commit, unless maintenance committed after it
+            for commit in table.history(depth):
+                if "relay.state" in commit:
+                    return MirrorState.from_json(commit["relay.state"])
         return None
 
     def committed(self, write_id: str) -> bool:
@@ -194,15 +197,17 @@ class DeltaPart:
         return pa.table(table.to_pyarrow_table())
 
     def maintain(self, retention_hours: float) -> None:
-        """Remove the files no version younger than ``retention_hours`` needs, and old log entries."""
+        """Remove the data files no version younger than ``retention_hours`` needs (``vacuum``) and the
+        log entries older than that before the last checkpoint (``cleanup_metadata``; the table's
+        ``delta.logRetentionDuration`` is set to the retention once, by a commit of its own)."""
         table = self._open()
         if table is None:
             return
-        table.vacuum(
-            retention_hours=int(retention_hours),
-            dry_run=False,
-            enforce_retention_duration=False,
-        )
+        hours = math.ceil(retention_hours)  # whole hours (deltalake's unit), never less than asked
+        wanted = f"interval {hours} hours"
+        if table.metadata().configuration.get("delta.logRetentionDuration") != wanted:
+            table.alter.set_table_properties({"delta.logRetentionDuration": wanted})
+        table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
         table.cleanup_metadata()
         self.refresh()
 

@@ -227,20 +227,26 @@ class IcebergPart:
         return table.scan(snapshot_id=version).to_arrow()
 
     def maintain(self, retention_hours: float) -> None:
-        """Expire the snapshots older than ``retention_hours`` (the current one stays) and delete the
-        data files no remaining snapshot references."""
+        """Expire the snapshots older than ``retention_hours`` (the current one stays) and delete the files
+        only they referenced: data files, manifests and manifest lists (pyiceberg's expiry only edits
+        the metadata; old metadata files go by ``write.metadata.delete-after-commit.enabled``)."""
         table = self._open()
         if table is None or table.current_snapshot() is None:
             return
-        before = {str(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
+        before = _referenced(table)
         limit = dt.datetime.now(dt.UTC) - dt.timedelta(hours=retention_hours)
         table.maintenance.expire_snapshots().older_than(limit).commit()
         self.refresh()
-        table = self._open()
-        after = {str(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
         fs = self.storage.filesystem()
-        for uri in sorted(before - after):
+        for uri in sorted(before - _referenced(self._open())):
             fs.delete_file(self.storage.fs_path(uri))
+
+
+def _referenced(table: Any) -> set[str]:
+    """Every file the table's snapshots reference: data files, manifests, manifest lists."""
+    files = {str(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
+    files |= {str(p) for p in table.inspect.all_manifests().column("path").to_pylist()}
+    return files | {str(s.manifest_list) for s in table.snapshots() if s.manifest_list}
 
 
 def _fresh_ids(schema: pa.Schema) -> Any:

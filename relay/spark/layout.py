@@ -47,6 +47,7 @@ class MirrorState:
     batches: dict[str, int] = field(default_factory=dict)  # application id → last applied micro-batch
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # topic → partition → last offset
     max_sequence: int | None = None  # the highest change sequence applied so far
+    commits: int = 0  # commits of the table's rows by the relay (maintenance runs every N of them)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

@@ -114,6 +114,8 @@ def merge_latest(
     truncated = cleared_rows.num_rows != rows.num_rows
     if events.num_rows == 0:
         return Merged(cleared_rows if truncated else None, None)
+    if cleared_rows.num_rows == 0 and tombs.num_rows == 0 and _unique(events.column("_key")):
+        return _first_state(events, schema, tomb_schema, cleared_rows if truncated else None)
     keys = pc.unique(events.column("_key"))
     row_hit, row_rest = _split(cleared_rows, keys)
     tomb_hit, tomb_rest = _split(tombs, keys)
@@ -144,6 +146,22 @@ def merge_latest(
     new_rows = pa.concat_tables([row_rest, conform(live_winners, schema)]) if rows_changed else None
     new_tombs = pa.concat_tables([tomb_rest, conform(dead_winners, tomb_schema)]) if tombs_changed else None
     return Merged(new_rows, new_tombs)
+
+
+def _unique(keys: Any) -> bool:
+    return bool(pc.count_distinct(keys).as_py() == len(keys))
+
+
+def _first_state(
+    events: pa.Table, schema: pa.Schema, tomb_schema: pa.Schema, empty: pa.Table | None
+) -> Merged:
+    """A bucket with nothing stored (an initial load) and one change per key: the changes are its state,
+    no sort needed. ``empty``: the bucket's rows were all truncated (write it empty unless rows come)."""
+    deleted = pc.fill_null(events.column("_deleted").cast(pa.bool_()), False)
+    live = events.filter(pc.invert(deleted))
+    dead = events.filter(deleted)
+    rows = conform(live, schema) if live.num_rows else empty
+    return Merged(rows, conform(dead, tomb_schema) if dead.num_rows else None)
 
 
 def _any_in(stored: pa.Table, keys: Any) -> bool:

@@ -15,7 +15,8 @@ import hashlib
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,12 @@ class MirrorConfig:
     format: str = "delta"  # or "iceberg"
     storage_options: dict[str, str] = field(default_factory=dict)
     catalog: dict[str, str] = field(default_factory=dict)  # Iceberg catalog settings
+    retention_hours: float = 168.0  # versions younger than this stay readable (time travel)
+    maintain_every: int = 100  # commits of a table between two maintenance runs (0: never)
 
     def target(self) -> MirrorTarget:
-        return target_of(self.out, self.format, self.storage_options, self.catalog)
+        plain = target_of(self.out, self.format, self.storage_options, self.catalog)
+        return replace(plain, retention_hours=self.retention_hours, maintain_every=self.maintain_every)
 
     @property
     def app_id(self) -> str:
@@ -56,8 +60,13 @@ class MirrorConfig:
         return "relay-mirror-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
-    """A SparkSession for the mirror (or tests): workers run this interpreter, few shuffle partitions."""
+def local_session(
+    master: str = "local[2]", app: str = "relay-mirror", driver_memory: str | None = None
+) -> Any:
+    """A SparkSession for the mirror (or tests): workers run this interpreter, few shuffle partitions.
+
+    ``driver_memory`` (e.g. "4g"): the driver's heap, which in local mode also holds the cached
+    micro-batch (Spark's default is 1g); only effective when this call starts the JVM."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -67,10 +76,11 @@ def local_session(master: str = "local[2]", app: str = "relay-mirror") -> Any:
         # and fails ("UnknownHostException") where it is not in /etc/hosts (fresh containers, chroots).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
+    builder = SparkSession.builder.master(master).appName(app)
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
     return (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.sql.shuffle.partitions", "2")
+        builder.config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -99,18 +109,24 @@ def source_stream(spark: Any, config: MirrorConfig) -> Any:
     return reader.load()
 
 
-def start(spark: Any, config: MirrorConfig) -> Any:
-    """Start the mirror query; returns the ``StreamingQuery``."""
+def start(spark: Any, config: MirrorConfig, on_table: Callable[[str], None] | None = None) -> Any:
+    """Start the mirror query; returns the ``StreamingQuery``. ``on_table`` is called (on Spark's stream
+    thread) with each logical table the query applies a micro-batch to, the first time it does."""
     from relay.spark.apply import BatchId, apply_changes
     from relay.spark.decode import changes
 
     out, codec, tables = config.target(), config.codec, list(config.tables) if config.tables else None
     history, app_id = config.history, config.app_id
+    seen: set[str] = set()
 
     def apply_batch(batch: Any, batch_id: int) -> None:
         done = BatchId(app_id, batch_id)
         applied = apply_changes(changes(batch, codec), out, tables, history=history, batch=done)
         log.info("micro-batch %d applied to %s", batch_id, applied or "no table")
+        for table in applied:
+            if on_table is not None and table not in seen:
+                on_table(table)
+            seen.add(table)
 
     writer = (
         source_stream(spark, config)

@@ -103,6 +103,12 @@ def target_of(
     return MirrorTarget(Storage(str(location), dict(storage_options or {})), format, dict(catalog or {}))
 
 
+def iceberg_identifier(table: str, kind: str = "latest") -> str:
+    """The Iceberg identifier of logical ``table``'s mirror (``kind`` "history": its SCD2 history)."""
+    db, name = _split(table)
+    return f"{db}.{name}" if kind == "latest" else f"{db}.{name}__history"
+
+
 def _split(table: str) -> tuple[str, str]:
     db, _, name = table.partition(".")
     if not db or not name:
@@ -216,24 +222,3 @@ def read_table(
     if not mirror.rows.exists():
         raise SparkSourceError(f"no mirror of {table} at {mirror.where}")
     return mirror.read(version)
-
-
-def how_to_read(target: MirrorTarget, table: str) -> str:
-    """A few lines saying where ``table``'s mirror is and how engines read it."""
-    mirror = MirrorTable(target, table)
-    if target.format == "delta":
-        uri = target.storage.delta_uri(table)
-        return (
-            f"{table}: Delta table {uri}\n"
-            f'  Spark (delta-spark): spark.read.format("delta").load("{uri}")\n'
-            f"  polars: pl.read_delta(\"{uri}\")   DuckDB: SELECT * FROM delta_scan('{uri}')\n"
-            f'  Python: relay.spark.tables.read_table("{target.storage.root}", "{table}")'
-        )
-    ident = ".".join(mirror.rows.identifier)  # type: ignore[attr-defined]
-    catalog = target.catalog.get("uri") or target.catalog.get("type") or "sql, SQLite in the root"
-    return (
-        f"{table}: Iceberg table {ident} (catalog {catalog})\n"
-        f'  Spark (iceberg-spark-runtime, catalog "cat"): spark.table("cat.{ident}")\n'
-        f'  Trino: SELECT * FROM iceberg.{ident}   pyiceberg: catalog.load_table("{ident}").scan()\n'
-        f'  Python: relay.spark.tables.read_table("{target.storage.root}", "{table}", format="iceberg")'
-    )

@@ -6,8 +6,8 @@ the directories to write into; ``BucketJob.run`` is the function Spark's ``apply
 the batch's changes of one bucket. Files are read and written through pyarrow's file systems
 (``relay.spark.storage``), so the same code writes to a local disk, S3, GCS, ADLS or HDFS. A bucket
 the batch does not change writes nothing. Returns one ``Written`` row per file (and one with no path
-for a part that became empty), which the driver commits (``relay.spark.formats``). Runs on executor
-Python workers; no pyspark import.
+for a part that became empty), which the driver commits (``relay.spark.delta`` /
+``relay.spark.iceberg``). Runs on executor Python workers; no pyspark import.
 """
 
 from __future__ import annotations

@@ -1,21 +1,27 @@
 """``typed``/``apply_changes`` on synthetic canal-json records (the relay's exact shape), for the cases that
 used to give wrong tables: a rolling ALTER across shards inside one micro-batch, a key spelled differently in
 the mapping, TIMESTAMP in a zone with DST, TRUNCATE/DROP of a shard, BIT(64) at its limits; plus the apply's
-own guarantees: incremental (only touched buckets rewritten), idempotent, crash-safe, SCD type 2 history."""
+own guarantees: incremental (only touched buckets rewritten), idempotent, crash-safe, SCD type 2 history,
+a changed column type (every bucket rewritten in one commit), maintenance (files bounded, retained versions
+readable). Tables are read back by the formats' own libraries (``tests.spark.readers``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from relay.spark.apply import apply_changes, apply_history
+import relay.spark.apply as apply_module
+from relay.spark.apply import apply_changes, apply_history, maintain
 from relay.spark.decode import changes, typed
 from relay.spark.tables import MirrorTable, MirrorTarget, read_table, target_of
+from tests.spark.readers import current_version, read_all, schema_of
 
 TYPES = {"id": "bigint", "status": "varchar(16)"}
 
@@ -251,6 +257,11 @@ def test_scd2_history_holds_every_version(spark: Any, target: MirrorTarget) -> N
     apply_history(changes(frame(spark, versions[2:4])), target, "d.t")
     rows = MirrorTable(target, "d.t", "history").read().to_pylist()
     got = sorted((r["id"], r["status"], r["_start_sequence"], r["_end_sequence"]) for r in rows)
+    independent = sorted(
+        (r["id"], r["status"], r["_start_sequence"], r["_end_sequence"])
+        for r in read_all(target, "d.t", "history")
+    )
+    assert independent == got  # as the format's own readers (and pyarrow over its files) see it
     assert got == [
         (1, "again", 50, None),
         (1, "new", 10, 20),
@@ -279,3 +290,79 @@ def test_timestamp_instant_of_a_protobuf_record(spark: Any) -> None:
         1: dt.datetime(2024, 10, 27, 0, 30, 0, 123000),
         2: dt.datetime(2024, 10, 27, 1, 30, 0, 123000),
     }
+
+
+def _stored(target: MirrorTarget, suffix: str) -> set[str]:
+    """Every file with ``suffix`` under the mirror's root but the catalog (what the storage holds)."""
+    return {str(p) for p in Path(target.storage.root).rglob(f"*{suffix}") if "fresh" not in p.parts}
+
+
+def test_maintenance_bounds_the_files_and_keeps_the_retained_versions(
+    spark: Any, target: MirrorTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = replace(target, maintain_every=3)  # the default retention (7 days): every version stays
+    runs: list[str] = []
+    real = apply_module.maintain
+
+    def counted(mirror: MirrorTable) -> None:
+        runs.append(mirror.table)
+        real(mirror)
+
+    monkeypatch.setattr(apply_module, "maintain", counted)
+    versions: list[tuple[int, list[dict[str, Any]]]] = []
+    for i in range(7):  # the same two buckets changed by every batch, one key deleted each time
+        batch = [rec(100 * i + k, "UPDATE", {"id": str(k * 100_000 + i), "status": f"v{i}"}) for k in (0, 1)]
+        batch += [rec(100 * i + 50 + k, "INSERT", {"id": str(k * 100_000 + 50 + i)}) for k in (0, 1)]
+        batch.append(rec(100 * i + 90, "DELETE", {"id": str(50 + i - 1), "status": ""}))
+        apply_changes(changes(frame(spark, batch)), kept)
+        versions.append((current_version(kept, "d.t"), read_all(kept, "d.t")))
+    assert runs == ["d.t", "d.t"]  # after the 3rd and the 6th commit of the table
+    for version, rows in versions:  # nothing younger than the retention was removed: time travel works
+        assert read_all(kept, "d.t", version=version) == rows
+    assert len(_stored(kept, ".parquet")) > 2 * len(_referenced(kept))  # replaced files kept meanwhile
+    now = replace(target, retention_hours=0)  # keep the current version only
+    maintain(MirrorTable(now, "d.t"))
+    assert _stored(now, ".parquet") == _referenced(now)  # exactly the current version's files
+    assert read_all(now, "d.t") == versions[-1][1]
+    with pytest.raises(Exception):  # noqa: B017 (each library raises its own: files gone / snapshot expired)
+        read_all(now, "d.t", version=versions[0][0])
+    if target.format == "iceberg":  # the manifests and manifest lists of expired snapshots went too
+        assert _stored(now, ".avro") == _iceberg_metadata(now)
+
+
+def _iceberg_metadata(target: MirrorTarget) -> set[str]:
+    """The manifests and manifest lists the rows' and tombstones' remaining snapshots reference."""
+    out: set[str] = set()
+    for part in (MirrorTable(target, "d.t").rows, MirrorTable(target, "d.t").tombs):
+        table = part._open()  # type: ignore[attr-defined]
+        out |= {str(p) for p in table.inspect.all_manifests().column("path").to_pylist()}
+        out |= {str(s.manifest_list) for s in table.snapshots()}
+    return {u.removeprefix("file://") for u in out}
+
+
+def test_a_changed_column_type_rewrites_every_bucket_in_one_commit(spark: Any, target: MirrorTarget) -> None:
+    types = {"id": "bigint", "status": "varchar(16)", "n": "int"}
+    first = [
+        rec(10 + i, "INSERT", {"id": str(k), "status": s, "n": str(i)}, types)
+        for i, (k, s) in enumerate(((1, "7"), (150_000, "x"), (250_000, "12")))
+    ]
+    apply_changes(changes(frame(spark, first)), target)
+    before_version, before = current_version(target, "d.t"), read_all(target, "d.t")
+    mirror = MirrorTable(target, "d.t")
+    files = mirror.rows.files()
+    assert sorted(files) == ["r0", "r1", "r2"]
+    # ALTER TABLE … MODIFY status INT, n BIGINT: one new row in one bucket, in the new types.
+    retyped = {"id": "bigint", "status": "int", "n": "bigint"}
+    apply_changes(
+        changes(frame(spark, [rec(20, "INSERT", {"id": "2", "status": "3", "n": "9"}, retyped)])), target
+    )
+    schema = schema_of(target, "d.t")
+    assert schema["status"] == pa.int32() and schema["n"] == pa.int64()
+    got = {r["id"]: (r["status"], r["n"]) for r in read_all(target, "d.t")}
+    assert got == {1: (7, 0), 2: (3, 9), 150_000: (None, 1), 250_000: (12, 2)}  # "x" is no INT: null
+    mirror.rows.refresh()
+    after = mirror.rows.files()
+    assert all(set(after[b]).isdisjoint(files[b]) for b in files)  # every bucket written again
+    if target.format == "delta":  # one commit: the schema change and the rewritten files together
+        assert current_version(target, "d.t") == before_version + 1
+    assert read_all(target, "d.t", version=before_version) == before  # the old types, by time travel

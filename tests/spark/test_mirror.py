@@ -1,16 +1,21 @@
-"""Done-when: a real relay (real MariaDB binlog → real broker) mirrored by real local Spark.
+"""Done-when: a real relay (real MariaDB binlog → real broker) mirrored by real local Spark into Delta Lake
+and Iceberg tables, locally and on a real S3 API server (moto), read back by engines that are not our code.
 
 A workload of inserts, updates and deletes across shards goes through the relay; part of it is published
 twice (a second relay re-reads the binlog from the middle, as after a crash before the position was
 saved). The mirror streams the topic with ``maxOffsetsPerTrigger``, is stopped and restarted from its
-checkpoint, and must end equal to ``SELECT *`` over the shards with the right Spark types; a replay from
-the start into a fresh directory rebuilds the same table; the protobuf codec mirrors the same way.
+checkpoint, and must end equal to ``SELECT *`` over the shards with the right types; a replay from the start
+into a fresh root rebuilds the same table; the protobuf codec mirrors the same way; a rolling ALTER shard by
+shard, key changes, TRUNCATE and DROP/CREATE of shards end equal to SELECT, and time travel to the version
+mirrored before the TRUNCATE equals what SELECT showed then; SCD2 histories hold one version per state
+SELECT showed. Every table is read by each independent reader of its format (``tests.spark.readers``:
+deltalake, polars, pyarrow and DuckDB over the version's files; pyiceberg, pyarrow and DuckDB over the
+snapshot's files), which must agree. The relay part runs once per test; the mirror once per format.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import itertools
 import json
 import time
@@ -25,9 +30,9 @@ from confluent_kafka import Producer
 
 from relay.spark.apply import apply_changes
 from relay.spark.decode import changes
-from relay.spark.layout import BUCKET
 from relay.spark.mirror import MirrorConfig, start
-from relay.spark.tables import MirrorTable, target_of
+from relay.spark.storage import Storage
+from relay.spark.tables import MirrorTarget
 from tests.integration.relay_harness import (
     RelayThread,
     create_shards,
@@ -39,6 +44,8 @@ from tests.integration.relay_harness import (
     write_configs,
 )
 from tests.integration.test_relay import workload
+from tests.spark.conftest import BUCKET_NAME
+from tests.spark.readers import current_version, read_all, schema_of
 
 SHARDS, TABLES = 3, 2
 MAX_PER_TRIGGER = 25
@@ -52,6 +59,38 @@ def shards(mysql_service: Any) -> Iterator[str]:
     yield prefix
     with contextlib.closing(mysql_service.connect()) as conn:
         drop_shards(conn, prefix, SHARDS)
+
+
+def local_targets(root: Path) -> list[MirrorTarget]:
+    """A Delta and an Iceberg mirror under ``root`` (the Iceberg catalog: SQLite in its root)."""
+    return [MirrorTarget(Storage(str(root / f)), f) for f in ("delta", "iceberg")]
+
+
+def s3_targets(s3: dict[str, str], root: Path, name: str) -> list[MirrorTarget]:
+    """A Delta and an Iceberg mirror on the S3 API server (the Iceberg catalog: SQLite on local disk)."""
+    prefix = f"s3://{BUCKET_NAME}/{name}-{time.monotonic_ns() % 10**8}"
+    root.mkdir(parents=True, exist_ok=True)
+    return [
+        MirrorTarget(Storage(f"{prefix}/delta", s3), "delta"),
+        MirrorTarget(
+            Storage(f"{prefix}/iceberg", s3), "iceberg", {"uri": f"sqlite:///{root / 'catalog.sqlite'}"}
+        ),
+    ]
+
+
+def config_for(
+    target: MirrorTarget, bootstrap: str, topics: tuple[str, ...], ck: Path, **kw: Any
+) -> MirrorConfig:
+    return MirrorConfig(
+        bootstrap,
+        topics,
+        target.storage.root,
+        ck,
+        format=target.format,
+        storage_options=target.storage.options,
+        catalog=target.catalog,
+        **kw,
+    )
 
 
 def relay_run(
@@ -68,22 +107,13 @@ def relay_run(
     return RelayThread(cfg)
 
 
-def mirrored(spark: Any, out: Any, table: str, version: int | None = None) -> dict[str, dict[str, Any]]:
-    """Every table column of every mirrored row (the ``_`` meta columns left out), by id, read by the
-    format's library (deltalake / pyiceberg); TIMESTAMP (an instant) as naive UTC, as Spark shows it."""
-    rows = MirrorTable(target_of(out), table).read(version).to_pylist()
-    columns = [c for c in (rows[0] if rows else {}) if not c.startswith("_") and c != BUCKET]
-    return {str(r["id"]): {c: _utc(r[c]) for c in columns} for r in rows}
-
-
-def _utc(value: Any) -> Any:
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value
-
-
-def schema_of(out: Any, table: str) -> dict[str, Any]:
-    return {f.name: f.type for f in MirrorTable(target_of(out), table).rows.schema()}
+def mirrored(
+    target: MirrorTarget, table: str, version: int | None = None, kind: str = "latest"
+) -> dict[str, dict[str, Any]]:
+    """Every table column of every mirrored row (the ``_`` bookkeeping left out), by id, as the format's
+    independent readers see it (they must agree); TIMESTAMP (an instant) as naive UTC."""
+    rows = read_all(target, table, kind, version)
+    return {str(r["id"]): {c: v for c, v in r.items() if not c.startswith("_")} for r in rows}
 
 
 def _text(value: Any) -> str | None:
@@ -134,6 +164,37 @@ def run_mirror(spark: Any, config: MirrorConfig) -> list[dict[str, Any]]:
     return list(query.recentProgress)
 
 
+def _relay_kafka(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    reader = spark.read.format("relay-kafka").option("kafka.bootstrap.servers", bootstrap)
+    for key, value in {"subscribe": topic, **options}.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _mirror_restarted(spark: Any, config: MirrorConfig, total: int) -> None:
+    """A continuous query stopped after a few micro-batches (mid-way through the topic), then the same
+    checkpoint until caught up: the batches tile the topic exactly once."""
+    query = start(spark, config)
+    try:
+        wait_for(
+            lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 2, 300, "3 batches"
+        )
+    finally:
+        query.stop()  # also when the wait failed: a query left active would fail the next test's start
+    first = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    second = [
+        p
+        for p in run_mirror(spark, MirrorConfig(**{**config.__dict__, "available_now": True}))
+        if p["numInputRows"] > 0
+    ]
+    progress = first + second
+    assert all(p["numInputRows"] <= MAX_PER_TRIGGER for p in progress)
+    assert sum(p["numInputRows"] for p in progress) == total  # neither lost nor read twice
+    assert json.loads(second[0]["sources"][0]["startOffset"]) == json.loads(
+        first[-1]["sources"][0]["endOffset"]
+    )
+
+
 def test_mirror_equals_select_through_restart_and_replay(
     spark: Any, mysql_service: Any, kafka_service: Any, shards: str, tmp_path: Path
 ) -> None:
@@ -158,77 +219,36 @@ def test_mirror_equals_select_through_restart_and_replay(
     total = len(again) + len(customers)
     assert len([r for r in again if not r.json["isDdl"]]) > changes_, "nothing was published twice"
     expected = select_all(conn, physical(prefix))
+    expected_customers = select_all(conn, [f"{prefix}_00.customers"])
 
-    out, checkpoint = tmp_path / "out", tmp_path / "ck"
-    config = MirrorConfig(
-        bootstrap,
-        (topic, prefix),
-        out,
-        checkpoint,
-        max_offsets_per_trigger=MAX_PER_TRIGGER,
-        trigger_seconds=0.5,
-    )
-    # First run: a continuous query, stopped after a few micro-batches (mid-way through the topic).
-    query = start(spark, config)
-    wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 2, 120, "3 batches")
-    query.stop()
-    first = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    # Second run: the same checkpoint, until caught up.
-    second = [
-        p
-        for p in run_mirror(spark, MirrorConfig(**{**config.__dict__, "available_now": True}))
-        if p["numInputRows"] > 0
-    ]
-    progress = first + second
-    assert all(p["numInputRows"] <= MAX_PER_TRIGGER for p in progress)
-    # Neither lost nor read twice: the batches tile the topic exactly once.
-    assert sum(p["numInputRows"] for p in progress) == total
-    assert json.loads(second[0]["sources"][0]["startOffset"]) == json.loads(
-        first[-1]["sources"][0]["endOffset"]
-    )
+    for target in local_targets(tmp_path / "out"):
+        what = target.format
+        every = {"max_offsets_per_trigger": MAX_PER_TRIGGER, "trigger_seconds": 0.5}
+        config = config_for(target, bootstrap, (topic, prefix), tmp_path / f"ck-{what}", **every)
+        _mirror_restarted(spark, config, total)
+        got = mirrored(target, table)
+        assert as_text(got) == expected, what
+        assert as_text(mirrored(target, f"{prefix}.customers")) == expected_customers, what
+        schema = schema_of(target, table)
+        assert schema["id"] == pa.int64() and schema["amount"] == pa.decimal128(12, 2), what
+        assert schema["status"] == pa.string() and schema["note"] == pa.string(), what
+        assert isinstance(next(iter(got.values()))["amount"], Decimal)
+        assert "extra" in schema  # the ALTER TABLE … ADD COLUMN of one shard appears as a column
 
-    got = mirrored(spark, out, table)
-    assert as_text(got) == expected
-    assert as_text(mirrored(spark, out, f"{prefix}.customers")) == select_all(
-        conn, [f"{prefix}_00.customers"]
-    )
-    schema = schema_of(out, table)
-    assert schema["id"] == pa.int64() and schema["amount"] == pa.decimal128(12, 2)
-    assert schema["status"] == pa.string() and schema["note"] == pa.string()
-    assert isinstance(next(iter(got.values()))["amount"], Decimal)
-    assert "extra" in schema  # the ALTER TABLE … ADD COLUMN of one shard appears as a column
-
-    # Replay from the start (earliest, then a timestamp before every record) rebuilds the same table.
-    for name, start_opts in (("earliest", "earliest"), ("timestamp", None)):
-        replay = MirrorConfig(
-            bootstrap,
-            (topic,),
-            tmp_path / f"replay-{name}",
-            tmp_path / f"ck-{name}",
-            available_now=True,
-            starting_offsets=start_opts or "earliest",
+        # Replay from the start (earliest, then a timestamp before every record) rebuilds the same table.
+        replay = local_targets(tmp_path / f"replay-{what}")[0 if what == "delta" else 1]
+        run_mirror(
+            spark, config_for(replay, bootstrap, (topic,), tmp_path / f"ck-r-{what}", available_now=True)
         )
-        if start_opts is None:
-            batch = (
-                spark.read.format("relay-kafka")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("subscribe", topic)
-                .option("startingTimestamp", "0")
-                .load()
-            )
-            apply_changes(changes(batch), replay.out)
-        else:
-            run_mirror(spark, replay)
-        assert as_text(mirrored(spark, replay.out, table)) == expected
-    # Applying everything once more to the mirrored table changes nothing.
-    batch = (
-        spark.read.format("relay-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
-    apply_changes(changes(batch), out)
-    assert as_text(mirrored(spark, out, table)) == expected
+        assert as_text(mirrored(replay, table)) == expected, what
+        by_time = local_targets(tmp_path / f"by-time-{what}")[0 if what == "delta" else 1]
+        apply_changes(changes(_relay_kafka(spark, bootstrap, topic, startingTimestamp="0")), by_time)
+        assert as_text(mirrored(by_time, table)) == expected, what
+        # Applying everything once more to the mirrored table changes nothing, and commits nothing.
+        version = current_version(target, table)
+        apply_changes(changes(_relay_kafka(spark, bootstrap, topic)), target)
+        assert as_text(mirrored(target, table)) == expected, what
+        assert current_version(target, table) == version, f"{what}: a batch that changed nothing committed"
 
 
 def test_protobuf_topic_mirrors_the_same(
@@ -241,13 +261,7 @@ def test_protobuf_topic_mirrors_the_same(
     with relay_run(tmp_path / "r", mysql_service, bootstrap, prefix, begin, "canal-protobuf", prefix):
         changes_ = workload(conn, prefix) - 1
         wait_for(lambda: _count(spark, bootstrap, topic) >= changes_, 60, "protobuf records")
-    out = tmp_path / "out"
-    df = (
-        spark.read.format("relay-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
+    df = _relay_kafka(spark, bootstrap, topic)
     ch = changes(df, codec="canal-protobuf")
     sample = ch.where("type = 'UPDATE'").first()
     assert (
@@ -255,18 +269,14 @@ def test_protobuf_topic_mirrors_the_same(
         and sample["before"] is not None
         and sample["source"]["database"].startswith(prefix)
     )
-    apply_changes(changes(df), out)
-    assert as_text(mirrored(spark, out, topic)) == select_all(conn, physical(prefix))
+    expected = select_all(conn, physical(prefix))
+    for target in local_targets(tmp_path / "out"):
+        apply_changes(changes(df), target)
+        assert as_text(mirrored(target, topic)) == expected, target.format
 
 
 def _count(spark: Any, bootstrap: str, topic: str) -> int:
-    df = (
-        spark.read.format("relay-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
-    return int(changes(df).where("not is_ddl").count())
+    return int(changes(_relay_kafka(spark, bootstrap, topic)).where("not is_ddl").count())
 
 
 # 2024-10-27 in Europe/Berlin: 00:30 and 01:30 UTC are both 02:30 local (CEST, then CET).
@@ -274,54 +284,74 @@ FOLD = ("2024-10-27 00:30:00.123", "2024-10-27 01:30:00.123")
 BITS = (0, 2**63 - 1, 2**63, 2**64 - 1)
 
 
-def _rolling_workload(conn: Any, prefix: str) -> None:
-    """Writes on every shard while ADD COLUMN reaches the shards one by one; then TRUNCATE of one shard,
-    DROP + CREATE of another, with writes after each. TIMESTAMPs in the repeated hour, BIT(64) limits."""
-    tables = physical(prefix, 1)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        ident = 0
+class _Rolling:
+    """The rolling-ALTER workload on the shards' ``orders_00``, in two phases."""
 
-        def insert(table: str, extra: bool) -> None:
-            nonlocal ident
-            ident += 1
-            values = [ident, f"s{ident}", FOLD[ident % 2], BITS[ident % 4]]
-            if extra:
-                cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s)", (*values, ident * 10))
-            else:
-                cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
+    def __init__(self, conn: Any, prefix: str) -> None:
+        self.conn, self.tables, self.ident = conn, physical(prefix, 1), 0
 
-        for _ in range(4):
-            for table in tables:
-                insert(table, False)
-        for altered in range(len(tables)):
-            cur.execute(f"ALTER TABLE {tables[altered]} ADD COLUMN extra INT NULL")
-            for i, table in enumerate(tables):  # writes on every shard, altered or not
-                insert(table, i <= altered)
-                cur.execute(
-                    f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,)
-                )
-                if i <= altered:
+    def insert(self, cur: Any, table: str, extra: bool) -> None:
+        self.ident += 1
+        values = [self.ident, f"s{self.ident}", FOLD[self.ident % 2], BITS[self.ident % 4]]
+        if extra:
+            cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s)", (*values, self.ident * 10))
+        else:
+            cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
+
+    def first(self) -> None:
+        """Writes on every shard while ADD COLUMN reaches the shards one by one; key changes (an UPDATE
+        of the primary key) before and after a shard's ALTER. TIMESTAMPs in the repeated hour, BIT(64)."""
+        tables = self.tables
+        with self.conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            for _ in range(4):
+                for table in tables:
+                    self.insert(cur, table, False)
+            cur.execute(f"UPDATE {tables[0]} SET id = id + 1000 WHERE id = 1")  # a key change
+            for altered in range(len(tables)):
+                cur.execute(f"ALTER TABLE {tables[altered]} ADD COLUMN extra INT NULL")
+                for i, table in enumerate(tables):  # writes on every shard, altered or not
+                    self.insert(cur, table, i <= altered)
                     cur.execute(
-                        f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0"
+                        f"UPDATE {table} SET status = CONCAT(status, '+') WHERE MOD(id, 3) = %s", (altered,)
                     )
-        cur.execute(f"TRUNCATE TABLE {tables[2]}")
-        insert(tables[2], True)
-        cur.execute(f"DROP TABLE {tables[1]}")
-        cur.execute(
-            f"CREATE TABLE {tables[1]} (id BIGINT PRIMARY KEY, status VARCHAR(16), "
-            "at TIMESTAMP(3) NULL, flags BIT(64) NULL, extra INT NULL)"
-        )
-        insert(tables[1], True)
-        insert(tables[0], True)
+                    if i <= altered:
+                        cur.execute(
+                            f"UPDATE {table} SET extra = id + 1000 WHERE extra IS NULL AND MOD(id, 2) = 0"
+                        )
+            cur.execute(f"UPDATE {tables[2]} SET id = id + 2000, status = 'moved' WHERE MOD(id, 4) = 0")
+
+    def second(self) -> None:
+        """TRUNCATE of one shard, DROP + CREATE of another, writes after each, a key change."""
+        tables = self.tables
+        with self.conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(f"TRUNCATE TABLE {tables[2]}")
+            self.insert(cur, tables[2], True)
+            cur.execute(f"DROP TABLE {tables[1]}")
+            cur.execute(
+                f"CREATE TABLE {tables[1]} (id BIGINT PRIMARY KEY, status VARCHAR(16), "
+                "at TIMESTAMP(3) NULL, flags BIT(64) NULL, extra INT NULL)"
+            )
+            self.insert(cur, tables[1], True)
+            self.insert(cur, tables[0], True)
+            cur.execute(f"UPDATE {tables[0]} SET id = id + 3000 WHERE id = {self.ident}")
+
+    def mark(self, ident: int) -> None:
+        """One last change: once it is in the topic, every change before it is."""
+        with self.conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {self.tables[0]} (id, status) VALUES ({ident}, 'last')")
 
 
-def _is_last(message: dict[str, Any]) -> bool:
-    return not message["isDdl"] and message["data"][0]["id"] == "99999"
+def _has(ident: int) -> Any:
+    def probe(records: list[Any]) -> bool:
+        return any(not r.json["isDdl"] and r.json["data"][0]["id"] == str(ident) for r in records)
+
+    return probe
 
 
 def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
-    spark: Any, mysql_service: Any, kafka_service: Any, tmp_path: Path
+    spark: Any, mysql_service: Any, kafka_service: Any, s3: dict[str, str], tmp_path: Path
 ) -> None:
     prefix, bootstrap = f"sq{time.monotonic_ns() % 10**8}", kafka_service.bootstrap_servers
     conn = mysql_service.connect()
@@ -345,34 +375,42 @@ def test_mirror_keeps_every_value_through_rolling_alter_truncate_and_drop(
             extra={"source": {"timezone": "Europe/Berlin"}},
         )
         topic = f"{prefix}.orders"
+        targets = [*local_targets(tmp_path / "out"), *s3_targets(s3, tmp_path / "s3", "rolling")]
+        run = {"max_offsets_per_trigger": 7, "available_now": True}
+        configs = [
+            config_for(t, bootstrap, (topic,), tmp_path / f"ck-{i}", **run) for i, t in enumerate(targets)
+        ]
+        work = _Rolling(conn, prefix)
         with RelayThread(cfg):
-            _rolling_workload(conn, prefix)
-            with conn.cursor() as cur:  # the last change: once it is in the topic, all are
-                cur.execute(f"INSERT INTO {prefix}_00.orders_00 (id, status) VALUES (99999, 'last')")
-            records = read_topic(bootstrap, topic, until=lambda rs: any(_is_last(r.json) for r in rs))
+            work.first()
+            work.mark(99998)
+            records = read_topic(bootstrap, topic, until=_has(99998))
+            before = select_all(conn, physical(prefix, 1))
+            versions = []
+            for config, target in zip(configs, targets, strict=True):
+                run_mirror(spark, config)
+                versions.append(current_version(target, topic))
+            work.second()
+            work.mark(99999)
+            read_topic(bootstrap, topic, until=_has(99999))
         folded = [
             r.json
             for r in records
             if not r.json["isDdl"] and r.json["data"][0]["at"] == "2024-10-27 02:30:00.123"
         ]
         assert len({m["utcMicros"][0]["at"] for m in folded}) == 2  # one text, two instants
-        config = MirrorConfig(
-            bootstrap,
-            (topic,),
-            tmp_path / "out",
-            tmp_path / "ck",
-            max_offsets_per_trigger=7,
-            available_now=True,
-        )
-        run_mirror(spark, config)
-        got = mirrored(spark, config.out, topic)
         expected = select_all(conn, physical(prefix, 1))
-        assert as_text(got) == expected
         assert any(row["extra"] is not None for row in expected.values())
-        assert {row["flags"] for row in expected.values()} - {None} == {str(b) for b in BITS}
-        schema = schema_of(config.out, topic)
-        assert schema["at"] == pa.timestamp("us", tz="UTC") and schema["flags"] == pa.decimal128(20, 0)
-        assert schema["extra"] == pa.int32()
+        assert {row["flags"] for row in before.values()} - {None} == {str(b) for b in BITS}
+        assert {"1001", "2012"} <= before.keys() and not {"1", "12"} & before.keys()  # the key changes
+        for config, target, version in zip(configs, targets, versions, strict=True):
+            what = f"{target.format} on {target.storage.root}"
+            run_mirror(spark, config)  # the same checkpoint: the second phase
+            assert as_text(mirrored(target, topic)) == expected, what
+            assert as_text(mirrored(target, topic, version)) == before, f"{what}: time travel"
+            schema = schema_of(target, topic)
+            assert schema["at"] == pa.timestamp("us", tz="UTC"), what
+            assert schema["flags"] == pa.decimal128(20, 0) and schema["extra"] == pa.int32(), what
     finally:
         with contextlib.closing(mysql_service.connect()) as c:
             drop_shards(c, prefix, SHARDS)
@@ -405,26 +443,20 @@ def test_scd2_history_equals_what_select_showed_over_time(
         step(f"UPDATE {prefix}_01.orders_00 SET status = 'SHIPPED' WHERE id = 7")
         step(f"DELETE FROM {prefix}_01.orders_00 WHERE id = 7")
         records = read_topic(bootstrap, topic, until=lambda rs: len(rs) >= 5)
-    config = MirrorConfig(
-        bootstrap,
-        (topic,),
-        tmp_path / "out",
-        tmp_path / "ck",
-        max_offsets_per_trigger=2,
-        available_now=True,
-        history=True,
-    )
-    run_mirror(spark, config)
-    history = sorted(
-        MirrorTable(target_of(config.out), table, "history").read().to_pylist(),
-        key=lambda r: r["_start_sequence"],
-    )
-    versions = [
-        {c: None if r[c] is None else str(r[c]) for c in ("id", "status", "amount", "note")} for r in history
-    ]
-    assert versions == [v for v in seen if v is not None]  # one version per state SELECT showed
     sequences = sorted(r.json["sequence"] for r in records)
-    assert [(r["_start_sequence"], r["_end_sequence"]) for r in history] == list(
-        itertools.pairwise(sequences)
-    )  # each version ends where the next change (the last one: the DELETE) begins
-    assert "7" not in mirrored(spark, config.out, table)
+    for target in local_targets(tmp_path / "out"):
+        config = config_for(
+            target, bootstrap, (topic,), tmp_path / f"ck-{target.format}", max_offsets_per_trigger=2,
+            available_now=True, history=True,
+        )  # fmt: skip
+        run_mirror(spark, config)
+        history = sorted(read_all(target, table, "history"), key=lambda r: r["_start_sequence"])
+        versions = [
+            {c: None if r[c] is None else str(r[c]) for c in ("id", "status", "amount", "note")}
+            for r in history
+        ]
+        assert versions == [v for v in seen if v is not None], target.format  # one per state SELECT showed
+        assert [(r["_start_sequence"], r["_end_sequence"]) for r in history] == list(
+            itertools.pairwise(sequences)
+        ), target.format  # each version ends where the next change (the last one: the DELETE) begins
+        assert "7" not in mirrored(target, table), target.format
