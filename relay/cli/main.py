@@ -2,7 +2,7 @@
 
 The CLI is the only code that handles signals, and the only production code that prints for people (the
 demo and the benchmarks in ``relay.dev`` print their own progress). Command groups live beside it:
-``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``.
+``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``, ``instance``.
 """
 
 from __future__ import annotations
@@ -414,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.verify import add_verify_parser
 
     add_verify_parser(sub)
+    from relay.cli.instance import add_instance_parser
+
+    add_instance_parser(sub)
     return parser
 
 

@@ -1,0 +1,230 @@
+"""The cluster's instance definitions in ZooKeeper: versioned, with history, edited by compare-and-set.
+
+Owns the ZooKeeper layout of the definitions, the kazoo client of ``relay instance`` and the translation
+of kazoo's failures into ``ClusterError``s. Runs on the caller's thread (the CLI; later a node's
+supervisor reads through it); kazoo runs its own connection thread.
+
+Layout under the cluster root (``ha.root``'s default, ``/canal-relay``; docs/architecture.md, "Cluster"):
+
+- ``<root>/instances/<name>``: the current version's text (``relay.cluster.versions``: a header line,
+  then the YAML as written, ``${NAME}`` references unresolved); a removed instance's node holds its
+  tombstone version, so its history stays and a later ``add`` continues it;
+- ``<root>/instances/<name>/history/v0000000001`` …: every version's text, the tombstones included.
+
+Every write reads the node (text + stat), checks the definition's version against ``expected``, then
+commits ONE ZooKeeper transaction: ``set_data(node, version=stat.version)`` + ``create(history/vN)``
+(the first version: the node, the history container and ``v1`` created together). If another writer
+changed the node in between, ZooKeeper refuses the node version (or the history node exists) and
+nothing of the transaction is applied: ``InstanceConflictError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
+
+from relay.cluster.definition import InstanceDefinition, check_name
+from relay.cluster.versions import StoredVersion, VersionInfo, parse_stored, stored_text
+from relay.common import zookeeper
+from relay.errors import (
+    ClusterError,
+    ClusterUnavailableError,
+    InstanceConflictError,
+    InstanceNotFoundError,
+    ZooKeeperUnavailableError,
+)
+
+__all__ = ["ZooKeeperInstanceStore"]
+
+
+class ZooKeeperInstanceStore:
+    """Instance definitions under ``<root>/instances``. Connects in the constructor; ``close()`` ends
+    the session."""
+
+    def __init__(self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0) -> None:
+        if not root.startswith("/"):
+            raise ClusterError(f"--root: must be an absolute ZooKeeper path, got {root!r}")
+        self.hosts = hosts
+        self.base = f"{root.rstrip('/')}/instances"
+        try:
+            self._client = zookeeper.start_client(hosts, session_timeout=timeout, connect_timeout=timeout)
+        except ZooKeeperUnavailableError as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+
+    @property
+    def name(self) -> str:
+        """What it is, for messages: ``zookeeper 127.0.0.1:2181/canal-relay/instances``."""
+        return f"zookeeper {self.hosts}{self.base}"
+
+    # -- reading --------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every instance with a node, removed ones included, sorted."""
+        try:
+            return sorted(self._client.get_children(self.base))
+        except NoNodeError:
+            return []
+        except KazooException as exc:
+            raise self._translate(exc, "list") from exc
+
+    def current(self, name: str) -> StoredVersion:
+        """The current version of ``name`` (a tombstone when removed); ``InstanceNotFoundError`` when
+        it was never added."""
+        return self._current(name)[0]
+
+    def read(self, name: str) -> StoredVersion:
+        """The current version of a defined instance; ``InstanceNotFoundError`` when it is not (never
+        added, or removed)."""
+        stored = self.current(name)
+        if stored.definition is None:
+            raise self._not_found(name, f"removed in version {stored.info.version}")
+        return stored
+
+    def history(self, name: str) -> list[VersionInfo]:
+        """Every version of ``name``, oldest first."""
+        self.current(name)  # unknown: InstanceNotFoundError
+        try:
+            children = self._client.get_children(self._history(name))
+        except NoNodeError:
+            children = []
+        except KazooException as exc:
+            raise self._translate(exc, "read") from exc
+        numbers = sorted(int(c[1:]) for c in children if c.startswith("v") and c[1:].isdigit())
+        return [self.version(name, n).info for n in numbers]
+
+    def version(self, name: str, number: int) -> StoredVersion:
+        """Version ``number`` of ``name``; ``ClusterError`` naming the stored ones when there is none."""
+        path = self._version_node(name, number)
+        try:
+            data, _ = self._client.get(path)
+        except NoNodeError:
+            known = ", ".join(str(v.version) for v in self.history(name)) or "none"
+            raise ClusterError(f"{name}: no stored version {number} (stored versions: {known})") from None
+        except KazooException as exc:
+            raise self._translate(exc, "read") from exc
+        return parse_stored(name, data.decode("utf-8"), f"{self.name}/{name} version {number}")
+
+    # -- writing --------------------------------------------------------------------------------
+    def add(self, definition: InstanceDefinition, *, note: str = "") -> VersionInfo:
+        """Store a new instance as version 1 — or, when it was removed, as the version after its
+        tombstone; ``ClusterError`` when it is defined already."""
+        name = check_name(definition.name)
+        try:
+            stored, stat = self._current(name)
+        except InstanceNotFoundError:
+            return self._create(definition, note)
+        if stored.definition is not None:
+            raise ClusterError(
+                f"{name}: already defined (version {stored.info.version}); change it with "
+                "`relay instance update`"
+            )
+        return self._commit(name, definition, stored.info.version, stat, note)
+
+    def update(self, definition: InstanceDefinition, *, expected: int | None, note: str = "") -> VersionInfo:
+        """Store ``definition`` as the next version if the current one is ``expected`` (None: the
+        version read now); ``InstanceConflictError`` otherwise."""
+        stored, stat = self._defined(definition.name)
+        return self._commit(definition.name, definition, self._expect(stored, expected), stat, note)
+
+    def remove(self, name: str, *, expected: int | None, note: str = "") -> VersionInfo:
+        """Store a tombstone as the next version (the history stays); as ``update`` for ``expected``."""
+        stored, stat = self._defined(name)
+        return self._commit(name, None, self._expect(stored, expected), stat, note)
+
+    def close(self) -> None:
+        try:
+            self._client.stop()
+        finally:
+            self._client.close()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _node(self, name: str) -> str:
+        return f"{self.base}/{check_name(name)}"
+
+    def _history(self, name: str) -> str:
+        return f"{self._node(name)}/history"
+
+    def _version_node(self, name: str, number: int) -> str:
+        return f"{self._history(name)}/v{number:010d}"
+
+    def _current(self, name: str) -> tuple[StoredVersion, Any]:
+        try:
+            data, stat = self._client.get(self._node(name))
+        except NoNodeError:
+            raise self._not_found(name, "never added") from None
+        except KazooException as exc:
+            raise self._translate(exc, "read") from exc
+        return parse_stored(name, data.decode("utf-8"), f"{self.name}/{name}"), stat
+
+    def _defined(self, name: str) -> tuple[StoredVersion, Any]:
+        stored, stat = self._current(name)
+        if stored.definition is None:
+            raise self._not_found(name, f"removed in version {stored.info.version}")
+        return stored, stat
+
+    def _expect(self, stored: StoredVersion, expected: int | None) -> int:
+        found = stored.info.version
+        if expected is not None and expected != found:
+            raise InstanceConflictError(
+                f"{stored.info.instance}: your edit is based on version {expected}, the stored version is "
+                f"{found}; nothing was stored (read it again and redo the edit)"
+            )
+        return found
+
+    def _not_found(self, name: str, why: str) -> InstanceNotFoundError:
+        defined = []
+        for other in self.names():
+            with contextlib.suppress(ClusterError):
+                if self._current(other)[0].definition is not None:
+                    defined.append(other)
+        known = ", ".join(defined) or "none"
+        return InstanceNotFoundError(f"{name}: no such instance ({why}); defined instances: {known}")
+
+    def _create(self, definition: InstanceDefinition, note: str) -> VersionInfo:
+        info = VersionInfo(definition.name, 1, note=note)
+        data = stored_text(info, definition).encode("utf-8")
+        try:
+            self._client.ensure_path(self.base)
+            tx = self._client.transaction()
+            tx.create(self._node(definition.name), data)
+            tx.create(self._history(definition.name), b"")
+            tx.create(self._version_node(definition.name, 1), data)
+            self._check(tx.commit(), definition.name, 0)
+        except KazooException as exc:
+            raise self._translate(exc, "write") from exc
+        return parse_stored(definition.name, data.decode("utf-8"), self.name).info
+
+    def _commit(
+        self, name: str, definition: InstanceDefinition | None, expected: int, stat: Any, note: str
+    ) -> VersionInfo:
+        info = VersionInfo(name, expected + 1, note=note, removed=definition is None)
+        data = stored_text(info, definition).encode("utf-8")
+        try:
+            with contextlib.suppress(NodeExistsError):  # a definition stored by other means may lack it
+                self._client.create(self._history(name), b"")
+            tx = self._client.transaction()
+            tx.set_data(self._node(name), data, version=stat.version)
+            tx.create(self._version_node(name, expected + 1), data)
+            self._check(tx.commit(), name, expected)
+        except KazooException as exc:
+            raise self._translate(exc, "write") from exc
+        return parse_stored(name, data.decode("utf-8"), self.name).info
+
+    def _check(self, results: list[Any], name: str, expected: int) -> None:
+        errors = [r for r in results if isinstance(r, Exception)]
+        if any(isinstance(e, BadVersionError | NodeExistsError) for e in errors):
+            raise InstanceConflictError(
+                f"{name}: another edit stored version {expected + 1} while yours was being written; "
+                "nothing of yours was stored (read it again and redo the edit)"
+            )
+        for err in errors:
+            if type(err).__name__ != "RolledBackError":
+                raise err
+        if errors:
+            raise ClusterError(f"{self.name}/{name}: transaction rolled back: {errors}")
+
+    def _translate(self, exc: KazooException, action: str) -> ClusterError:
+        if isinstance(exc, NoAuthError):
+            return ClusterError(f"{self.name}: not authorized to {action} (the node has an ACL)")
+        return ClusterUnavailableError(f"{self.name}: cannot {action}: {type(exc).__name__} {exc}")
