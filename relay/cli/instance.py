@@ -1,4 +1,4 @@
-"""``relay instance add|update|remove|list|show|history``: a cluster's instance definitions in ZooKeeper.
+"""``relay instance add|update|remove|list|show|history|validate``: instance definitions in ZooKeeper.
 
 Owns the parsers, their ``--help`` texts and what each command prints. The definitions, their checks
 and their store are ``relay.cluster``'s. Runs on the CLI's main thread. Every edit validates the YAML
@@ -57,6 +57,16 @@ def add_instance_parser(subparsers: Any) -> None:
         p.add_argument("file", metavar="FILE", help="the definition: relay.yaml's instance sections")
         _edit_options(p, expect=action == "update")
         p.set_defaults(func=_run(cmd_add if action == "add" else cmd_update))
+    p = sub.add_parser(
+        "validate",
+        help="check a definition file as add/update would, without ZooKeeper (exit 0: valid)",
+        description="Checks FILE exactly as `add` and `update` do (relay.yaml's validation and the "
+        "cluster's rules: node settings, secrets as ${NAME}, a shared position and mapping), every problem "
+        "at once with its key (exit 2); reads nothing from ZooKeeper and stores nothing.",
+    )
+    p.add_argument("name", metavar="NAME", help="the instance's name")
+    p.add_argument("file", metavar="FILE", help="the definition")
+    p.set_defaults(func=cmd_validate)
     p = sub.add_parser(
         "remove",
         parents=[where],
@@ -158,6 +168,12 @@ def _print_change(old: StoredVersion | None, new: InstanceDefinition | None, lab
     text = text_diff(before.text if before else "", new.text if new else "", old_label, "(new)")
     if text:
         print(text, end="")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    definition = _definition(args)
+    print(f"{args.file}: a valid definition of instance {definition.name}")
+    return 0
 
 
 def cmd_add(args: argparse.Namespace, store: ZooKeeperInstanceStore) -> int:

@@ -21,6 +21,7 @@ Pure functions and values, run on the caller's thread (the CLI; later the node's
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import yaml
 from relay.common.redact import is_secret_setting
 from relay.common.strict_yaml import load_strict
 from relay.config.load import RelayConfig, parse_config
+from relay.config.state import STATE_ENV
 from relay.errors import ConfigError, InvalidConfigError
 
 __all__ = [
@@ -127,7 +129,15 @@ def relay_config(definition: InstanceDefinition, node: NodeSettings) -> RelayCon
     """The config a node runs ``definition`` with: the node's ZooKeeper, HA on (the instance's epoch
     fences it as today), its state in ``<node.state_dir>/<instance>``, and every ``${NAME}`` resolved
     with THIS process's environment (a variable unset here is a ``ConfigError`` naming the key)."""
-    return _config(definition.document, definition.name, node, placeholders=False)
+    config = _config(definition.document, definition.name, node, placeholders=False)
+    wanted = _state_root(node) / definition.name
+    if Path(config.state_root) != wanted:  # RELAY_STATE_DIR would put instances elsewhere, or together
+        raise ConfigError(
+            STATE_ENV,
+            f"set in this node's environment ({os.environ.get(STATE_ENV)!r}): a node keeps each instance's "
+            f"state in its own state directory ({wanted}); unset it for the node",
+        )
+    return config
 
 
 # --- internals -------------------------------------------------------------------------------
@@ -216,7 +226,7 @@ def _config(document: Mapping[str, Any], name: str, node: NodeSettings, *, place
     if placeholders:
         data = _holes(data)
     data["instance"] = name
-    data["state_dir"] = str(Path(node.state_dir) / "{instance}")
+    data["state_dir"] = str(_state_root(node) / "{instance}")
     data["ha"] = {
         "enabled": True,
         "zookeeper": node.zookeeper,
@@ -225,7 +235,11 @@ def _config(document: Mapping[str, Any], name: str, node: NodeSettings, *, place
         "connect_timeout_seconds": node.connect_timeout_seconds,
         "member_id": node.node,
     }
-    return parse_config(data, "", work_dir=node.state_dir)
+    return parse_config(data, "", work_dir=_state_root(node))
+
+
+def _state_root(node: NodeSettings) -> Path:
+    return Path(os.path.normpath(Path(node.state_dir).expanduser().absolute()))
 
 
 def _holes(value: Any) -> Any:

@@ -136,6 +136,7 @@ def test_secrets_stay_references_and_resolve_on_the_node(
         raw.stop()
         raw.close()
     monkeypatch.setenv("SHOP01_PASSWORD", "the-node's-own")
+    monkeypatch.delenv("RELAY_STATE_DIR", raising=False)
     definition = store.read("shop01").definition
     assert definition is not None
     config = relay_config(definition, NodeSettings(zookeeper=zk_hosts, root=root, state_dir="/srv/r"))

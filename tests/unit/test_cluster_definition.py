@@ -59,6 +59,7 @@ def test_the_shipped_example_is_valid() -> None:
 
 def test_the_node_resolves_secrets_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHOP01_PASSWORD", "s3cret-pw")
+    monkeypatch.delenv("RELAY_STATE_DIR", raising=False)
     node = NodeSettings(zookeeper="zk9:2181", root="/fleet", state_dir="/srv/relay", node="host-a")
     config = relay_config(parse_definition("shop01", GOOD), node)
     assert config.instance == "shop01"
@@ -66,8 +67,17 @@ def test_the_node_resolves_secrets_from_its_environment(monkeypatch: pytest.Monk
     assert config.kafka.settings["sasl.password"] == "fallback"
     assert config.ha.enabled and config.ha.zookeeper == "zk9:2181" and config.ha.root == "/fleet"
     assert config.ha.member_id == "host-a"
-    monkeypatch.delenv("RELAY_STATE_DIR", raising=False)
     assert relay_config(parse_definition("shop01", GOOD), node).state_directory == Path("/srv/relay/shop01")
+
+
+def test_a_state_directory_from_the_environment_is_refused_on_a_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SHOP01_PASSWORD", "pw-on-node")
+    monkeypatch.setenv("RELAY_STATE_DIR", str(tmp_path / "shared"))
+    with pytest.raises(ConfigError) as caught:
+        relay_config(parse_definition("shop01", GOOD), NodeSettings(state_dir=str(tmp_path / "node")))
+    assert caught.value.key == "RELAY_STATE_DIR" and str(tmp_path / "node" / "shop01") in caught.value.problem
 
 
 def test_a_secret_unset_on_the_node_names_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,3 +182,19 @@ def test_changes_key_by_key() -> None:
     assert summary(old, old) == "no setting changed"
     diff = text_diff(GOOD, GOOD.replace("3307", "3308"), "v1", "v2")
     assert "-  port: 3307" in diff and "+  port: 3308" in diff and text_diff(GOOD, GOOD) == ""
+
+
+def test_the_validate_command_needs_no_zookeeper(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from relay.cli.main import main
+
+    assert main(["instance", "validate", "shop01", str(ROOT / "conf" / "instance.yaml")]) == 0
+    assert "a valid definition of instance shop01" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("backend: zookeeper", "backend: file") + "metrics: {port: 1}\n")
+    assert main(["instance", "validate", "shop01", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "2 problems" in err
+        and "positions.backend: must be zookeeper" in err
+        and "metrics: a node setting" in err
+    )
