@@ -21,10 +21,12 @@ from relay.cluster.definition import InstanceDefinition, parse_definition
 from relay.cluster.diff import changes, summary, text_diff
 from relay.cluster.store import ZooKeeperInstanceStore
 from relay.cluster.versions import StoredVersion
+from relay.common.redact import register_secret
 from relay.errors import ClusterError, ConfigError, InstanceNotFoundError
 
 Handler = Callable[[argparse.Namespace, ZooKeeperInstanceStore], int]
 ZOOKEEPER_ENV = "RELAY_ZOOKEEPER"
+AUTH_ENV = "RELAY_CLUSTER_ZK_AUTH"
 
 _DESCRIPTION = (
     "Instance definitions — the sections of relay.yaml that describe one source (source, filter, store, "
@@ -107,6 +109,12 @@ def _where_options() -> argparse.ArgumentParser:
         "--root", default="/canal-relay", help="the cluster's root node, as ha.root (default /canal-relay)"
     )
     g.add_argument(
+        "--zk-auth",
+        metavar="USER:PASSWORD",
+        help=f"digest identity of the editors: definitions it creates are editable by it only, readable "
+        f"by all (default: ${AUTH_ENV})",
+    )
+    g.add_argument(
         "--timeout",
         type=values.positive_float,
         default=10.0,
@@ -132,7 +140,10 @@ def _edit_options(p: argparse.ArgumentParser, *, expect: bool) -> None:
 
 def _run(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        store = ZooKeeperInstanceStore(args.zookeeper, args.root, args.timeout)
+        auth = args.zk_auth or os.environ.get(AUTH_ENV) or None
+        if auth:
+            register_secret(auth.partition(":")[2])  # never in an error line
+        store = ZooKeeperInstanceStore(args.zookeeper, args.root, args.timeout, auth)
         try:
             return handler(args, store)
         finally:

@@ -15,7 +15,9 @@ Every write reads the node (text + stat), checks the definition's version agains
 commits ONE ZooKeeper transaction: ``set_data(node, version=stat.version)`` + ``create(history/vN)``
 (the first version: the node, the history container and ``v1`` created together). If another writer
 changed the node in between, ZooKeeper refuses the node version (or the history node exists) and
-nothing of the transaction is applied: ``InstanceConflictError``.
+nothing of the transaction is applied: ``InstanceConflictError``. With ``auth`` (``user:password``,
+``relay instance --zk-auth``) the nodes are created with a digest ACL: that identity may edit, everyone
+else (the nodes that run the instances) may only read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from relay.cluster.definition import InstanceDefinition, check_name
 from relay.cluster.versions import StoredVersion, VersionInfo, parse_stored, stored_text
@@ -43,13 +46,19 @@ class ZooKeeperInstanceStore:
     """Instance definitions under ``<root>/instances``. Connects in the constructor; ``close()`` ends
     the session."""
 
-    def __init__(self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0) -> None:
+    def __init__(
+        self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0, auth: str | None = None
+    ) -> None:
         if not root.startswith("/"):
             raise ClusterError(f"--root: must be an absolute ZooKeeper path, got {root!r}")
         self.hosts = hosts
+        self.root = root.rstrip("/") or "/"
         self.base = f"{root.rstrip('/')}/instances"
+        self._auth = auth
         try:
-            self._client = zookeeper.start_client(hosts, session_timeout=timeout, connect_timeout=timeout)
+            self._client = zookeeper.start_client(
+                hosts, session_timeout=timeout, connect_timeout=timeout, auth=auth
+            )
         except ZooKeeperUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
 
@@ -185,11 +194,11 @@ class ZooKeeperInstanceStore:
         info = VersionInfo(definition.name, 1, note=note)
         data = stored_text(info, definition).encode("utf-8")
         try:
-            self._client.ensure_path(self.base)
+            self._ensure_base()
             tx = self._client.transaction()
-            tx.create(self._node(definition.name), data)
-            tx.create(self._history(definition.name), b"")
-            tx.create(self._version_node(definition.name, 1), data)
+            tx.create(self._node(definition.name), data, acl=self._acl())
+            tx.create(self._history(definition.name), b"", acl=self._acl())
+            tx.create(self._version_node(definition.name, 1), data, acl=self._acl())
             self._check(tx.commit(), definition.name, 0)
         except KazooException as exc:
             raise self._translate(exc, "write") from exc
@@ -202,14 +211,31 @@ class ZooKeeperInstanceStore:
         data = stored_text(info, definition).encode("utf-8")
         try:
             with contextlib.suppress(NodeExistsError):  # a definition stored by other means may lack it
-                self._client.create(self._history(name), b"")
+                self._client.create(self._history(name), b"", acl=self._acl())
             tx = self._client.transaction()
             tx.set_data(self._node(name), data, version=stat.version)
-            tx.create(self._version_node(name, expected + 1), data)
+            tx.create(self._version_node(name, expected + 1), data, acl=self._acl())
             self._check(tx.commit(), name, expected)
         except KazooException as exc:
             raise self._translate(exc, "write") from exc
         return parse_stored(name, data.decode("utf-8"), self.name).info
+
+    def _ensure_base(self) -> None:
+        """The root as an open node (relays of the cluster create their election nodes under it), and
+        ``instances`` under it with the editors' ACL."""
+        if self._client.exists(self.base) is not None:
+            return
+        self._client.ensure_path(self.root)
+        with contextlib.suppress(NodeExistsError):  # a concurrent first add created it
+            self._client.create(self.base, b"", acl=self._acl())
+
+    def _acl(self) -> list[Any] | None:
+        """With ``auth`` (user:password): that identity may do everything, everyone else only read —
+        nodes need no credentials to read their definitions, editors do to change them."""
+        if not self._auth:
+            return None
+        user, _, password = self._auth.partition(":")
+        return [make_digest_acl(user, password, all=True), *READ_ACL_UNSAFE]
 
     def _check(self, results: list[Any], name: str, expected: int) -> None:
         errors = [r for r in results if isinstance(r, Exception)]
@@ -226,5 +252,8 @@ class ZooKeeperInstanceStore:
 
     def _translate(self, exc: KazooException, action: str) -> ClusterError:
         if isinstance(exc, NoAuthError):
-            return ClusterError(f"{self.name}: not authorized to {action} (the node has an ACL)")
+            return ClusterError(
+                f"{self.name}: not authorized to {action}: the definitions have a digest ACL; give the "
+                "editors' identity (--zk-auth USER:PASSWORD or $RELAY_CLUSTER_ZK_AUTH)"
+            )
         return ClusterUnavailableError(f"{self.name}: cannot {action}: {type(exc).__name__} {exc}")

@@ -232,6 +232,29 @@ def test_the_command_refuses_bad_input_naming_it(
     assert code == 2 and "not an instance name" in err
 
 
+def test_with_an_identity_only_the_editors_change_definitions_and_everyone_reads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, zk_hosts: str, root: str
+) -> None:
+    where = ["--zookeeper", zk_hosts, "--root", root]
+    path = tmp_path / "shop01.yaml"
+    path.write_text(DEFINITION)
+    code, _, err = run(capsys, "instance", "add", "shop01", str(path), *where, "--zk-auth", "ops:s3cret-ed")
+    assert code == 0, err
+    code, out, _ = run(capsys, "instance", "show", "shop01", *where)  # a node: no credentials
+    assert code == 0 and "port: 3307" in out
+    path.write_text(DEFINITION.replace("3307", "3308"))
+    code, _, err = run(capsys, "instance", "update", "shop01", str(path), *where)
+    assert code == 2 and "not authorized to write" in err and "--zk-auth" in err
+    code, _, err = run(capsys, "instance", "update", "shop01", str(path), *where, "--zk-auth", "ops:wrong")
+    assert code == 2 and "not authorized" in err and "wrong" not in err and "s3cret" not in err
+    code, _, err = run(capsys, "instance", "add", "shop02", str(path), *where)  # the container too
+    assert code == 2 and "not authorized" in err
+    code, out, err = run(
+        capsys, "instance", "update", "shop01", str(path), *where, "--zk-auth", "ops:s3cret-ed"
+    )
+    assert code == 0 and "version 2" in out, err
+
+
 def test_zookeeper_unreachable_is_one_line_and_status_2(tmp_path: Path) -> None:
     with socket.socket() as s:  # bound, never listening
         s.bind(("127.0.0.1", 0))
