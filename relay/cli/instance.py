@@ -50,11 +50,23 @@ def add_instance_parser(subparsers: Any) -> None:
         description=_DESCRIPTION,
     )
     sub = top.add_subparsers(dest="instance_command", required=True, metavar="COMMAND")
-    for action, text in (
-        ("add", "store a new instance from a YAML file (refused if it is defined)"),
-        ("update", "store a new version of an instance from a YAML file"),
+    for action, text, more in (
+        (
+            "add",
+            "store a new instance from a YAML file (refused if it is defined)",
+            "Stores FILE as version 1 of NAME — or, for an instance removed before, as the version after "
+            "its removal, continuing its history. Refused, with every problem, when FILE is not a valid "
+            "definition, and when NAME is defined.",
+        ),
+        (
+            "update",
+            "store a new version of an instance from a YAML file",
+            "Stores FILE as the next version of NAME, after printing what changes (key by key, then the "
+            "text). Refused when FILE is not a valid definition, or when the stored version is not the one "
+            "read (or --expect-version N): a concurrent edit won; nothing stored.",
+        ),
     ):
-        p = sub.add_parser(action, parents=[where], help=text, description=text)
+        p = sub.add_parser(action, parents=[where], help=text, description=more)
         p.add_argument("name", metavar="NAME", help="the instance's name (letters, digits, . _ -)")
         p.add_argument("file", metavar="FILE", help="the definition: relay.yaml's instance sections")
         _edit_options(p, expect=action == "update")

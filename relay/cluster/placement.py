@@ -164,6 +164,6 @@ def _why_it_leaves(node: Node | None, held: int) -> str:
         return "node left"
     if node.drained:
         return "node drained"
-    if held > node.capacity:
+    if node.capacity == 0 or held > node.capacity:  # a node of capacity 0 is not eligible: held is 0 there
         return "capacity shrank"
     return "rebalance"

@@ -171,6 +171,29 @@ def test_random_clusters_hold_every_property(seed: int) -> None:
         for move in plan.moves:
             if move.source in capacity and move.instance in instances:
                 assert held[move.source] > load[move.source], where
+        # every move says why: the node left, was drained, its capacity fell below its load, or balance
+        by_name = {n.name: n for n in nodes}
+        for move in plan.moves:
+            if move.instance not in instances:
+                assert move.reason == "instance removed", where
+            elif move.source is None:
+                assert move.reason == "new instance", where
+            else:
+                node = by_name.get(move.source)
+                expected = (
+                    "node left"
+                    if node is None
+                    else "node drained"
+                    if node.drained
+                    else "capacity shrank"
+                    if node.capacity == 0 or held[node.name] > node.capacity
+                    else "rebalance"
+                )
+                assert move.reason.split(";")[0] == expected, where
+                assert move.reason.endswith("no capacity left") == (move.target is None), where
+        # a move for balance only where the imbalance exceeded one (a node two above another not full)
+        if any(m.reason.startswith("rebalance") for m in plan.moves):
+            assert not _balanced({n: held[n] for n in capacity}, capacity), where
         # deterministic whatever the order of the inputs; stable once applied
         shuffled = list(current.items())
         rng.shuffle(shuffled)
