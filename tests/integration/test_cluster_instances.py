@@ -180,24 +180,32 @@ def test_the_command_adds_updates_removes_and_reports(
     assert shown["definition"] == DEFINITION.replace("3307", "3308")
     code, out, _ = run(capsys, "instance", "show", "shop01", "--version", "1", *where)
     assert code == 0 and "version 1" in out.splitlines()[0] and "port: 3307" in out
+    # back to version 1, as the runbook says: show it, save it, update from it
+    code, out, _ = run(capsys, "instance", "show", "shop01", "--version", "1", *where)
+    (tmp_path / "v1.yaml").write_text(out)
+    code, out, _ = run(capsys, "instance", "update", "shop01", str(tmp_path / "v1.yaml"), *where)
+    assert code == 0 and "~ source.port: 3308 -> 3307" in out and "stored shop01 version 3" in out
     code, out, _ = run(capsys, "instance", "remove", "shop01", "--dry-run", *where)
-    assert code == 0 and "- source.port: 3308" in out and "stays at version 2" in out
+    assert code == 0 and "- source.port: 3307" in out and "stays at version 3" in out
     code, out, _ = run(capsys, "instance", "remove", "shop01", *where)
-    assert code == 0 and "version 3" in out
+    assert code == 0 and "version 4" in out
     code, out, _ = run(capsys, "instance", "list", *where)
     assert code == 0 and "no instances defined" in out
     code, out, _ = run(capsys, "instance", "list", "--all", "--json", *where)
-    assert [(r["instance"], r["version"], r["removed"]) for r in json.loads(out)] == [("shop01", 3, True)]
+    assert [(r["instance"], r["version"], r["removed"]) for r in json.loads(out)] == [("shop01", 4, True)]
+    code, _, err = run(capsys, "instance", "show", "shop01", *where)
+    assert code == 2 and "removed in version 4" in err
     code, out, _ = run(capsys, "instance", "history", "shop01", "--json", *where)
     rows = json.loads(out)
     assert [(r["version"], r["summary"]) for r in rows] == [
         (1, "defined"),
         (2, "changed source.port"),
-        (3, "removed"),
+        (3, "changed source.port"),
+        (4, "removed"),
     ]
     assert rows[1]["note"] == "new port" and rows[0]["note"].startswith("relay instance add from")
     code, out, _ = run(capsys, "instance", "history", "shop01", *where)
-    assert code == 0 and len(out.splitlines()) == 3 and '"new port"' in out
+    assert code == 0 and len(out.splitlines()) == 4 and '"new port"' in out
 
 
 def test_the_command_refuses_bad_input_naming_it(
