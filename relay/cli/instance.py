@@ -210,6 +210,7 @@ def cmd_add(args: argparse.Namespace, store: ZooKeeperInstanceStore) -> int:
             f"{args.name}: already defined (version {current.info.version}); change it with "
             "`relay instance update`"
         )
+    store.check_fleet(definition)  # a clash with another instance: refused, dry run or not
     _print_change(None, definition, args.name)
     if args.dry_run:
         print(f"dry run: nothing stored ({args.name} is not defined in {store.name})")
@@ -222,6 +223,7 @@ def cmd_add(args: argparse.Namespace, store: ZooKeeperInstanceStore) -> int:
 def cmd_update(args: argparse.Namespace, store: ZooKeeperInstanceStore) -> int:
     definition = _definition(args)
     current = store.read(args.name)
+    store.check_fleet(definition)
     expected = current.info.version if args.expect_version is None else args.expect_version
     _print_change(current, definition, args.name)
     if args.dry_run:

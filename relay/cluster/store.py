@@ -11,11 +11,14 @@ Layout under the cluster root (``ha.root``'s default, ``/canal-relay``; docs/arc
   tombstone version, so its history stays and a later ``add`` continues it;
 - ``<root>/instances/<name>/history/v0000000001`` …: every version's text, the tombstones included.
 
-Every write reads the node (text + stat), checks the definition's version against ``expected``, then
-commits ONE ZooKeeper transaction: ``set_data(node, version=stat.version)`` + ``create(history/vN)``
-(the first version: the node, the history container and ``v1`` created together). If another writer
-changed the node in between, ZooKeeper refuses the node version (or the history node exists) and
-nothing of the transaction is applied: ``InstanceConflictError``. With ``auth`` (``user:password``,
+Every write reads the instances container's version, checks the definition against the other defined
+instances (``relay.cluster.fleet``: no shared replica server id, source id, transactional id), reads the
+instance's node (text + stat), checks its version against ``expected``, then commits ONE ZooKeeper
+transaction: ``set_data(instances, version=read)`` (an empty write that bumps it) + ``set_data(node,
+version=stat.version)`` + ``create(history/vN)`` (the first version: the node, the history container and
+``v1`` created). If another writer changed any instance in between, ZooKeeper refuses a version (or the
+history node exists) and nothing of the transaction is applied: ``InstanceConflictError`` — so two
+concurrent adds cannot both slip a clash past the fleet check. With ``auth`` (``user:password``,
 ``relay instance --zk-auth``) the nodes are created with a digest ACL: that identity may edit, everyone
 else (the nodes that run the instances) may only read.
 """
@@ -29,6 +32,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeE
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from relay.cluster.definition import InstanceDefinition, check_name
+from relay.cluster.fleet import fleet_problems
 from relay.cluster.versions import StoredVersion, VersionInfo, parse_stored, stored_text
 from relay.common import zookeeper
 from relay.errors import (
@@ -36,6 +40,7 @@ from relay.errors import (
     ClusterUnavailableError,
     InstanceConflictError,
     InstanceNotFoundError,
+    InvalidConfigError,
     ZooKeeperUnavailableError,
 )
 
@@ -119,27 +124,44 @@ class ZooKeeperInstanceStore:
         """Store a new instance as version 1 — or, when it was removed, as the version after its
         tombstone; ``ClusterError`` when it is defined already."""
         name = check_name(definition.name)
+        fleet = self.check_fleet(definition)
         try:
             stored, stat = self._current(name)
         except InstanceNotFoundError:
-            return self._create(definition, note)
+            return self._create(definition, fleet, note)
         if stored.definition is not None:
             raise ClusterError(
                 f"{name}: already defined (version {stored.info.version}); change it with "
                 "`relay instance update`"
             )
-        return self._commit(name, definition, stored.info.version, stat, note)
+        return self._commit(name, definition, (stored.info.version, stat, fleet), note)
 
     def update(self, definition: InstanceDefinition, *, expected: int | None, note: str = "") -> VersionInfo:
         """Store ``definition`` as the next version if the current one is ``expected`` (None: the
         version read now); ``InstanceConflictError`` otherwise."""
+        fleet = self.check_fleet(definition)
         stored, stat = self._defined(definition.name)
-        return self._commit(definition.name, definition, self._expect(stored, expected), stat, note)
+        return self._commit(definition.name, definition, (self._expect(stored, expected), stat, fleet), note)
 
     def remove(self, name: str, *, expected: int | None, note: str = "") -> VersionInfo:
         """Store a tombstone as the next version (the history stays); as ``update`` for ``expected``."""
+        fleet = self._fleet_version()
         stored, stat = self._defined(name)
-        return self._commit(name, None, self._expect(stored, expected), stat, note)
+        return self._commit(name, None, (self._expect(stored, expected), stat, fleet), note)
+
+    def check_fleet(self, definition: InstanceDefinition) -> int:
+        """Refuse (``InvalidConfigError`` naming the keys) what ``definition`` would share with another
+        defined instance (``relay.cluster.fleet``); the version of the instances container read before
+        them, which the write then checks and bumps: an edit of any instance in between is a conflict."""
+        fleet = self._fleet_version()
+        others = []
+        for other in self.names():
+            if other != definition.name:
+                stored = self.current(other)
+                if stored.definition is not None:
+                    others.append(stored.definition)
+        InvalidConfigError.raise_all(fleet_problems(definition, others), definition.name)
+        return fleet
 
     def close(self) -> None:
         try:
@@ -190,12 +212,20 @@ class ZooKeeperInstanceStore:
         known = ", ".join(defined) or "none"
         return InstanceNotFoundError(f"{name}: no such instance ({why}); defined instances: {known}")
 
-    def _create(self, definition: InstanceDefinition, note: str) -> VersionInfo:
+    def _fleet_version(self) -> int:
+        try:
+            self._ensure_base()
+            stat = self._client.exists(self.base)
+        except KazooException as exc:
+            raise self._translate(exc, "read") from exc
+        return int(stat.version) if stat is not None else 0
+
+    def _create(self, definition: InstanceDefinition, fleet: int, note: str) -> VersionInfo:
         info = VersionInfo(definition.name, 1, note=note)
         data = stored_text(info, definition).encode("utf-8")
         try:
-            self._ensure_base()
             tx = self._client.transaction()
+            tx.set_data(self.base, b"", version=fleet)
             tx.create(self._node(definition.name), data, acl=self._acl())
             tx.create(self._history(definition.name), b"", acl=self._acl())
             tx.create(self._version_node(definition.name, 1), data, acl=self._acl())
@@ -205,14 +235,18 @@ class ZooKeeperInstanceStore:
         return parse_stored(definition.name, data.decode("utf-8"), self.name).info
 
     def _commit(
-        self, name: str, definition: InstanceDefinition | None, expected: int, stat: Any, note: str
+        self, name: str, definition: InstanceDefinition | None, read: tuple[int, Any, int], note: str
     ) -> VersionInfo:
+        """Version ``expected + 1`` of ``name``, if its node and the instances container are still at the
+        versions read (``read``: the definition's version, its node's stat, the container's version)."""
+        expected, stat, fleet = read
         info = VersionInfo(name, expected + 1, note=note, removed=definition is None)
         data = stored_text(info, definition).encode("utf-8")
         try:
             with contextlib.suppress(NodeExistsError):  # a definition stored by other means may lack it
                 self._client.create(self._history(name), b"", acl=self._acl())
             tx = self._client.transaction()
+            tx.set_data(self.base, b"", version=fleet)
             tx.set_data(self._node(name), data, version=stat.version)
             tx.create(self._version_node(name, expected + 1), data, acl=self._acl())
             self._check(tx.commit(), name, expected)
@@ -241,8 +275,9 @@ class ZooKeeperInstanceStore:
         errors = [r for r in results if isinstance(r, Exception)]
         if any(isinstance(e, BadVersionError | NodeExistsError) for e in errors):
             raise InstanceConflictError(
-                f"{name}: another edit stored version {expected + 1} while yours was being written; "
-                "nothing of yours was stored (read it again and redo the edit)"
+                f"{name}: another edit of the cluster's instances was stored while yours (version "
+                f"{expected + 1}) was being written; nothing of yours was stored (read it again and redo "
+                "the edit)"
             )
         for err in errors:
             if type(err).__name__ != "RolledBackError":

@@ -24,7 +24,13 @@ from kazoo.client import KazooClient
 from relay.cli.main import main
 from relay.cluster.definition import NodeSettings, parse_definition, relay_config
 from relay.cluster.store import ZooKeeperInstanceStore
-from relay.errors import ClusterError, InstanceConflictError, InstanceNotFoundError
+from relay.errors import (
+    ClusterError,
+    ConfigError,
+    InstanceConflictError,
+    InstanceNotFoundError,
+    InvalidConfigError,
+)
 
 RELAY = [sys.executable, "-m", "relay.cli"]
 DEFINITION = """\
@@ -119,6 +125,49 @@ def test_two_concurrent_edits_one_wins_one_conflicts(zk_hosts: str, root: str) -
     finally:
         for s in stores:
             s.close()
+
+
+def test_instances_may_not_share_a_replica_a_source_id_or_a_transactional_id(
+    store: ZooKeeperInstanceStore,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    zk_hosts: str,
+    root: str,
+) -> None:
+    store.add(parse_definition("shop01", DEFINITION + "  transactions: true\n"))
+    clash = DEFINITION + "  transactions: true\n  transactional_id: canal-relay-shop01\n"
+    clash = clash.replace("  server_id: 7001\n", "  server_id: 7001\n  id: shop01\n")
+    with pytest.raises(InvalidConfigError) as caught:
+        store.add(parse_definition("shop02", clash))
+    assert {e.key for e in caught.value.errors} == {"source.server_id", "source.id", "kafka.transactional_id"}
+    assert all("shop01" in e.problem for e in caught.value.errors)
+    assert store.names() == ["shop01"]  # nothing stored
+    path = tmp_path / "shop02.yaml"
+    path.write_text(clash)
+    code, out, err = run(
+        capsys, "instance", "add", "shop02", str(path), "--dry-run", "--zookeeper", zk_hosts, "--root", root
+    )
+    assert code == 2 and "source.server_id: 7001 is also instance shop01's" in err and "dry run" not in out
+    # another server, its own ids: accepted; the same server id on another server is no clash
+    store.add(parse_definition("shop02", DEFINITION.replace("db1.internal", "db2.internal")))
+    # an update cannot bring a clash either
+    with pytest.raises(ConfigError, match="server_id"):
+        store.update(parse_definition("shop02", DEFINITION), expected=1)
+    # a removed instance frees its ids
+    store.remove("shop01", expected=1)
+    assert store.update(parse_definition("shop02", DEFINITION), expected=1).version == 2
+
+
+def test_an_edit_of_another_instance_in_between_is_a_conflict(store: ZooKeeperInstanceStore) -> None:
+    """The fleet check and the write are one compare-and-set: the container's version read before the
+    check must still be current at the write."""
+    fleet = store.check_fleet(parse_definition("shop01", DEFINITION))
+    store.add(parse_definition("shop02", DEFINITION.replace("db1.internal", "db2.internal")))
+    with pytest.raises(InstanceConflictError, match="another edit of the cluster's instances"):
+        store._create(
+            parse_definition("shop01", DEFINITION), fleet, "late"
+        )  # as add() would, after the check
+    assert store.names() == ["shop02"]
 
 
 def test_secrets_stay_references_and_resolve_on_the_node(

@@ -198,3 +198,29 @@ def test_the_validate_command_needs_no_zookeeper(capsys: pytest.CaptureFixture[s
         and "positions.backend: must be zookeeper" in err
         and "metrics: a node setting" in err
     )
+
+
+def test_what_instances_may_not_share() -> None:
+    from relay.cluster.fleet import fleet_problems, identity
+
+    a = parse_definition("shop01", GOOD)
+    assert identity(a).replica == ("db1.internal", "3307", "7001") and identity(a).source_id == "shop01"
+    assert identity(a).transactional_id is None
+    other_server = parse_definition("shop02", GOOD.replace("db1.internal", "db2.internal"))
+    assert fleet_problems(a, [a, other_server]) == []  # itself skipped; same id on another server: fine
+    same = parse_definition("shop02", GOOD)
+    assert [e.key for e in fleet_problems(a, [same])] == ["source.server_id"]
+    txn = GOOD + "  transactions: true\n"
+    mine, theirs = parse_definition("shop01", txn), parse_definition("shop02", txn.replace("db1", "db2"))
+    assert identity(mine).transactional_id == "canal-relay-shop01"
+    assert fleet_problems(mine, [theirs]) == []  # {instance} keeps them apart
+    fixed = txn + "  transactional_id: relay-fixed\n"
+    mine, theirs = parse_definition("shop01", fixed), parse_definition("shop02", fixed.replace("db1", "db2"))
+    assert [e.key for e in fleet_problems(mine, [theirs])] == ["kafka.transactional_id"]
+    plain = parse_definition("shop02", (GOOD + "  transactional_id: relay-fixed\n").replace("db1", "db2"))
+    assert fleet_problems(mine, [plain]) == []  # a producer without transactions uses no transactional id
+    named = parse_definition(
+        "shop02",
+        GOOD.replace("db1", "db2").replace("  server_id: 7001\n", "  server_id: 7001\n  id: shop01\n"),
+    )
+    assert [e.key for e in fleet_problems(a, [named])] == ["source.id"]
