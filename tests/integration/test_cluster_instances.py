@@ -147,7 +147,12 @@ def test_instances_may_not_share_a_replica_a_source_id_or_a_transactional_id(
     code, out, err = run(
         capsys, "instance", "add", "shop02", str(path), "--dry-run", "--zookeeper", zk_hosts, "--root", root
     )
-    assert code == 2 and "source.server_id: 7001 is also instance shop01's" in err and "dry run" not in out
+    assert (
+        code == 2
+        and "7001: instance shop01 connects to db1.internal:3307 with replica server id 7001 " in err
+        and "source.server_id: " in err
+        and "dry run" not in out
+    )
     # another server, its own ids: accepted; the same server id on another server is no clash
     store.add(parse_definition("shop02", DEFINITION.replace("db1.internal", "db2.internal")))
     # an update cannot bring a clash either

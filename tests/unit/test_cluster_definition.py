@@ -210,6 +210,17 @@ def test_what_instances_may_not_share() -> None:
     assert fleet_problems(a, [a, other_server]) == []  # itself skipped; same id on another server: fine
     same = parse_definition("shop02", GOOD)
     assert [e.key for e in fleet_problems(a, [same])] == ["source.server_id"]
+    probe = parse_definition("shop02", GOOD.replace("server_id: 7001", "server_id: 1007001"))
+    side = parse_definition("shop02", GOOD.replace("server_id: 7001", f"server_id: {7001 | 1 << 31}"))
+    assert ["1007001" in e.problem for e in fleet_problems(a, [probe])] == [True]
+    assert [e.key for e in fleet_problems(a, [side])] == ["source.server_id"]
+    via_standby = parse_definition(
+        "shop02",
+        GOOD.replace("db1.internal", "db2.internal").replace(
+            "  server_id: 7001\n", "  server_id: 7001\n  standby:\n    host: db1.internal\n    port: 3307\n"
+        ),
+    )
+    assert [e.key for e in fleet_problems(a, [via_standby])] == ["source.server_id"]
     txn = GOOD + "  transactions: true\n"
     mine, theirs = parse_definition("shop01", txn), parse_definition("shop02", txn.replace("db1", "db2"))
     assert identity(mine).transactional_id == "canal-relay-shop01"
