@@ -218,6 +218,9 @@ def test_the_command_adds_updates_removes_and_reports(
     assert code == 0 and json.loads(out) == []
     code, out, _ = run(capsys, "instance", "add", "shop01", str(path), *where)
     assert code == 0 and "stored shop01 version 1" in out
+    code, out, _ = run(capsys, "instance", "list", *where)
+    [row] = out.splitlines()
+    assert code == 0 and row.split()[:2] == ["shop01", "v1"] and row.endswith("db1.internal:3307")
     path.write_text(DEFINITION.replace("3307", "3308"))
     code, out, _ = run(capsys, "instance", "update", "shop01", str(path), "--dry-run", *where)
     assert code == 0 and "~ source.port: 3307 -> 3308" in out and "+  port: 3308" in out
