@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
@@ -48,11 +49,16 @@ __all__ = ["ZooKeeperInstanceStore"]
 
 
 class ZooKeeperInstanceStore:
-    """Instance definitions under ``<root>/instances``. Connects in the constructor; ``close()`` ends
-    the session."""
+    """Instance definitions under ``<root>/instances``. Connects in the constructor (or uses ``client``, a
+    session its caller owns); ``close()`` ends the session it opened."""
 
     def __init__(
-        self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0, auth: str | None = None
+        self,
+        hosts: str,
+        root: str = "/canal-relay",
+        timeout: float = 10.0,
+        auth: str | None = None,
+        client: KazooClient | None = None,
     ) -> None:
         if not root.startswith("/"):
             raise ClusterError(f"--root: must be an absolute ZooKeeper path, got {root!r}")
@@ -60,6 +66,10 @@ class ZooKeeperInstanceStore:
         self.root = root.rstrip("/") or "/"
         self.base = f"{root.rstrip('/')}/instances"
         self._auth = auth
+        self._owns_client = client is None
+        if client is not None:  # a node's session, shared (``close`` leaves it open)
+            self._client = client
+            return
         try:
             self._client = zookeeper.start_client(
                 hosts, session_timeout=timeout, connect_timeout=timeout, auth=auth
@@ -164,6 +174,8 @@ class ZooKeeperInstanceStore:
         return fleet
 
     def close(self) -> None:
+        if not self._owns_client:
+            return
         try:
             self._client.stop()
         finally:
