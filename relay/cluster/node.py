@@ -164,7 +164,7 @@ class ClusterNode:
             except NodeExistsError:
                 return
         elif _without_since(client.get(path)[0]) != _without_since(record):
-            client.set_data(path, record)  # only a change: every node watches this record
+            client.set(path, record)  # only a change: every node watches this record
         if session != self._session:
             log.info(
                 "node %s registered (session %#x, capacity %d)", self.name, session, self.config.node.capacity
@@ -276,7 +276,7 @@ def _write_own(client: KazooClient, path: str, data: bytes, session: int) -> Non
         with contextlib.suppress(NodeExistsError):
             client.create(path, data, ephemeral=True, makepath=True)
     elif int(stat.ephemeralOwner) == session:
-        client.set_data(path, data, version=stat.version)
+        client.set(path, data, version=stat.version)
 
 
 def _delete_own(client: KazooClient, path: str, session: int) -> None:

@@ -192,6 +192,13 @@ class Fleet:
             check=False,
         )
 
+    def wait(self, probe: Any, timeout: float, what: str, interval: float = 0.5) -> None:
+        """``wait_for`` with the nodes' and instances' logs and the cluster's report in the failure."""
+        try:
+            wait_for(probe, timeout, what, interval)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{json.dumps(self.report(), indent=1)}\n{self.logs()}") from None
+
     def logs(self) -> str:
         out = []
         for name in self.nodes:
@@ -256,7 +263,7 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         fleet.node(name)
     live = {"a", "b", "c"}
     try:
-        wait_for(lambda: fleet.settled(live), 120, f"one instance per node, each active\n{fleet.logs()}", 0.5)
+        fleet.wait(lambda: fleet.settled(live), 120, "one instance per node, each active")
         report = fleet.report()
         assert sorted(n["load"] for n in report["nodes"].values()) == [1, 1, 1]
         assert report["leader"] in live
@@ -276,13 +283,11 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
             i = fleet.report()["instances"][victim_instance]
             return i["running_on"] in live and i["epoch"] is not None and i["epoch"] > epoch
 
-        wait_for(
-            moved, SESSION + 30, f"{victim_instance} active on a live node after SIGKILL\n{fleet.logs()}", 0.2
-        )
+        fleet.wait(moved, SESSION + 30, f"{victim_instance} active on a live node after SIGKILL", 0.2)
         took = time.monotonic() - killed
         print(f"instance {victim_instance} active elsewhere {took:.1f} s after its node's SIGKILL")
         assert took < SESSION + 15, f"took {took:.1f} s"
-        wait_for(lambda: fleet.settled(live), 90, f"settled on two nodes\n{fleet.logs()}", 0.5)
+        fleet.wait(lambda: fleet.settled(live), 90, "settled on two nodes")
 
         # drain a live node: its instance moves gracefully (released by its relay, not by a session end)
         drained = sorted(live)[0]
@@ -290,7 +295,7 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         assert done.returncode == 0, done.stdout + done.stderr + fleet.logs()
         assert f"{drained}: runs no instance" in done.stdout
         live.discard(drained)
-        wait_for(lambda: _all_on(fleet, live), 90, f"all on the remaining node\n{fleet.logs()}", 0.5)
+        fleet.wait(lambda: _all_on(fleet, live), 90, "all on the remaining node")
         report = fleet.report()
         assert all(i["running_on"] in live for i in report["instances"].values()), report
         assert report["nodes"][drained]["drained"] and report["nodes"][drained]["load"] == 0
@@ -304,12 +309,7 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         assert json.loads(status.stdout)["pending_moves"] == []
         undo = fleet.cli("drain", drained, "--undo")
         assert undo.returncode == 0
-        wait_for(
-            lambda: fleet.settled(live | {drained}),
-            90,
-            f"the undrained node takes a share\n{fleet.logs()}",
-            0.5,
-        )
+        fleet.wait(lambda: fleet.settled(live | {drained}), 90, "the undrained node takes a share")
     finally:
         changes = [writer.stop() for writer in writers]
 
