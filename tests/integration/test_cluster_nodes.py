@@ -4,7 +4,9 @@ Three nodes, three instances on distinct databases with distinct server ids, wri
 of them. The leader places one instance per node (balanced). Then: SIGKILL the node running one of them
 — it runs on another node within the session timeout plus a few seconds (its child saw its node go and
 drained, the new node's child was elected); ``relay cluster drain`` another node — its instance moves
-gracefully; ``relay cluster status --json`` and ``rebalance --dry-run`` say so. At the end an independent
+gracefully; ``relay cluster status --json`` and ``rebalance --dry-run`` say so; ``drain --undo``; SIGSTOP a
+node past its session — its instances run elsewhere, and after SIGCONT it finds its session lost, joins
+again and takes a share. After the consumer's check, ``relay instance remove`` stops one. At the end an independent
 consumer reads every topic: every committed change is there, per key in binlog order in its partition
 (offsets, never re-sorted), repeats only byte-identical — compared with SELECT on the source. Never two
 active relays of one instance at once: the instance's epoch only grows. Nodes leave on SIGTERM, exit 0.
@@ -172,6 +174,21 @@ class Fleet:
             and not report["pending_moves"]
         )
 
+    def active(self, instance: str) -> dict[str, Any] | None:
+        """The instance's HA ``running`` record (who is active), None when nobody is."""
+        client = KazooClient(hosts=self.zk_hosts)
+        client.start(timeout=15)
+        try:
+            stat = client.exists(f"{self.root}/destinations/{instance}/running")
+            return (
+                None
+                if stat is None
+                else dict(json.loads(client.get(f"{self.root}/destinations/{instance}/running")[0]))
+            )
+        finally:
+            client.stop()
+            client.close()
+
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [
@@ -309,7 +326,34 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         assert json.loads(status.stdout)["pending_moves"] == []
         undo = fleet.cli("drain", drained, "--undo")
         assert undo.returncode == 0
-        fleet.wait(lambda: fleet.settled(live | {drained}), 90, "the undrained node takes a share")
+        live.add(drained)
+        fleet.wait(lambda: fleet.settled(live), 90, "the undrained node takes a share")
+
+        # SIGSTOP a node past its session: its instances run elsewhere (their processes stop by themselves
+        # once the node's record is gone); after SIGCONT the node finds its session lost, stops what it
+        # ran, joins again and takes a share
+        report = fleet.report()
+        frozen = next(n for n in sorted(live) if report["nodes"][n]["load"] > 0)
+        before = {k: i["epoch"] for k, i in report["instances"].items() if i["running_on"] == frozen}
+        thawed = fleet.nodes[frozen].popen
+        assert thawed is not None
+        os.kill(thawed.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            fleet.wait(
+                lambda: _moved(fleet, before, live - {frozen}), SESSION + 30, "frozen node's instances", 0.2
+            )
+            took = time.monotonic() - stopped_at
+            print(f"instances {sorted(before)} active elsewhere {took:.1f} s after their node's SIGSTOP")
+        finally:
+            os.kill(thawed.pid, signal.SIGCONT)
+
+        def rejoined() -> bool:
+            nodes = fleet.report()["nodes"]
+            return frozen in nodes and nodes[frozen]["load"] > 0 and fleet.settled(live)
+
+        fleet.wait(rejoined, 120, "the thawed node joined again and took a share")
+        assert "ZooKeeper session lost" in (fleet.tmp / f"{frozen}.log").read_text()
     finally:
         changes = [writer.stop() for writer in writers]
 
@@ -322,6 +366,31 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
     for name, seen in fleet.epochs.items():
         assert seen == sorted(set(seen)), f"{name}: epochs {seen} did not only grow"
 
+    # remove an instance: its node stops it (drained), nothing stays assigned or active
+    removed = fleet.prefixes[-1]
+    gone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "relay.cli",
+            "instance",
+            "remove",
+            removed,
+            "--zookeeper",
+            fleet.zk_hosts,
+            "--root",
+            fleet.root,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert gone.returncode == 0, gone.stderr
+    fleet.wait(lambda: removed not in fleet.report()["instances"], 90, f"{removed} stopped after its removal")
+    assert fleet.active(removed) is None
+
     # nodes leave on SIGTERM: their instances drain, the node exits 0
     for name in sorted(n for n, p in fleet.nodes.items() if p.alive()):
         proc = fleet.nodes[name].popen
@@ -330,6 +399,14 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
     for name, node in fleet.nodes.items():
         if node.popen is not None and name != victim:
             assert node.popen.wait(120) == 0, fleet.logs()
+
+
+def _moved(fleet: Fleet, before: dict[str, int], onto: set[str]) -> bool:
+    instances = fleet.report()["instances"]
+    return all(
+        instances[k]["running_on"] in onto and (instances[k]["epoch"] or 0) > epoch
+        for k, epoch in before.items()
+    )
 
 
 def _all_on(fleet: Fleet, live: set[str]) -> bool:
