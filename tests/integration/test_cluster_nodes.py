@@ -6,10 +6,11 @@ of them. The leader places one instance per node (balanced). Then: SIGKILL the n
 drained, the new node's child was elected); ``relay cluster drain`` another node — its instance moves
 gracefully; ``relay cluster status --json`` and ``rebalance --dry-run`` say so; ``drain --undo``; SIGSTOP a
 node past its session — its instances run elsewhere, and after SIGCONT it finds its session lost, joins
-again and takes a share. After the consumer's check, ``relay instance remove`` stops one. At the end an independent
-consumer reads every topic: every committed change is there, per key in binlog order in its partition
-(offsets, never re-sorted), repeats only byte-identical — compared with SELECT on the source. Never two
-active relays of one instance at once: the instance's epoch only grows. Nodes leave on SIGTERM, exit 0.
+again and takes a share. Then an independent consumer reads every topic: every committed change is
+there, per key in binlog order in its partition (offsets, never re-sorted), repeats only byte-identical
+— compared with SELECT on the source. Never two
+active relays of one instance at once: the instance's epoch only grows. ``relay instance remove`` stops
+one. Nodes leave on SIGTERM, exit 0.
 """
 
 from __future__ import annotations
