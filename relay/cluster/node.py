@@ -68,6 +68,7 @@ class ClusterNode:
         self._lost = threading.Event()
         self._client: KazooClient | None = None
         self._session = 0  # the session the node record was written in
+        self._held_by = 0  # the session holding our record when it was not ours
         self._term: LeaderTerm | None = None
         self._published = 0.0
         self._since = time.time()
@@ -134,7 +135,9 @@ class ClusterNode:
             self.view = read_view(client, self.paths.root, watch=self._watch)
             if self._term is not None:
                 self._place(client)
-            self.children.want(self._mine(self.view))
+            registered = self._session == int(client.client_id[0])
+            # not registered (another live node holds this name): run nothing under its name
+            self.children.want(self._mine(self.view) if registered else {})
             self._publish(client)
         except zookeeper.ERRORS as exc:
             log.warning("node %s: ZooKeeper: %s %s (trying again)", self.name, type(exc).__name__, exc)
@@ -153,9 +156,15 @@ class ClusterNode:
         stat = client.exists(path)
         if stat is not None and int(stat.ephemeralOwner) != session:
             # our own record of an expired session (not yet removed), or a second node of this name
-            log.warning(
-                "node record %s is held by session %#x; waiting for it to go", path, stat.ephemeralOwner
-            )
+            if self._held_by != int(stat.ephemeralOwner):  # said once per holder
+                log.error(
+                    "node record %s is held by session %#x (another node named %r?): running nothing "
+                    "until it goes",
+                    path,
+                    stat.ephemeralOwner,
+                    self.name,
+                )
+            self._held_by = int(stat.ephemeralOwner)
             client.exists(path, watch=self._watch)
             return
         if stat is None:

@@ -215,3 +215,43 @@ def test_a_node_registers_leads_serves_metrics_and_leaves_on_sigterm(
             proc.kill()
             proc.wait(30)
         log.close()
+
+
+def test_a_second_node_of_the_same_name_runs_nothing(
+    zk_hosts: str, root: str, client: KazooClient, tmp_path: Path
+) -> None:
+    (name,) = _define(zk_hosts, root, 1)
+    _node(client, root, "twin", 1)  # the first "twin", alive; it is assigned the instance
+    client.create(Paths(root).assignment(name), b'{"node": "twin", "generation": 1}', makepath=True)
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "node": {"name": "twin", "capacity": 1, "state_dir": str(tmp_path / "state")},
+                "zookeeper": {"hosts": zk_hosts, "root": root, "session_timeout_seconds": 4},
+            }
+        )
+    )
+    log_path = tmp_path / "node.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "relay.cli", "cluster", "run", "-c", str(config)],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(
+            lambda: "is held by session" in log_path.read_text(), 60, "the second twin noticed the first"
+        )
+        # it neither leads nor runs the first twin's instance
+        assert read_view(client, root).leader is None
+        assert not (tmp_path / "state" / name).exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert not (tmp_path / "state" / name).exists()
+        assert "twin" in read_view(client, root).nodes  # the first twin's record is untouched
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
