@@ -58,7 +58,12 @@ def add_cluster_parser(subparsers: Any) -> None:
     run.add_argument("-c", "--config", required=True, help="the node's settings file, e.g. conf/node.yaml")
     run.set_defaults(func=cmd_run)
     child = sub.add_parser(
-        "child", help=argparse.SUPPRESS, description="One instance of a node (started by the node)."
+        "child",
+        help="one instance's process, as a node starts it (not run by hand)",
+        description="Runs INSTANCE as `relay run` would, with the config built in this process from its "
+        "stored definition and the node's settings (secrets resolved from this environment), HA on the "
+        "cluster's ZooKeeper. Stops (draining) when the node that started it is gone. A node starts one per "
+        "instance it is assigned; run by hand it refuses unless the node named in node.yaml is live.",
     )
     child.add_argument("-c", "--config", required=True, help="the node's settings file")
     child.add_argument("--instance", required=True, help="the instance to run")
