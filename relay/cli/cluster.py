@@ -195,10 +195,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_child(args: argparse.Namespace) -> int:
     from relay.cli.running import run_relay
-    from relay.cluster.child import NodeWatchdog, instance_config
+    from relay.cluster.child import NodeWatchdog, instance_config, with_metrics_port
 
     node = load_node_config(args.config)
     config, _version = instance_config(node, args.instance)
+    if node.metrics.port:
+        config = with_metrics_port(config)
     watchdogs: list[NodeWatchdog] = []
 
     def started(stop: Any) -> None:

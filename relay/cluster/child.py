@@ -3,7 +3,8 @@ its config, built here from the stored definition, and the watchdog that ties it
 
 Owns ``instance_config`` — the definition read from ZooKeeper and turned into the ``RelayConfig`` the
 instance runs with by ``relay.cluster.definition.relay_config`` IN this process, so ``${NAME}`` secrets
-resolve from the node's environment and never pass through a file — and ``NodeWatchdog`` (thread
+resolve from the node's environment and never pass through a file; ``with_metrics_port``, its
+Prometheus exporter on a local port its node scrapes; and ``NodeWatchdog`` (thread
 ``node-watchdog``): it asks the relay to stop (a drain: in-flight batches acked, position saved) as soon
 as the node process that started it is gone (a SIGKILLed node) or the node's record in ZooKeeper is
 gone or belongs to another session (the node's session expired: it was frozen, or cut off) — the leader
@@ -13,10 +14,13 @@ stop bound after that, it ends the process (``os._exit``): the instance's epoch 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from kazoo.client import KazooClient
 
@@ -30,9 +34,10 @@ from relay.errors import ClusterError, ClusterUnavailableError, ZooKeeperUnavail
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXIT_NODE_GONE", "NodeWatchdog", "instance_config"]
+__all__ = ["EXIT_NODE_GONE", "METRICS_PORT_FILE", "NodeWatchdog", "instance_config", "with_metrics_port"]
 
 EXIT_NODE_GONE = 4  # the child ended itself past the stop bound after its node went
+METRICS_PORT_FILE = "metrics.port"  # in the instance's state directory: where its node scrapes it
 
 
 def instance_config(node: NodeConfig, instance: str) -> tuple[RelayConfig, int]:
@@ -51,6 +56,21 @@ def instance_config(node: NodeConfig, instance: str) -> tuple[RelayConfig, int]:
         store.close()
     assert stored.definition is not None  # read() refuses a tombstone
     return relay_config(stored.definition, node.settings()), stored.info.version
+
+
+def with_metrics_port(config: RelayConfig) -> RelayConfig:
+    """``config`` with its Prometheus exporter on a free port of 127.0.0.1, written to
+    ``<state dir>/metrics.port`` for the node, which serves every instance's metrics with an ``instance``
+    label on its own port (``relay.cluster.node_metrics``)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    path = Path(config.state_path(METRICS_PORT_FILE))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{port}\n", encoding="utf-8")
+    return dataclasses.replace(
+        config, metrics=dataclasses.replace(config.metrics, port=port, host="127.0.0.1")
+    )
 
 
 class NodeWatchdog(threading.Thread):

@@ -2,18 +2,28 @@
 
 Owns the collector, read at scrape time (prometheus_client's HTTP thread) from what the node's loop
 last saw (``ClusterNode.view``, an immutable value) and its children's report (a fresh dict per call).
-Each instance's relay metrics proper (rates, lag histograms) are its own process's; here every series
-carries the instance as a label: ``relay_cluster_instance_up{instance="shop01",node="a"}``.
+The node's own series (``relay_cluster_*``) carry the node, and the instance where they are about one:
+``relay_cluster_instance_up{instance="shop01",node="a"}``. Each instance's relay metrics (rates, lag,
+store, the ``relay_*`` of ``relay run``) are scraped at the same moment from the instance's own exporter
+on 127.0.0.1 (its port in ``<state_dir>/<instance>/metrics.port``, ``relay.cluster.child``) and served
+here with ``instance`` and ``node`` labels added; an instance that does not answer within a second is
+left out of that scrape (its ``relay_cluster_instance_up`` still says whether its process runs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+
+from relay.cluster.child import METRICS_PORT_FILE
 
 if TYPE_CHECKING:
     from relay.cluster.node import ClusterNode
@@ -59,6 +69,34 @@ class _NodeCollector(Collector):
             restarts.add_metric([name, me], float(child["restarts"]))
         yield up
         yield restarts
+        yield from self._instances(sorted(n for n, c in report.items() if c["process"] == "running"))
+
+    def _instances(self, names: list[str]) -> Iterator[Metric]:
+        """Every running instance's own metrics, labelled ``instance`` and ``node``, one family per name."""
+        families: dict[str, Metric] = {}
+        state_dir = Path(self._node.config.settings().state_dir)
+        for name in names:
+            text = _scrape(state_dir / name / METRICS_PORT_FILE)
+            if text is None:
+                continue
+            with contextlib.suppress(ValueError):  # a half-written answer: left out of this scrape
+                for family in text_string_to_metric_families(text):
+                    merged = families.setdefault(
+                        family.name, Metric(family.name, family.documentation, family.type, family.unit)
+                    )
+                    for sample in family.samples:
+                        labels = {**sample.labels, "instance": name, "node": self._node.name}
+                        merged.add_sample(sample.name, labels, sample.value, sample.timestamp)
+        yield from families.values()
+
+
+def _scrape(port_file: Path) -> str | None:
+    try:
+        port = int(port_file.read_text(encoding="utf-8").strip())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1.0) as answer:
+            return str(answer.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def serve_metrics(node: ClusterNode, host: str, port: int) -> None:

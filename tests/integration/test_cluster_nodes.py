@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from kazoo.client import KazooClient
 from relay.cluster.definition import parse_definition
 from relay.cluster.report import cluster_report
 from relay.cluster.store import ZooKeeperInstanceStore
+from relay.dev import services
 from tests.integration.relay_harness import (
     REPO_ROOT,
     Writer,
@@ -92,6 +94,14 @@ class Fleet:
     prefixes: list[str]
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
     epochs: dict[str, list[int]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # each node's metrics port
+
+    def metrics(self, node: str) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[node]}/metrics", timeout=10) as answer:
+                return str(answer.read().decode())
+        except OSError:
+            return ""
 
     def node(self, name: str) -> NodeProcess:
         config = self.tmp / f"{name}.yaml"
@@ -105,6 +115,10 @@ class Fleet:
                         "session_timeout_seconds": SESSION,
                     },
                     "logging": {"level": "info"},
+                    "metrics": {
+                        "port": self.ports.setdefault(name, services.free_port()),
+                        "host": "127.0.0.1",
+                    },
                     "children": {
                         "stop_timeout_seconds": 20,
                         "restart_backoff_seconds": 0.5,
@@ -285,6 +299,16 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         report = fleet.report()
         assert sorted(n["load"] for n in report["nodes"].values()) == [1, 1, 1]
         assert report["leader"] in live
+        # each node's metrics: its instance's process up, and the instance's own relay metrics, labelled
+        for name, instance in report["instances"].items():
+            where = instance["node"]
+            series = f'instance="{name}",node="{where}"'
+            fleet.wait(
+                lambda series=series, where=where: f"relay_leader{{{series}}} 1.0" in fleet.metrics(where),
+                30,
+                f"{name}'s relay metrics on {where}'s endpoint",
+            )
+            assert f"relay_cluster_instance_up{{{series}}} 1.0" in fleet.metrics(where)
 
         # SIGKILL the node running the first instance: it runs elsewhere within the session timeout + a few s
         victim_instance = fleet.prefixes[0]
