@@ -16,7 +16,7 @@ Secrets stay ``${NAME}`` references: the stored text is the text as written, nev
 literal value under a secret key (``source.password``, ``kafka.settings.sasl.password``…) is refused.
 While validating, a reference stands for a value the node will give (its ``:-default`` when it has
 one); ``relay_config`` resolves references with the environment of the node that runs the instance.
-Pure functions and values, run on the caller's thread (the CLI; later the node's supervisor).
+Pure functions and values, run on the caller's thread (the CLI; a node's child, ``relay.cluster.child``).
 """
 
 from __future__ import annotations

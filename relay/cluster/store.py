@@ -1,8 +1,8 @@
 """The cluster's instance definitions in ZooKeeper: versioned, with history, edited by compare-and-set.
 
 Owns the ZooKeeper layout of the definitions, the kazoo client of ``relay instance`` and the translation
-of kazoo's failures into ``ClusterError``s. Runs on the caller's thread (the CLI; later a node's
-supervisor reads through it); kazoo runs its own connection thread.
+of kazoo's failures into ``ClusterError``s. Runs on the caller's thread (the CLI, and a node's child
+reading its definition, ``relay.cluster.child``); kazoo runs its own connection thread.
 
 Layout under the cluster root (``ha.root``'s default, ``/canal-relay``; docs/architecture.md, "Cluster"):
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
@@ -49,16 +48,11 @@ __all__ = ["ZooKeeperInstanceStore"]
 
 
 class ZooKeeperInstanceStore:
-    """Instance definitions under ``<root>/instances``. Connects in the constructor (or uses ``client``, a
-    session its caller owns); ``close()`` ends the session it opened."""
+    """Instance definitions under ``<root>/instances``. Connects in the constructor; ``close()`` ends
+    the session."""
 
     def __init__(
-        self,
-        hosts: str,
-        root: str = "/canal-relay",
-        timeout: float = 10.0,
-        auth: str | None = None,
-        client: KazooClient | None = None,
+        self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0, auth: str | None = None
     ) -> None:
         if not root.startswith("/"):
             raise ClusterError(f"--root: must be an absolute ZooKeeper path, got {root!r}")
@@ -66,10 +60,6 @@ class ZooKeeperInstanceStore:
         self.root = root.rstrip("/") or "/"
         self.base = f"{root.rstrip('/')}/instances"
         self._auth = auth
-        self._owns_client = client is None
-        if client is not None:  # a node's session, shared (``close`` leaves it open)
-            self._client = client
-            return
         try:
             self._client = zookeeper.start_client(
                 hosts, session_timeout=timeout, connect_timeout=timeout, auth=auth
@@ -174,8 +164,6 @@ class ZooKeeperInstanceStore:
         return fleet
 
     def close(self) -> None:
-        if not self._owns_client:
-            return
         try:
             self._client.stop()
         finally:
