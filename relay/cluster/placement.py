@@ -2,8 +2,8 @@
 
 Owns the rule (pure logic, no I/O; run by whoever decides: the cluster's leader node,
 ``relay.cluster.leader``, and ``relay cluster rebalance --dry-run`` to print the plan).
-``place(nodes, instances, current)`` hands back a ``Plan``: the new assignment, the moves that lead there from ``current``, and the instances
-left without a node when the cluster's capacity is short.
+``place(nodes, instances, current)`` hands back a ``Plan``: the new assignment, the moves that lead
+there from ``current``, and the instances left without a node when the cluster's capacity is short.
 
 The rule (docs/architecture.md, "Cluster"):
 
