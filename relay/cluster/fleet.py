@@ -25,7 +25,7 @@ from typing import Any
 
 from relay.cluster.definition import InstanceDefinition
 from relay.errors import ConfigError
-from relay.source.binlog_source import SIDE_SERVER_ID_BIT
+from relay.source.server import SIDE_SERVER_ID_BIT
 
 __all__ = ["Identity", "fleet_problems", "identity"]
 

@@ -6,9 +6,9 @@ of them. The leader places one instance per node (balanced). Then: SIGKILL the n
 drained, the new node's child was elected); ``relay cluster drain`` another node — its instance moves
 gracefully; ``relay cluster status --json`` and ``rebalance --dry-run`` say so; ``drain --undo``; SIGSTOP a
 node past its session — its instances run elsewhere, and after SIGCONT it finds its session lost, joins
-again and takes a share. Then an independent consumer reads every topic: every committed change is
-there, per key in binlog order in its partition (offsets, never re-sorted), repeats only byte-identical
-— compared with SELECT on the source. Never two
+again and takes a share; a fourth node joins and takes one instance. Then an independent consumer reads
+every topic: every committed change is there, per key in binlog order in its partition (offsets, never
+re-sorted), repeats only byte-identical — compared with SELECT on the source. Never two
 active relays of one instance at once: the instance's epoch only grows. ``relay instance remove`` stops
 one. Nodes leave on SIGTERM, exit 0.
 """
@@ -379,6 +379,16 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
 
         fleet.wait(rejoined, 120, "the thawed node joined again and took a share")
         assert "ZooKeeper session lost" in (fleet.tmp / f"{frozen}.log").read_text()
+
+        # a new node takes a fair share by graceful moves: 3 instances over 3 live nodes, one each
+        fleet.node("d")
+        live.add("d")
+
+        def shared() -> bool:
+            nodes = fleet.report()["nodes"]
+            return "d" in nodes and all(nodes[n]["load"] == 1 for n in live) and fleet.settled(live)
+
+        fleet.wait(shared, 120, "the new node took its share")
     finally:
         changes = [writer.stop() for writer in writers]
 
