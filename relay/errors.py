@@ -319,6 +319,29 @@ class ProducerFencedError(ProducerFatalError, LeadershipError):
     """
 
 
+# --- the cluster: instances as data, placed over nodes -----------------------------------------
+
+
+class ClusterError(RelayError):
+    """The cluster's stored data refuses a request (``relay.cluster``): an instance that exists already,
+    a definition that is not stored, an unknown version. Not retriable as such: the message says why."""
+
+
+class InstanceNotFoundError(ClusterError):
+    """No instance of that name is defined (never added, or removed); the message lists the ones that are."""
+
+
+class InstanceConflictError(ClusterError):
+    """The stored definition changed since the edit read it (another edit won the compare-and-set);
+    nothing of this edit was stored. Read it again and redo the edit."""
+
+
+class ClusterUnavailableError(ClusterError):
+    """ZooKeeper, where the cluster's data lives, did not answer; trying again later may help."""
+
+    retriable = True
+
+
 # --- Spark readers ---------------------------------------------------------------------------------
 
 

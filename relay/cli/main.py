@@ -2,14 +2,14 @@
 
 The CLI is the only code that handles signals, and the only production code that prints for people (the
 demo and the benchmarks in ``relay.dev`` print their own progress). Command groups live beside it:
-``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``.
+``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``, ``instance``,
+``cluster``; ``relay run``'s body is ``relay.cli.running``'s (a cluster node's children run it too).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import faulthandler
 import json
 import logging
 import os
@@ -23,16 +23,19 @@ from typing import Any
 from relay import __version__, _native
 from relay.canal.entry import Entry, EntryType, RowChange
 from relay.cli import values
+from relay.cli.running import EXIT_LEADERSHIP_LOST, _JsonFormatter, run_relay
+from relay.cli.running import setup_logging as _setup_logging
 from relay.common.redact import RedactingFormatter, redact, redact_value
 from relay.config.sections import InstanceConfig, SinkConfig, SourceConfig, StartConfig
-from relay.errors import ConfigError, InvalidConfigError, LeadershipError, RelayError
+from relay.errors import ConfigError, InvalidConfigError, RelayError
+
+__all__ = ["EXIT_LEADERSHIP_LOST", "_JsonFormatter", "_setup_logging", "main", "run_relay"]
 
 log = logging.getLogger("relay")
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command's answer is "no": not running (status), a check failed (check), …
 EXIT_ERROR = 2  # an error, said in one line: a bad option or value, config or mapping, a refusal
-EXIT_LEADERSHIP_LOST = 3  # `relay run` lost its HA leadership or was fenced: restart it to stand by
 EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM outside `relay run` (128 + SIGINT)
 EXIT_PIPE_CLOSED = 141  # the reader of the output went away (128 + SIGPIPE); nothing is printed
 
@@ -146,67 +149,11 @@ def cmd_entries(args: argparse.Namespace) -> int:
     return 0
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
-
-
-def _setup_logging(level: str, fmt: str, verbose: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(RedactingFormatter(_JsonFormatter()))
-    else:
-        handler.setFormatter(
-            RedactingFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose >= 2 else getattr(logging, level.upper()))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from mapping.store import keep_version
     from relay.config.load import load_config
-    from relay.wiring import build_relay, mapping_store
 
     config = load_config(args.config)
-    config.check_state_location()  # before anything is written: a moved position must not be left behind
-    _setup_logging(config.logging.level, config.logging.format, args.verbose)
-    store = mapping_store(config)  # mapping.store: the file or the ZooKeeper node
-    try:
-        mapping = store.read()
-        keep_version(store, mapping, f"read by relay {config.instance}")  # a restart may resume under it
-    finally:
-        store.close()
-    log.debug("effective configuration (secrets redacted): %s", config)
-    relay = build_relay(config, mapping)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping at the next batch boundary", signum)
-        relay.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    # SIGUSR1: every thread's Python stack to stderr (the log), written from the C signal handler — it
-    # answers even when the main thread is stuck in a call that never returns to Python.
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    try:
-        point = relay.run()
-    except LeadershipError as exc:
-        # HA: the term is over (session suspended or lost, lease expired). Nothing was acked after the
-        # fence; a supervisor restarts the process, which then stands by (``relay.ha.leadership``).
-        log.error("%s; exiting with status %d", exc, EXIT_LEADERSHIP_LOST)
-        return EXIT_LEADERSHIP_LOST
-    log.info("relay %s exited; saved position %s", config.instance, point)
-    return 0
+    return run_relay(config, args.verbose)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -414,7 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.verify import add_verify_parser
 
     add_verify_parser(sub)
+    from relay.cli.instance import add_instance_parser
+
+    add_instance_parser(sub)
+    from relay.cli.cluster import add_cluster_parser
+
+    add_cluster_parser(sub)
     return parser
+
+
+def _runs_relays(args: argparse.Namespace) -> bool:
+    """A cluster node or its child: a long-running process whose logs are its record."""
+    return args.command == "cluster" and getattr(args, "cluster_command", "") in ("run", "child")
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -450,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # secrets never reach a log line (relay.redact)
         handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter()))
-    if args.command != "run" and args.verbose == 0:
+    if args.command != "run" and not _runs_relays(args) and args.verbose == 0:
         # kazoo logs every failed connection attempt as a warning (15 of them while `relay status`
         # waited for an unreachable ZooKeeper); the command says what it could not reach in one line
         logging.getLogger("kazoo").setLevel(logging.ERROR)

@@ -117,6 +117,14 @@ def _is_secret_key(key: str) -> bool:
     return re.search(_SECRET_KEY + r"$", key, re.IGNORECASE) is not None
 
 
+def is_secret_setting(key: str) -> bool:
+    """Whether a config key (``password``, ``auth``) or client setting (``sasl.password``,
+    ``ssl.key.pem``) holds a secret: what is masked in reports, and what an instance definition stored
+    in ZooKeeper must give as a ``${NAME}`` reference (``relay.cluster.definition``)."""
+    lowered = key.lower()
+    return _is_secret_key(lowered) or "key.pem" in lowered  # ssl.key.location is a path, not a secret
+
+
 def secrets_in(config: Any) -> list[str]:
     """Every string value under a secret-named key of a config tree (dataclasses and dicts)."""
     found: list[str] = []

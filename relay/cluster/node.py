@@ -1,0 +1,295 @@
+"""``relay cluster run``: one node of a cluster — it joins, takes part in the leader election, and runs
+the instances it is assigned, each as its own child process.
+
+Owns the node's loop (the main thread of ``relay cluster run``): every wake-up — a ZooKeeper watch fired
+(nodes, drain marks, definitions, assignments, the leader), a signal, or one second passed — it
+
+1. registers the node (ephemeral ``<root>/nodes/<name>``: capacity, drained, host, pid) when its session
+   is new, and tries to lead when nobody does (``relay.cluster.leader``);
+2. reads the cluster (``relay.cluster.layout.read_view``, re-arming the watches); the leader writes the
+   placement when the plan moves anything;
+3. wants exactly the instances assigned to it, at their definition's version (``relay.cluster.children``
+   starts, restarts, stops them), and publishes each one's status into ZooKeeper.
+
+Fencing is each child's: a child is an HA relay of its instance (``ha.enabled`` with the cluster's
+ZooKeeper), so its epoch, lease and Kafka ``transactional.id`` fence a zombie, and a child started for an
+instance that still runs elsewhere stands by until that one has released it (after draining). The node
+adds: when its own session is LOST, it stops every child (SIGTERM, SIGKILL past the stop bound) before
+joining again — the children's own sessions keep another node's children standing by meanwhile; and a
+child stops by itself when the node's process or its node record goes (``relay.cluster.child``).
+
+SIGTERM/SIGINT: a graceful hand-over. The node marks itself drained, the leader moves its instances,
+each of its children drains (in-flight batches acked, position saved) and releases the instance, the
+other node's child takes over, and the node leaves when it runs nothing (or at the stop bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from relay.cluster.children import Children
+from relay.cluster.layout import ClusterView, LiveNode, Paths, read_view
+from relay.cluster.leader import LeaderTerm, apply_plan, resign, try_lead
+from relay.cluster.node_config import NodeConfig
+from relay.common import zookeeper
+from relay.config.state import STATUS_FILE
+from relay.daemon.status import read_status
+from relay.errors import ClusterUnavailableError, ZooKeeperUnavailableError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClusterNode"]
+
+_TICK = 1.0  # seconds between passes when no watch fires
+
+
+class ClusterNode:
+    """One node. ``run()`` blocks until ``stop()`` (graceful hand-over) and returns the exit status."""
+
+    def __init__(self, config: NodeConfig, children: Children) -> None:
+        self.config = config
+        self.name = config.name
+        self.paths = Paths(config.root)
+        self.children = children
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lost = threading.Event()
+        self._client: KazooClient | None = None
+        self._session = 0  # the session the node record was written in
+        self._held_by = 0  # the session holding our record when it was not ours
+        self._term: LeaderTerm | None = None
+        self._published = 0.0
+        self._since = time.time()
+        self.view = ClusterView()
+
+    # -- control (any thread, signal handlers) --------------------------------------------------
+    def stop(self) -> None:
+        """Hand over and leave (``run`` returns when the children have stopped)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _watch(self, _event: object = None) -> None:
+        self._wake.set()
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's thread: flags only
+        if state == KazooState.LOST:
+            self._lost.set()
+        self._wake.set()
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> int:
+        settings = self.config.settings()
+        try:
+            client = zookeeper.start_client(
+                settings.zookeeper,
+                session_timeout=settings.session_timeout_seconds,
+                connect_timeout=settings.connect_timeout_seconds,
+                auth=self.config.zookeeper.auth or None,
+            )
+        except ZooKeeperUnavailableError as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+        self._client = client
+        client.add_listener(self._on_state)
+        log.info("node %s joining the cluster at %s%s", self.name, settings.zookeeper, self.paths.root)
+        leave_by: float | None = None
+        try:
+            while True:
+                self._wake.wait(_TICK)
+                self._wake.clear()
+                if self._lost.is_set():
+                    self._session_lost()
+                if self._stopping.is_set() and leave_by is None:
+                    leave_by = time.monotonic() + self._handover_bound()
+                    log.info("node %s stopping: handing its instances over", self.name)
+                if client.connected:
+                    self._pass(client)
+                self.children.poll()
+                if leave_by is not None and (not self.children.running() or time.monotonic() > leave_by):
+                    break
+        finally:
+            self.children.stop_all(time.monotonic() + self.config.children.stop_timeout_seconds)
+            self._leave(client)
+        log.info("node %s left the cluster", self.name)
+        return 0
+
+    def _pass(self, client: KazooClient) -> None:
+        try:
+            if int(client.client_id[0]) != self._session:
+                self._register(client)
+            elif self._stopping.is_set():
+                self._register(client)  # the drained flag (idempotent)
+            self._lead(client)
+            self.view = read_view(client, self.paths.root, watch=self._watch)
+            if self._term is not None:
+                self._place(client)
+            registered = self._session == int(client.client_id[0])
+            # not registered (another live node holds this name): run nothing under its name
+            self.children.want(self._mine(self.view) if registered else {})
+            self._publish(client)
+        except zookeeper.ERRORS as exc:
+            log.warning("node %s: ZooKeeper: %s %s (trying again)", self.name, type(exc).__name__, exc)
+
+    def _register(self, client: KazooClient) -> None:
+        record = LiveNode(
+            self.name,
+            self.config.node.capacity,
+            self._stopping.is_set(),
+            socket.gethostname(),
+            os.getpid(),
+            self._since,
+        ).record()
+        path = self.paths.node(self.name)
+        session = int(client.client_id[0])
+        stat = client.exists(path)
+        if stat is not None and int(stat.ephemeralOwner) != session:
+            # our own record of an expired session (not yet removed), or a second node of this name
+            if self._held_by != int(stat.ephemeralOwner):  # said once per holder
+                log.error(
+                    "node record %s is held by session %#x (another node named %r?): running nothing "
+                    "until it goes",
+                    path,
+                    stat.ephemeralOwner,
+                    self.name,
+                )
+            self._held_by = int(stat.ephemeralOwner)
+            client.exists(path, watch=self._watch)
+            return
+        if stat is None:
+            try:
+                client.create(path, record, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                return
+        elif _without_since(client.get(path)[0]) != _without_since(record):
+            client.set(path, record)  # only a change: every node watches this record
+        if session != self._session:
+            log.info(
+                "node %s registered (session %#x, capacity %d)", self.name, session, self.config.node.capacity
+            )
+        self._session = session
+
+    def _lead(self, client: KazooClient) -> None:
+        term = self._term
+        if term is not None:
+            stat = client.exists(self.paths.leader)
+            if stat is None or int(stat.ephemeralOwner) != int(client.client_id[0]):
+                log.warning("node %s: no longer the leader (session ended)", self.name)
+                self._term = term = None
+        if term is None and not self._stopping.is_set() and self._session == int(client.client_id[0]):
+            self._term = try_lead(client, self.paths, self.name, self._watch)
+
+    def _place(self, client: KazooClient) -> None:
+        term = self._term
+        assert term is not None
+        try:
+            if apply_plan(client, self.paths, term, self.view, self.view.plan()):
+                self.view = read_view(client, self.paths.root, watch=self._watch)
+        except BadVersionError:
+            log.warning("node %s: another node was elected leader; not placing", self.name)
+            self._term = None
+
+    def _mine(self, view: ClusterView) -> dict[str, int]:
+        return {
+            name: view.instances[name]
+            for name, assignment in view.assignments.items()
+            if assignment.node == self.name and name in view.instances
+        }
+
+    def _publish(self, client: KazooClient) -> None:
+        """Each instance's status (its child, its status file) into ``destinations/<name>/status``."""
+        now = time.monotonic()
+        if now - self._published < self.config.children.status_interval_seconds:
+            return
+        self._published = now
+        session = int(client.client_id[0])
+        report = self.children.report()
+        state_dir = Path(self.config.settings().state_dir)
+        for name in sorted(set(report) | set(self._mine(self.view))):
+            path = self.paths.status(name)
+            mine = self.view.assignments.get(name)
+            if mine is None or mine.node != self.name:
+                _delete_own(client, path, session)
+                continue
+            record = _status_record(self.name, report.get(name, {}), state_dir / name / STATUS_FILE)
+            _write_own(client, path, json.dumps(record, sort_keys=True).encode(), session)
+
+    # -- leaving and losing the session ---------------------------------------------------------
+    def _handover_bound(self) -> float:
+        return 2 * self.config.children.stop_timeout_seconds + self.config.zookeeper.session_timeout_seconds
+
+    def _session_lost(self) -> None:
+        self._lost.clear()
+        self._term = None
+        self._session = 0
+        log.error(
+            "node %s: ZooKeeper session lost: stopping every instance it ran before joining again", self.name
+        )
+        self.children.want({})
+        self.children.stop_all(time.monotonic() + self.config.children.stop_timeout_seconds)
+
+    def _leave(self, client: KazooClient) -> None:
+        try:
+            if client.connected:
+                resign(client, self.paths, self._term)
+                session = int(client.client_id[0])
+                for name in self.children.report():
+                    _delete_own(client, self.paths.status(name), session)
+                _delete_own(client, self.paths.node(self.name), session)
+        except zookeeper.ERRORS as exc:
+            log.warning("node %s: leaving: %s (its session's end removes its nodes)", self.name, exc)
+        finally:
+            client.stop()
+            client.close()
+
+
+def _without_since(record: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(record.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if k != "since"} if isinstance(data, dict) else {}
+
+
+def _status_record(node: str, process: dict[str, Any], status_file: Path) -> dict[str, Any]:
+    status = read_status(status_file) or {}
+    return {
+        "node": node,
+        "process": process.get("process", "waiting"),
+        "pid": process.get("pid"),
+        "restarts": process.get("restarts", 0),
+        "last_exit": process.get("last_exit"),
+        "last_error": status.get("error") or process.get("last_error"),
+        "definition_version": process.get("definition_version"),
+        "state": status.get("state") if process.get("pid") else None,
+        "lag_seconds": status.get("lag_seconds"),
+        "ha_role": status.get("ha_role"),
+        "published_at": time.time(),
+    }
+
+
+def _write_own(client: KazooClient, path: str, data: bytes, session: int) -> None:
+    stat = client.exists(path)
+    if stat is None:
+        with contextlib.suppress(NodeExistsError):
+            client.create(path, data, ephemeral=True, makepath=True)
+    elif int(stat.ephemeralOwner) == session:
+        client.set(path, data, version=stat.version)
+
+
+def _delete_own(client: KazooClient, path: str, session: int) -> None:
+    stat = client.exists(path)
+    if stat is not None and int(stat.ephemeralOwner) == session:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            client.delete(path, version=stat.version)
