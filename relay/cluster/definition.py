@@ -113,7 +113,7 @@ def parse_definition(name: str, text: str, source: str = "definition") -> Instan
     """A definition of ``name`` from YAML ``text`` (``source``: where it came from, for messages), or
     ``ConfigError``/``InvalidConfigError`` naming every key that is wrong. Nothing is written."""
     check_name(name, "instance")
-    data = _load(text, source)
+    data = load_sections(text, source, "source:, kafka:, …")
     errors = _cluster_problems(name, data)
     try:
         _config(data, name, NodeSettings(), placeholders=True)
@@ -143,7 +143,9 @@ def relay_config(definition: InstanceDefinition, node: NodeSettings) -> RelayCon
 # --- internals -------------------------------------------------------------------------------
 
 
-def _load(text: str, source: str) -> dict[str, Any]:
+def load_sections(text: str, source: str, sections: str) -> dict[str, Any]:
+    """A YAML document of top-level sections (``sections`` names some, for the error), duplicate keys
+    and a bad document refused with where they are."""
     try:
         data, duplicates = load_strict(text)
     except yaml.MarkedYAMLError as exc:
@@ -157,7 +159,7 @@ def _load(text: str, source: str) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        found.append(ConfigError(source, "expected a mapping of sections (source:, kafka:, …)"))
+        found.append(ConfigError(source, f"expected a mapping of sections ({sections})"))
         data = {}
     InvalidConfigError.raise_all(found, source)
     return {str(k): v for k, v in data.items()}

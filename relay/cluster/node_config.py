@@ -13,12 +13,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from relay.cluster.definition import NodeSettings, check_name
-from relay.common.strict_yaml import load_strict
+from relay.cluster.definition import NodeSettings, check_name, load_sections
 from relay.config.settings import build, interpolate
 from relay.errors import ConfigError, InvalidConfigError
 
@@ -112,7 +108,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
 
 def parse_node_config(text: str, source: str = "node.yaml") -> NodeConfig:
     """A ``NodeConfig`` from YAML ``text`` (``source``: its file, for messages and relative paths)."""
-    data = _load(text, source)
+    data = load_sections(text, source, "node:, zookeeper:, …")
     errors: list[ConfigError] = []
     try:
         data = interpolate(data)
@@ -127,21 +123,6 @@ def parse_node_config(text: str, source: str = "node.yaml") -> NodeConfig:
     return NodeConfig(
         config.node, config.zookeeper, config.metrics, config.logging, config.children, config_file=source
     )
-
-
-def _load(text: str, source: str) -> dict[str, Any]:
-    try:
-        data, duplicates = load_strict(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, f"not valid YAML: {exc}") from None
-    found = [ConfigError(f"{source}:{d.line}:{d.column}", d.problem()) for d in duplicates]
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        found.append(ConfigError(source, "expected a mapping of sections (node:, zookeeper:, …)"))
-        data = {}
-    InvalidConfigError.raise_all(found, source)
-    return {str(k): v for k, v in data.items()}
 
 
 def _problems(config: NodeConfig) -> list[ConfigError]:
