@@ -6,8 +6,9 @@ the room that makes its records:
 - ``relay.kafka.plans``: the routing plan of each physical table (route, columns, keys, headers), cached;
 - ``relay.kafka.keys``, ``relay.kafka.headers``, ``relay.kafka.sequences``: record keys, headers, and the
   change identity (sequence, part);
-- ``relay.kafka.json_rows`` / ``relay.kafka.protobuf_rows``: the row paths of the two codecs, whose value
-  bytes ``relay.kafka.canal_json`` and ``relay.kafka.canal_protobuf`` build;
+- ``relay.kafka.json_rows`` / ``relay.kafka.protobuf_rows`` / ``relay.kafka.debezium_rows``: the row paths
+  of the three codecs, whose value bytes ``relay.kafka.canal_json``, ``relay.kafka.canal_protobuf`` and
+  ``relay.kafka.debezium_json`` build (debezium-json's DDL too: see ``relay.kafka.debezium_rows``);
 - ``relay.kafka.barriers``: DDL barriers and the DDL audit topic.
 
 It runs on the publisher thread, one batch of entries at a time, and hands ``relay.kafka.records.Record``
@@ -30,7 +31,9 @@ What becomes what:
   (a real one or the DELETE of a key change) is followed by a tombstone — same key, null value, the
   DELETE's headers — so compaction can eventually drop the key.
 - A DDL: a barrier on every partition of its table's topic, plus a copy on the DDL audit topic
-  (``relay.kafka.barriers``); other statements go to the audit topic only.
+  (``relay.kafka.barriers``); other statements go to the audit topic only. A debezium-json table's DDL
+  goes to the schema change topic instead of a barrier (a TRUNCATE: an ``op`` "t" event on every
+  partition), and to the audit topic.
 
 A snapshot chunk (an entry marked by ``relay.source.snapshot_entry``) becomes one INSERT per row carrying
 the time the chunk was read (ms) as its execute time (canal-json ``es`` and ``ts``, canal-protobuf

@@ -3,12 +3,14 @@
 ``TablePlan`` holds a table's route (topic, logical names, codec), its columns, its column controls
 (``relay.kafka.columns.Projection``, None for a table without), its keys
 (``relay.kafka.keys.KeyShape``), its headers, its canal-json table (``relay.kafka.canal_json.JsonTable``,
-for the canal-json codec) and whether its topic is compacted (a tombstone then follows every DELETE).
+for the canal-json codec) or debezium-json table (``relay.kafka.debezium_json.DebeziumTable``, made with
+the mapping's ``debezium`` settings), and whether its topic is compacted (a tombstone then follows every
+DELETE; in debezium-json also with ``tombstones_on_delete``).
 ``PlanCache`` makes a plan the first time a (db, table) is seen with a table map and keeps it while the
 table map stays the same: a new mapping (hot reload) drops every plan, a DDL drops the table's, and a cache
 grown past ``PLAN_CACHE_SIZE`` tables starts afresh. A table the mapping drops is cached as None.
 
-``key_change`` builds the records of an UPDATE that changes the key, for both codecs.
+``key_change`` builds the records of an UPDATE that changes the key, for both canal codecs.
 
 Used by the record encoder (``relay.kafka.codec``) on the publisher thread; not thread-safe.
 """
