@@ -27,9 +27,10 @@ The value (Debezium's envelope, its field order)::
   table with no key is keyed ``{"_table":"<physical db.table>"}`` (Debezium leaves such keys null; one
   constant key keeps the table's changes in one partition, in order).
 - With ``schemas_enable`` (the mapping's ``debezium`` section), key and value are
-  ``{"schema":…,"payload":…}``: struct schemas named ``<topic>.Key``, ``<topic>.Value`` (before/after) and
-  ``<topic>.Envelope``, the source ``io.debezium.connector.mysql.Source``, the transaction block
-  ``event.block``; fields carry Debezium's semantic names and parameters.
+  ``{"schema":…,"payload":…}``: struct schemas named ``<logical db>.<logical table>.Key``, ``….Value``
+  (before/after) and ``….Envelope`` (Debezium's ``<prefix>.<db>.<table>``: the same on every topic the
+  table's records are in, e.g. after a table move), the source ``io.debezium.connector.mysql.Source``, the
+  transaction block ``event.block``; fields carry Debezium's semantic names and parameters.
 
 A DDL (``schema_change``) becomes Debezium's schema-change event for the schema change topic: key
 ``{"databaseName":…}``, value ``{"source":…,"ts_ms":…,"databaseName":…,"schemaName":null,"ddl":…,
@@ -165,11 +166,11 @@ def debezium_table(
             seen[name] = index
         key_fields = tuple((f"{_quote(n)}:", i) for n, i in seen.items())
         key_schema.extend(_optional(fields[i].schema, n, fields[i].nullable) for n, i in seen.items())
-    topic = route.topic
+    name = f"{route.logical_db}.{route.logical_table}"  # the table's schema names, whichever topic holds it
     if schemas:
-        key_struct = {"type": "struct", "fields": key_schema, "optional": False, "name": f"{topic}.Key"}
+        key_struct = {"type": "struct", "fields": key_schema, "optional": False, "name": f"{name}.Key"}
         key_open = f'{{"schema":{_dumps(key_struct)},"payload":'
-        value_open = f'{{"schema":{_dumps(_envelope_schema(topic, fields))},"payload":'
+        value_open = f'{{"schema":{_dumps(_envelope_schema(name, fields))},"payload":'
         close = "}"
     else:
         key_open = value_open = close = ""
@@ -191,12 +192,12 @@ def quote_bytes(text: str) -> bytes:
     return _encode(_quote(text))
 
 
-def _envelope_schema(topic: str, fields: Sequence[DebeziumField]) -> dict[str, Any]:
+def _envelope_schema(name: str, fields: Sequence[DebeziumField]) -> dict[str, Any]:
     row = {
         "type": "struct",
         "fields": [_optional(f.schema, f.name, f.nullable) for f in fields],
         "optional": True,
-        "name": f"{topic}.Value",
+        "name": f"{name}.Value",
     }
     return {
         "type": "struct",
@@ -209,7 +210,7 @@ def _envelope_schema(topic: str, fields: Sequence[DebeziumField]) -> dict[str, A
             TRANSACTION_SCHEMA,
         ],
         "optional": False,
-        "name": f"{topic}.Envelope",
+        "name": f"{name}.Envelope",
         "version": 1,
     }
 
