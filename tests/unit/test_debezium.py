@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mapping.diff import logical_changes
 from mapping.load import dump_mapping, parse_mapping
 from mapping.model import InvalidMappingError, Mapping
 from relay.binlog import types as t
@@ -580,3 +581,8 @@ def test_settings_round_trip_and_are_checked() -> None:
         mapping({"decimal_handling_mode": "exact", "schema_change_topic": "{db}.x", "schemas": True})
     paths = {e.key for e in info.value.errors}
     assert {"debezium.decimal_handling_mode", "debezium.schema_change_topic", "debezium.schemas"} <= paths
+
+
+def test_a_settings_change_is_a_logical_change() -> None:
+    lines = logical_changes(mapping(), mapping({"decimal_handling_mode": "double"}))
+    assert len(lines) == 1 and lines[0].startswith("~ debezium:") and "double" in lines[0]
