@@ -586,3 +586,33 @@ def test_settings_round_trip_and_are_checked() -> None:
 def test_a_settings_change_is_a_logical_change() -> None:
     lines = logical_changes(mapping(), mapping({"decimal_handling_mode": "double"}))
     assert len(lines) == 1 and lines[0].startswith("~ debezium:") and "double" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("key_shard", "key"),
+    [
+        ("physical", b'{"_shard":"shop_07.orders_33","id":42}'),
+        ("column:status", b'{"_shard":"NEW","id":42}'),
+    ],
+)
+def test_the_shard_comes_first_in_the_key(key_shard: str, key: bytes) -> None:
+    m = parse_mapping(
+        {
+            "unmapped": {"action": "drop"},
+            "debezium": {"schemas_enable": False},
+            "logical_dbs": {
+                "shop": {"physical": [r"shop_\d+"], "codec": "debezium-json", "key_shard": key_shard},
+            },
+        }
+    )
+    (record,) = encoder(m).encode(entry(EventType.INSERT, RowImage(None, NEW)))
+    assert record.key == key
+
+
+def test_a_key_snapshots_delete_row_is_a_snapshot_delete_with_its_tombstone() -> None:
+    gone = RowImage(("42", None, None, None), None)  # relay.source.snapshot_keys: the key columns only
+    delete, tomb = encoder().encode(entry(EventType.INSERT, gone, props=[(SNAPSHOT_PROP, "true")]))
+    value = payload(delete)
+    assert value["op"] == "d" and value["source"]["snapshot"] == "true" and value["after"] is None
+    assert value["before"] == {"id": 42, "status": None, "amount": None, "day": None}
+    assert headers(delete)["relay.type"] == b"DELETE" and tomb.value is None and tomb.key == delete.key
