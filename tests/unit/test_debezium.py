@@ -30,7 +30,7 @@ from relay.kafka.codec import RecordEncoder
 from relay.kafka.debezium_types import field_of, unscaled_bytes
 from relay.kafka.records import Record
 from relay.positions.store import SourceIdentity
-from relay.source.snapshot import SNAPSHOT_PROP
+from relay.source.snapshot_entry import SNAPSHOT_PROP
 
 FILE = "mysql-bin.000123"
 ES = 1763700000000
