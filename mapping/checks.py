@@ -12,6 +12,7 @@ rules, the topic-template language), ``mapping.patterns`` (regexes and their ove
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from mapping.columns import check_controls, check_keys, check_salt, merge
@@ -26,12 +27,13 @@ from mapping.names import (
     template_problem,
     topic_problem,
 )
-from mapping.parts import LogicalDb, LogicalTable, MappingFields
+from mapping.parts import DebeziumSettings, LogicalDb, LogicalTable, MappingFields
 from mapping.patterns import Claimant, check_overlaps, compile_patterns
 from mapping.topic_codecs import codec_conflicts, static_topics
 from relay.errors import MappingError
 
-CODECS = ("canal-json", "canal-protobuf")
+CODECS = ("canal-json", "canal-protobuf", "debezium-json")
+DECIMAL_HANDLING_MODES = ("precise", "string", "double")  # Debezium's decimal.handling.mode
 UNCLAIMED_CHOICES = ("own_name", "unmapped", "drop")
 UNMAPPED_ACTIONS = ("topic", "drop")
 MAX_NAME_LENGTH = 64  # MySQL's identifier limit; logical names follow it
@@ -101,6 +103,24 @@ def _check_globals(mapping: MappingFields, errors: list[MappingError]) -> None:
             errors.append(MappingError("unmapped.topic", "required with action: topic"))
         else:
             _check_template(rule.topic, "unmapped.topic", errors)
+    _check_debezium(mapping.debezium, errors)
+
+
+def _check_debezium(settings: DebeziumSettings, errors: list[MappingError]) -> None:
+    """The debezium-json codec's settings: a known decimal mode, a schema change topic template whose only
+    placeholder is ``{source_id}`` ("" for none)."""
+    path = "debezium.decimal_handling_mode"
+    _check_choice(settings.decimal_handling_mode, DECIMAL_HANDLING_MODES, path, errors)
+    template = settings.schema_change_topic
+    if template:
+        unknown = [f for f in re.findall(r"\{([^{}]*)\}", template) if f != "source_id"]
+        problem = (
+            f"unknown placeholder {{{unknown[0]}}} (only {{source_id}})"
+            if unknown
+            else topic_problem(template.replace("{source_id}", "source"))
+        )
+        if problem is not None:
+            errors.append(MappingError("debezium.schema_change_topic", problem))
 
 
 def _check_tables(mapping: MappingFields, db: LogicalDb, errors: list[MappingError]) -> tuple[Claimant, ...]:

@@ -46,7 +46,7 @@ def text_diff(old: Mapping, new: Mapping, old_label: str = "old", new_label: str
 def logical_changes(old: Mapping, new: Mapping) -> list[str]:
     """One line per logical db/table (or global setting) added, removed or changed."""
     lines: list[str] = []
-    for section in ("defaults", "unmapped", "topics"):
+    for section in ("defaults", "unmapped", "topics", "debezium"):
         if getattr(old, section) != getattr(new, section):
             lines.append(f"~ {section}: {getattr(old, section)} -> {getattr(new, section)}")
     olds = {d.name: d for d in old.logical_dbs}

@@ -24,6 +24,7 @@ import yaml
 
 from mapping.model import (
     ColumnControls,
+    DebeziumSettings,
     Defaults,
     LogicalDb,
     LogicalTable,
@@ -36,7 +37,8 @@ from relay.common.atomic import atomic_write_text
 from relay.common.strict_yaml import load_strict
 from relay.errors import InvalidMappingError, MappingError
 
-TOP_KEYS = ("version", "defaults", "topics", "unmapped", "logical_dbs", "tables")
+TOP_KEYS = ("version", "defaults", "topics", "debezium", "unmapped", "logical_dbs", "tables")
+DEBEZIUM_KEYS = ("schemas_enable", "decimal_handling_mode", "tombstones_on_delete", "schema_change_topic")
 DEFAULTS_KEYS = ("codec", "topic", "unclaimed_tables", "key_shard")
 TOPICS_KEYS = ("partitions", "replication_factor", "retention_ms", "create", "config")
 UNMAPPED_KEYS = ("action", "topic")
@@ -80,6 +82,7 @@ def parse_mapping(data: str | dict[str, Any], source: str = "<string>") -> Mappi
         fields["version"] = version
     fields["defaults"] = _defaults(reader, top)
     fields["topics"] = _topics(reader, top)
+    fields["debezium"] = _debezium(reader, top)
     fields["unmapped"] = _unmapped(reader, top)
     fields["logical_dbs"] = _logical_dbs(reader, top)
     if isinstance(data, str):
@@ -154,6 +157,21 @@ def _topics(reader: _Reader, top: Section) -> TopicSettings:
         retention_ms=reader.integer(sec, "retention_ms", "topics.retention_ms"),
         create=base.create if create is None else create,
         config=tuple(_topic_config(reader, sec.get("config")).items()),
+    )
+
+
+def _debezium(reader: _Reader, top: Section) -> DebeziumSettings:
+    sec = reader.section(top.get("debezium"), "debezium", DEBEZIUM_KEYS) or {}
+    base = DebeziumSettings()
+    schemas = reader.boolean(sec, "schemas_enable", "debezium.schemas_enable")
+    tombstones = reader.boolean(sec, "tombstones_on_delete", "debezium.tombstones_on_delete")
+    topic = reader.string(sec, "schema_change_topic", "debezium.schema_change_topic")
+    return DebeziumSettings(
+        schemas_enable=base.schemas_enable if schemas is None else schemas,
+        decimal_handling_mode=reader.string(sec, "decimal_handling_mode", "debezium.decimal_handling_mode")
+        or base.decimal_handling_mode,
+        tombstones_on_delete=base.tombstones_on_delete if tombstones is None else tombstones,
+        schema_change_topic=base.schema_change_topic if topic is None else topic,
     )
 
 

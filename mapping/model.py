@@ -48,7 +48,15 @@ from mapping.names import (
     table_path,
     topic_problem,
 )
-from mapping.parts import ColumnControls, Defaults, LogicalDb, LogicalTable, TopicSettings, UnmappedRule
+from mapping.parts import (
+    ColumnControls,
+    DebeziumSettings,
+    Defaults,
+    LogicalDb,
+    LogicalTable,
+    TopicSettings,
+    UnmappedRule,
+)
 from mapping.patterns import Claimant, first_match, quoted
 from relay.errors import InvalidMappingError, MappingError
 
@@ -59,6 +67,7 @@ __all__ = [
     "UNCLAIMED_CHOICES",
     "ColumnControls",
     "Coverage",
+    "DebeziumSettings",
     "Defaults",
     "InvalidMappingError",
     "LogicalDb",
@@ -172,6 +181,7 @@ class Mapping:
     defaults: Defaults = field(default_factory=Defaults)
     unmapped: UnmappedRule = field(default_factory=UnmappedRule)
     topics: TopicSettings = field(default_factory=TopicSettings)
+    debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # the debezium-json codec's
     # The YAML text it was parsed from, comments and all (None when built otherwise, e.g. by an edit):
     # what a store writes for a rollback or an import (``mapping.document``). Not part of the value.
     text: str | None = field(default=None, compare=False, repr=False)
@@ -278,6 +288,8 @@ class Mapping:
         out["unmapped"] = {"action": self.unmapped.action}
         if not self.unmapped.drops:
             out["unmapped"]["topic"] = self.unmapped.topic
+        if self.debezium != DebeziumSettings():  # written when set: older readers know no such section
+            out["debezium"] = dataclasses.asdict(self.debezium)
         out["logical_dbs"] = {db.name: _db_dict(db) for db in self.logical_dbs}
         return out
 

@@ -138,6 +138,26 @@ class LogicalDb:
         return next((t for t in self.tables if t.name == name), None)
 
 
+@dataclass(frozen=True)
+class DebeziumSettings:
+    """How the ``debezium-json`` codec writes its records (the mapping's ``debezium`` section), for every
+    route whose codec it is. Each setting mirrors the Debezium / Kafka Connect property it is named after.
+
+    ``schemas_enable`` (JsonConverter's ``schemas.enable``, default true): key and value as
+    ``{"schema":…,"payload":…}``; false: the payload alone. ``decimal_handling_mode`` (Debezium's
+    ``decimal.handling.mode``): ``precise`` (base64 of the unscaled value, ``Decimal`` schema),
+    ``string`` or ``double``. ``tombstones_on_delete`` (Debezium's ``tombstones.on.delete``, default
+    true): a DELETE is followed by a tombstone. ``schema_change_topic``: where DDL goes in Debezium's
+    schema-change shape, a template whose ``{source_id}`` is the relay's source id (Debezium's
+    ``topic.prefix`` topic); "" publishes no schema changes.
+    """
+
+    schemas_enable: bool = True
+    decimal_handling_mode: str = "precise"
+    tombstones_on_delete: bool = True
+    schema_change_topic: str = "{source_id}"
+
+
 class MappingFields(Protocol):
     """What the checks read of a ``mapping.model.Mapping`` (which calls them while it is being built)."""
 
@@ -151,3 +171,5 @@ class MappingFields(Protocol):
     def unmapped(self) -> UnmappedRule: ...
     @property
     def topics(self) -> TopicSettings: ...
+    @property
+    def debezium(self) -> DebeziumSettings: ...

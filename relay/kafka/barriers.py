@@ -57,7 +57,7 @@ class StatementRecords:
             value = codec_protobuf.statement_value(
                 entry, rc, route, seq, source.address, self.origin.source_id
             )
-        headers = self._statement_headers(entry, rc, route, seq)
+        headers = self.headers(entry, rc, route, seq)
         # A compacted topic refuses records without a key (Kafka: "Compacted topic cannot accept message
         # without key"): there the barrier gets one of its own shape, which no row key has.
         key = None
@@ -74,7 +74,7 @@ class StatementRecords:
         db = h.schema_name or rc.ddl_schema_name
         key = f"{db}.{h.table_name}" if h.table_name else db
         value = self._statement_json(entry, rc, route, seq)
-        headers = self._statement_headers(entry, rc, route, seq)
+        headers = self.headers(entry, rc, route, seq)
         return [Record(self.ddl_topic, None, text(key), value, headers)]
 
     def _statement_json(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> bytes:
@@ -92,7 +92,8 @@ class StatementRecords:
             entry, rc, sequence=seq, names=names, physical=physical, server=server
         )
 
-    def _statement_headers(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> Headers:
+    def headers(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> Headers:
+        """A statement record's headers: names (logical and physical), type, tag, source id, sequence."""
         h = entry.header
         if route is not None:
             headers, tag = route_headers(route)

@@ -6,8 +6,9 @@ the room that makes its records:
 - ``relay.kafka.plans``: the routing plan of each physical table (route, columns, keys, headers), cached;
 - ``relay.kafka.keys``, ``relay.kafka.headers``, ``relay.kafka.sequences``: record keys, headers, and the
   change identity (sequence, part);
-- ``relay.kafka.json_rows`` / ``relay.kafka.protobuf_rows``: the row paths of the two codecs, whose value
-  bytes ``relay.kafka.canal_json`` and ``relay.kafka.canal_protobuf`` build;
+- ``relay.kafka.json_rows`` / ``relay.kafka.protobuf_rows`` / ``relay.kafka.debezium_rows``: the row paths
+  of the three codecs, whose value bytes ``relay.kafka.canal_json``, ``relay.kafka.canal_protobuf`` and
+  ``relay.kafka.debezium_json`` build (debezium-json's DDL too: see ``relay.kafka.debezium_rows``);
 - ``relay.kafka.barriers``: DDL barriers and the DDL audit topic.
 
 It runs on the publisher thread, one batch of entries at a time, and hands ``relay.kafka.records.Record``
@@ -30,7 +31,9 @@ What becomes what:
   (a real one or the DELETE of a key change) is followed by a tombstone — same key, null value, the
   DELETE's headers — so compaction can eventually drop the key.
 - A DDL: a barrier on every partition of its table's topic, plus a copy on the DDL audit topic
-  (``relay.kafka.barriers``); other statements go to the audit topic only.
+  (``relay.kafka.barriers``); other statements go to the audit topic only. A debezium-json table's DDL
+  goes to the schema change topic instead of a barrier (a TRUNCATE: an ``op`` "t" event on every
+  partition), and to the audit topic.
 
 A snapshot chunk (an entry marked by ``relay.source.snapshot_entry``) becomes one INSERT per row carrying
 the time the chunk was read (ms) as its execute time (canal-json ``es`` and ``ts``, canal-protobuf
@@ -63,7 +66,7 @@ from collections.abc import Callable
 from mapping.model import Mapping, Route
 from relay.binlog.events import ColumnMeta
 from relay.canal.entry import Entry, EntryType, EventType, Header, RowChange
-from relay.kafka import json_rows, protobuf_rows
+from relay.kafka import debezium_rows, json_rows, protobuf_rows
 from relay.kafka.barriers import StatementRecords
 from relay.kafka.headers import (
     H_DB,
@@ -202,6 +205,8 @@ class RecordEncoder:
         headers = (*plan.headers, (H_TYPE, type_name.encode()), *plan.tag, self._origin.header)
         if plan.json is not None:
             return json_rows.rows(self._origin, entry, rc, plan, plan.json, first, headers, type_name)
+        if plan.debezium is not None:
+            return debezium_rows.rows(self._origin, entry, rc, plan, first, headers)
         return protobuf_rows.rows(self._origin, entry, rc, plan, first, headers)
 
     def _snapshot_rows(self, entry: Entry, rc: RowChange) -> list[Record]:
@@ -223,6 +228,8 @@ class RecordEncoder:
         headers = (*plan.headers, (H_TYPE, b"INSERT"), *plan.tag, self._origin.header, (H_SNAPSHOT, b"true"))
         if plan.json is not None:
             return json_rows.snapshot_rows(self._origin, entry, rc, plan, seq, chunk, headers)
+        if plan.debezium is not None:
+            return debezium_rows.snapshot_rows(self._origin, entry, rc, plan, seq, chunk, headers)
         return protobuf_rows.snapshot_rows(self._origin, entry, rc, plan, seq, chunk, headers)
 
     def _ddl(self, entry: Entry, rc: RowChange) -> list[Record]:
@@ -232,11 +239,30 @@ class RecordEncoder:
         # The table's definition changes here: build its plan (and check its key columns) afresh.
         self._plans.drop(h.schema_name, h.table_name)
         out: list[Record] = []
-        if route is not None:
+        if route is not None and route.codec == "debezium-json":
+            out.extend(self._debezium_statement(entry, rc, route, seq))
+        elif route is not None:
             out.extend(self._statements.barrier(entry, rc, route, seq, self.mapping))
             self._topics.add(route.topic)
         out.extend(self._audit(entry, rc, route, seq))
         return out
+
+    def _debezium_statement(self, entry: Entry, rc: RowChange, route: Route, seq: int) -> list[Record]:
+        """A debezium-json table's DDL: the schema change topic, or a truncate event (``debezium_rows``)."""
+        headers = self._statements.headers(entry, rc, route, seq)
+        mapping = self.mapping
+        records = debezium_rows.statement(
+            self._origin,
+            entry,
+            rc,
+            route,
+            compacted(mapping),
+            mapping.debezium,
+            self._statements.partitions,
+            headers,
+        )
+        self._topics.update(r.topic for r in records)
+        return records
 
     def _audit(self, entry: Entry, rc: RowChange, route: Route | None, seq: int) -> list[Record]:
         records = self._statements.audit(entry, rc, route, seq)

@@ -90,8 +90,9 @@ def plan_move(
     those the relay has published); None when no table changes topic.
 
     Refuses (``InvalidMappingError``) what cannot be copied exactly: a table whose codec changes with its
-    topic (its history is in the old codec), or a canal-protobuf table whose key changes (its records'
-    keys cannot be recomputed).
+    topic (its history is in the old codec), a canal-protobuf or debezium-json table whose key changes (its
+    records' keys cannot be recomputed), or a debezium-json table whose logical names change (its values
+    name them).
     """
     moved, problems = [], []
     for m in moves(old, new, sorted(set(tables))):
@@ -113,6 +114,18 @@ def plan_move(
                     name,
                     f"moves to {b.topic} with another key ({b.codec} keys are copied as they are); keep "
                     "the key, or set mapping.move: switch",
+                )
+            )
+        elif b.codec == "debezium-json" and (a.logical_db, a.logical_table) != (
+            b.logical_db,
+            b.logical_table,
+        ):
+            problems.append(
+                MappingError(
+                    name,
+                    f"moves to {b.topic} as {b.logical_db}.{b.logical_table}: debezium-json records name "
+                    f"their logical table ({a.logical_db}.{a.logical_table}) and are copied as they are; "
+                    "keep the logical names, or set mapping.move: switch",
                 )
             )
         moved.append((m.db, m.table, a.topic, b.topic))

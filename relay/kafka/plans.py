@@ -3,12 +3,14 @@
 ``TablePlan`` holds a table's route (topic, logical names, codec), its columns, its column controls
 (``relay.kafka.columns.Projection``, None for a table without), its keys
 (``relay.kafka.keys.KeyShape``), its headers, its canal-json table (``relay.kafka.canal_json.JsonTable``,
-for the canal-json codec) and whether its topic is compacted (a tombstone then follows every DELETE).
+for the canal-json codec) or debezium-json table (``relay.kafka.debezium_json.DebeziumTable``, made with
+the mapping's ``debezium`` settings), and whether its topic is compacted (a tombstone then follows every
+DELETE; in debezium-json also with ``tombstones_on_delete``).
 ``PlanCache`` makes a plan the first time a (db, table) is seen with a table map and keeps it while the
 table map stays the same: a new mapping (hot reload) drops every plan, a DDL drops the table's, and a cache
 grown past ``PLAN_CACHE_SIZE`` tables starts afresh. A table the mapping drops is cached as None.
 
-``key_change`` builds the records of an UPDATE that changes the key, for both codecs.
+``key_change`` builds the records of an UPDATE that changes the key, for both canal codecs.
 
 Used by the record encoder (``relay.kafka.codec``) on the publisher thread; not thread-safe.
 """
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mapping.model import Mapping, Route
+from mapping.model import DebeziumSettings, Mapping, Route
 from relay.binlog.events import ColumnMeta, RowImage
 from relay.kafka import canal_json as codec_json
+from relay.kafka import debezium_json
 from relay.kafka.columns import Projection, projection
 from relay.kafka.headers import H_PART, H_SEQUENCE, H_TYPE, Headers, Origin, route_headers, tombstone
 from relay.kafka.keys import KeyShape, key_shape
@@ -42,22 +45,37 @@ class TablePlan:
     compact: bool = False  # the topic is compacted: a tombstone follows every DELETE
     # the route's column controls (relay.kafka.columns); None: the rows are published as read
     projection: Projection | None = None
+    debezium: debezium_json.DebeziumTable | None = None  # the debezium-json codec's shared parts
+    # debezium-json: a tombstone follows every DELETE (``tombstones_on_delete``, or a compacted topic)
+    tombstones: bool = False
 
 
-def table_plan(route: Route, columns: tuple[ColumnMeta, ...], compact: bool) -> TablePlan:
+def table_plan(
+    route: Route, columns: tuple[ColumnMeta, ...], compact: bool, debezium: DebeziumSettings | None = None
+) -> TablePlan:
     headers, tag = route_headers(route)
     shown = projection(route, columns)  # raises MappingError (fail closed)
     published = columns if shown is None else shown.columns
     json_table = codec_json.json_table(route, published) if route.codec == "canal-json" else None
+    key = key_shape(route, published)  # raises MappingError (fail closed)
+    table, tombstones = None, False
+    if route.codec == "debezium-json":
+        # built from the PUBLISHED columns: an excluded column is absent, a hashed/masked one a string
+        settings = debezium or DebeziumSettings()
+        mode = settings.decimal_handling_mode
+        table = debezium_json.debezium_table(route, published, key, settings.schemas_enable, mode)
+        tombstones = settings.tombstones_on_delete or compact
     return TablePlan(
         route=route,
         columns=columns,
-        key=key_shape(route, published),  # raises MappingError (fail closed)
+        key=key,
         headers=headers,
         tag=tag,
         json=json_table,
         compact=compact,
         projection=shown,
+        debezium=table,
+        tombstones=tombstones,
     )
 
 
@@ -85,7 +103,7 @@ class PlanCache:
             plan = replace(plan, columns=columns)  # same table map decoded again: identity for next time
         else:
             route = mapping.resolve(db, table)
-            plan = None if route is None else table_plan(route, columns, compacted(mapping))
+            plan = None if route is None else table_plan(route, columns, compacted(mapping), mapping.debezium)
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
         self._plans[(db, table)] = plan

@@ -4,6 +4,7 @@ from Kafka: tests/integration/test_column_controls.py)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
@@ -247,6 +248,39 @@ def test_canal_protobuf_publishes_the_controlled_values_in_both_images(
         assert {c.name: (c.mysqlType, c.sqlType) for c in image}["email"] == ("char(64)", 1)
     assert [c.name for c in row.afterColumns if c.updated] == ["email"]
     assert b"123-45-6789" not in update.value and b"ann@example.com" not in update.value
+
+
+def test_debezium_json_publishes_the_controlled_values_and_its_schema_has_the_published_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SALT, "pepper")
+    controls = {**CONTROLS, "mask": {"phone": 4, "age": 2}}  # a masked INT is text: a string field
+    enc = encoder(people(controls, codec="debezium-json"))
+    changed = ("1", "bob@example.com", "+1 555", "5000-0000", "\x00\x01\x02", "999-99-9999", "42")
+    (update,) = enc.encode(entry(EventType.UPDATE, RowImage(ROW, changed)))
+    delete, tombstone = enc.encode(entry(EventType.DELETE, RowImage(ROW, None)))
+    assert tombstone.value is None
+    for record in (update, delete):
+        assert record.value is not None
+        for secret in ("ann@example.com", "12 34", "5678", "123-45-6789", "999-99", "bob@", "PNG", "ssn"):
+            assert secret.encode() not in record.value
+    value = json.loads(update.value or b"")
+    photo = base64.b64encode(b"\x89P").decode()  # truncated to 2 bytes, then Debezium's base64 bytes
+    assert value["payload"]["before"] == {
+        "id": 1, "email": digest("ann@example.com"), "phone": "****", "card": "4970", "photo": photo,
+        "age": "**",
+    }  # fmt: skip
+    assert value["payload"]["after"]["email"] == digest("bob@example.com")
+    assert json.loads(delete.value or b"")["payload"]["before"] == value["payload"]["before"]
+    fields = {f["field"]: f for f in value["schema"]["fields"]}
+    for image in ("before", "after"):
+        shown = {f["field"]: (f["type"], f["optional"]) for f in fields[image]["fields"]}
+        assert shown == {
+            "id": ("int32", False), "email": ("string", True), "phone": ("string", True),
+            "card": ("string", True), "photo": ("bytes", True), "age": ("string", True),
+        }  # fmt: skip
+    key = json.loads(update.key or b"")
+    assert key["payload"] == {"id": 1} and key["schema"]["name"] == "crm.people.Key"
 
 
 def test_a_hashed_binary_value_hashes_its_bytes_and_null_stays_null(monkeypatch: pytest.MonkeyPatch) -> None:

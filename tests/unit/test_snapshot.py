@@ -210,6 +210,29 @@ def test_a_snapshot_record_in_canal_protobuf_carries_the_read_time_too() -> None
     assert resume_after(entry).timestamp == 0
 
 
+def test_a_snapshot_record_in_debezium_json_is_a_read_at_the_read_time() -> None:
+    spec = _spec()
+    snap = _snapshot(spec)
+    before = int(time.time() * 1000)
+    chunk = Chunk(spec, position(FILE, 900), position(FILE, 1000), [("5", "A")], ["5"], True)
+    after = int(time.time() * 1000)
+    snap.watermarks.submit(chunk)
+    (entry,) = snap.due(False, None)
+    debezium = parse_mapping(
+        {
+            "unmapped": {"action": "drop"},
+            "logical_dbs": {"shop": {"physical": [r"shop_\d+"], "codec": "debezium-json"}},
+        }
+    )
+    encoder = RecordEncoder(debezium, SourceIdentity("db", 3306, 1), ddl_topic=None, partitions=lambda _: 3)
+    (record,) = encoder.encode(entry)
+    payload = json.loads(record.value)["payload"]
+    assert payload["op"] == "r" and payload["source"]["snapshot"] == "true"
+    # ts_ms and source.ts_ms: the time the chunk was read (canal-json's es), not 0 (1970)
+    assert before <= payload["ts_ms"] == payload["source"]["ts_ms"] == chunk.read_ms <= after
+    assert entry.header.execute_time == 0 and resume_after(entry).timestamp == 0
+
+
 def test_a_snapshot_record_has_the_same_bytes_with_and_without_the_c_helper(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

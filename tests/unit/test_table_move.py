@@ -110,6 +110,30 @@ def test_a_move_that_changes_the_codec_or_a_protobuf_key_is_refused_naming_the_t
     assert plan_move(proto, mapping(2, {"codec": "canal-protobuf", "topic": "x"}), TABLES, "s") is not None
 
 
+def test_a_debezium_json_move_keeps_its_key_and_logical_names() -> None:
+    dbz = {"codec": "debezium-json", "topic": "shop.orders"}
+    old = mapping(1, dbz)
+    assert plan_move(old, mapping(2, {**dbz, "topic": "x"}), TABLES, "s") is not None
+    with pytest.raises(InvalidMappingError, match="another key"):
+        plan_move(old, mapping(2, {**dbz, "topic": "x", "key": ["status"]}), TABLES, "s")
+    renamed = parse_mapping(
+        {
+            "version": 2,
+            "unmapped": {"action": "drop"},
+            "logical_dbs": {
+                "shop": {
+                    "physical": ["shop_\\d+"],
+                    "tables": {"sales": {"physical": ["orders_\\d+"], **dbz, "topic": "x"}},
+                }
+            },
+        }
+    )
+    with pytest.raises(
+        InvalidMappingError, match=r"as shop\.sales: debezium-json records name their logical table"
+    ):
+        plan_move(old, renamed, TABLES, "s")
+
+
 def test_the_plan_copies_only_this_sources_records_of_moving_tables_from_their_old_topic() -> None:
     plan = plan_move(V1, V2, TABLES, "src")
     assert plan is not None
