@@ -145,12 +145,13 @@ class Heartbeats:
 
     # -- RelayObserver ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Check the topic (create it) and run the query once: a wrong topic or query stops the start."""
+        """Check the topic (create it) and run the query once: a topic that cannot be had or a query
+        that fails stops the start (``PublishError``, ``ConfigError`` naming the key)."""
         if self._topic is not None:
             try:
                 self._topic.ensure()
-            except RelayError as exc:
-                raise ConfigError("kafka.heartbeat_topic", str(exc)) from exc
+            except RelayError as exc:  # the broker away, or no right to create it: say which setting
+                raise PublishError(f"kafka.heartbeat_topic {self.config.topic!r}: {exc}") from exc
             self._producer = Producer(self.config.producer)
         if self.config.query:
             problem = self._run_query()
