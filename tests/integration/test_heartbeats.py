@@ -21,15 +21,18 @@ import signal
 import statistics
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from relay.common.binlog_names import file_order
 from relay.config.load import load_config
+from relay.dev import services
 from relay.dev.services import KafkaService
 from relay.ops.status import status_report
 from relay.positions.store import ResumePoint
@@ -229,7 +232,8 @@ def test_position_follows_a_busy_uncaptured_table_with_heartbeats(case: Case, mo
 def test_heartbeat_query_moves_the_position_of_an_idle_server(case: Case) -> None:
     query = f"UPDATE {case.prefix}_noise.beat SET at = NOW(6) WHERE id = 1"
     kafka = {"heartbeat_topic": case.heartbeat_topic, "heartbeat_seconds": 0.5, "heartbeat_query": query}
-    cfg = case.configure({"kafka": {"bootstrap_servers": case.bootstrap, **kafka}})
+    metrics = {"port": services.free_port(), "server_check_seconds": 0.5}
+    cfg = case.configure({"kafka": {"bootstrap_servers": case.bootstrap, **kafka}, "metrics": metrics})
     config = load_config(cfg)
     # The query runs as source.user: it needs the grant, as a real deployment's relay user would.
     grant = f"UPDATE ON {case.prefix}_noise.beat"
@@ -257,6 +261,16 @@ def beating(case: Case, cfg: Path, config: Any) -> None:
     beats = report["heartbeats"] or {}
     assert beats.get("queries", 0) >= 5 and beats.get("query_failures") == 0, report
     assert report["lag_seconds"] is not None and report["lag_seconds"] < 4.0, report
+    with urllib.request.urlopen(f"http://127.0.0.1:{config.metrics.port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    scraped = {
+        (sample.name, sample.labels.get("kind")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert scraped[("relay_heartbeats_total", "queries")] >= 5
+    assert scraped[("relay_heartbeats_total", "query_failures")] == 0
+    assert scraped[("relay_heartbeats_total", "records")] >= 1
     first = saved(relay)
     assert first is not None
     wait_for(
