@@ -27,11 +27,13 @@ needlessly. Binlog time, not wall-clock time (as canal), so a re-read decides th
 At the binlog end those rules alone would leave the saved position behind the last stretch of
 filtered-out traffic (up to the interval, or the threshold, of empty transactions) until something
 else happens — a busy uncaptured table then ends with hours of binlog re-read at a restart, or a lag
-that reads seconds too high. So the last empty transaction dropped is kept (``dropped_pair``), and
+that reads seconds too high. So the last empty transaction dropped is kept (``holds_dropped``), and
 ``pass_dropped`` hands it out whole when the parser finds itself at the binlog end (``relay.source
-.parser``): only while nothing was put after it, so binlog order holds; its END is then the batch's ack
+.parser``): only while nothing went out after it, so binlog order holds; its END is then the batch's ack
 point like any END, and the position saved after it follows the publish path's ordering (acked only once
-every earlier batch is, in exactly-once mode inside the Kafka transaction).
+every earlier batch is, in exactly-once mode inside the Kafka transaction). That decision depends on
+when the parser waits, not on binlog time, so a re-read may pass other empty transactions: harmless, as
+they make no record and a failover's matching never compares BEGIN/END (``relay.source.failover``).
 
 ``last_seen_ms`` is the binlog time of the last entry processed, kept or dropped: the source time the
 relay has read up to (heartbeats report it, ``relay.daemon.heartbeats``).
