@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import pytest
 
 from relay.config.load import parse_config
-from relay.daemon.heartbeats import HeartbeatConfig, heartbeat_key, heartbeat_value
+from relay.config.sections import SourceConfig
+from relay.daemon.heartbeats import HeartbeatConfig, Heartbeats, heartbeat_key, heartbeat_value
+from relay.daemon.status import RelayStats
 from relay.errors import ConfigError
 from relay.positions.store import ResumePoint
 
@@ -67,3 +70,33 @@ def test_the_record_is_debeziums_heartbeat_with_our_position_beside_it() -> None
     }
     no_gtids = json.loads(heartbeat_value(beats, ResumePoint("mysql-bin.000001", 4), 0, 1))
     assert "gtids" not in no_gtids and no_gtids["source_ts_ms"] is None
+
+
+class _Source:
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+
+
+class _Instance:
+    """What the heartbeats read of a canal instance: the saved point, the last event's time, the source."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.saved_point: ResumePoint | None = None
+        self.last_event_ms = 0
+        self.source = _Source(config)
+
+
+def test_a_query_that_fails_after_the_start_is_counted_and_tried_again() -> None:
+    with socket.socket() as s:  # a port nothing listens on: the server went away
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = SourceConfig(host="127.0.0.1", port=port, user="relay", connect_timeout=1.0)
+    config = parse_config({"kafka": {"heartbeat_query": "UPDATE hb.beat SET at = NOW() WHERE id = 1"}})
+    stats = RelayStats()
+    beats = Heartbeats(HeartbeatConfig.of(config, {}), _Instance(source), stats)  # type: ignore[arg-type]
+    beats.beat()
+    beats.beat()  # never raises: logged, counted, tried again
+    assert stats.heartbeats is not None
+    assert stats.heartbeats["query_failures"] == 2 and stats.heartbeats["queries"] == 0
+    assert f"127.0.0.1:{port}" in stats.heartbeats["last_error"]
+    assert stats.heartbeats["records"] == 0 and stats.heartbeats["last_position"] is None  # no topic
