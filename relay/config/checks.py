@@ -136,6 +136,12 @@ def _heartbeats(c: RelayConfig, p: _Problems) -> None:
         problem = topic_problem(k.heartbeat_topic)
         if problem is not None:
             p.add("kafka.heartbeat_topic", problem)
+        others = {"kafka.ddl_topic": k.ddl_topic, "kafka.dead_letter_topic": k.dead_letter_topic}
+        if k.exactly_once:
+            others["kafka.positions_topic"] = k.positions_topic
+        for key, topic in others.items():
+            if topic == k.heartbeat_topic:
+                p.add("kafka.heartbeat_topic", f"{topic!r} is also {key}: heartbeats need their own topic")
     if not 0.1 <= k.heartbeat_seconds <= 3600:
         p.add("kafka.heartbeat_seconds", f"must be 0.1..3600 seconds, got {k.heartbeat_seconds!r}")
     if k.heartbeat_query is not None and not k.heartbeat_query.strip():

@@ -24,6 +24,7 @@ from relay.positions.store import ResumePoint
         ({"heartbeat_topic": "hb", "heartbeat_seconds": 0}, "kafka.heartbeat_seconds", "0.1..3600"),
         ({"heartbeat_seconds": 7200}, "kafka.heartbeat_seconds", "0.1..3600"),
         ({"heartbeat_query": "  "}, "kafka.heartbeat_query", "SQL statement"),
+        ({"heartbeat_topic": "relay.ddl"}, "kafka.heartbeat_topic", "also kafka.ddl_topic"),
     ],
 )
 def test_heartbeat_settings_are_refused_naming_the_key(kafka: dict[str, Any], key: str, says: str) -> None:
