@@ -1,7 +1,8 @@
 """Unit tests of the publish loop (``relay.daemon.pipeline.Relay``) with fakes for the producer, the
 binlog server (the canal instance's fake parser, ``tests.unit.test_canal_instance``), the position store
 and the HA leadership: start and batches acked, a failed batch rolled back and resent, stop with batches
-in flight, a takeover after the leadership is lost. No services; the real canal instance parts, store
+in flight, a takeover after the leadership is lost, an empty transaction's position committed inside
+the Kafka transaction in exactly-once mode. No services; the real canal instance parts, store
 and record encoder run."""
 
 from __future__ import annotations
