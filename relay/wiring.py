@@ -32,6 +32,7 @@ from relay.canal.sink import NameFilter, Sink
 from relay.config.load import RelayConfig
 from relay.config.sections import InstanceConfig, SinkConfig
 from relay.config.state import MAPPING_HISTORY_DIR, POSITION_FILE, SCHEMA_HISTORY_FILE
+from relay.daemon.heartbeats import HeartbeatConfig, Heartbeats
 from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts, RelayRooms
 from relay.errors import ConfigError, MappingStoreError
@@ -380,4 +381,7 @@ def build_relay(
     )
     relay = Relay(config, mapping, parts, RelayRooms.build(config, mapping, parts))
     relay.observe(MetricsExporter(config.metrics, relay))
+    if config.kafka.heartbeats:
+        beats = HeartbeatConfig.of(config, publisher_config(config, mapping).producer_settings())
+        relay.observe(Heartbeats(beats, relay.instance, relay.stats))
     return relay

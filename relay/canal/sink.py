@@ -24,6 +24,20 @@ when an EMPTY transaction is let through: here any END that goes out restarts th
 already moved the position — so an empty transaction right after real traffic is not let through
 needlessly. Binlog time, not wall-clock time (as canal), so a re-read decides the same way.
 
+At the binlog end those rules alone would leave the saved position behind the last stretch of
+filtered-out traffic (up to the interval, or the threshold, of empty transactions) until something
+else happens — a busy uncaptured table then ends with hours of binlog re-read at a restart, or a lag
+that reads seconds too high. So the last empty transaction dropped is kept (``holds_dropped``), and
+``pass_dropped`` hands it out whole when the parser finds itself at the binlog end (``relay.source
+.parser``): only while nothing went out after it, so binlog order holds; its END is then the batch's ack
+point like any END, and the position saved after it follows the publish path's ordering (acked only once
+every earlier batch is, in exactly-once mode inside the Kafka transaction). That decision depends on
+when the parser waits, not on binlog time, so a re-read may pass other empty transactions: harmless, as
+they make no record and a failover's matching never compares BEGIN/END (``relay.source.failover``).
+
+``last_seen_ms`` is the binlog time of the last entry processed, kept or dropped: the source time the
+relay has read up to (heartbeats report it, ``relay.daemon.heartbeats``).
+
 Only a transaction's BEGIN is held back, until its first kept entry (then it goes out first) or its
 END (then the transaction was empty); nothing else is buffered, however large the transaction.
 """
@@ -77,10 +91,15 @@ class Sink:
         self._pending_begin: Entry | None = None
         self._empty_count = 0  # empty transactions trimmed since an END last went out
         self._last_end_time = 0  # binlog ms of the last END that went out
+        # The last empty transaction dropped (BEGIN, END) while nothing went out after it: ``pass_dropped``
+        self._dropped_pair: tuple[Entry, Entry] | None = None
         self.dropped = 0  # entries dropped so far (filtered rows and trimmed BEGIN/END)
+        self.last_seen_ms = 0  # binlog time of the last entry processed, kept or dropped
 
     def process(self, entries: list[Entry]) -> list[Entry]:
         out: list[Entry] = []
+        if entries:
+            self.last_seen_ms = max(self.last_seen_ms, entries[-1].header.execute_time)
         for entry in entries:
             kind = entry.entry_type
             if kind == EntryType.ROWDATA:
@@ -90,8 +109,31 @@ class Sink:
             elif kind == EntryType.TRANSACTIONEND:
                 self._on_end(entry, out)
             else:
+                self._dropped_pair = None  # something after it went out: it may no longer follow
                 out.append(entry)
         return out
+
+    @property
+    def holds_dropped(self) -> bool:
+        """An empty transaction was dropped and nothing went out after it."""
+        return self._dropped_pair is not None
+
+    def pass_dropped(self) -> list[Entry]:
+        """The last empty transaction dropped (BEGIN, END), when nothing went out after it, else []:
+        the parser at the binlog end puts it, so the saved position reaches the end of filtered-out
+        traffic. The empty-transaction clock starts again, as for any END that goes out."""
+        pair, self._dropped_pair = self._dropped_pair, None
+        if pair is None:
+            return []
+        self.dropped -= 2  # counted as trimmed when dropped: it goes out after all
+        self._empty_count = 0
+        self._last_end_time = pair[1].header.execute_time
+        return [pair[0], pair[1]]
+
+    def forget_dropped(self) -> None:
+        """Entries that do not come from ``process`` (snapshot chunks) were put after the dropped
+        transaction: passing it now would put it after them, out of binlog order."""
+        self._dropped_pair = None
 
     # -- filters -----------------------------------------------------------------------------------
     def _passes(self, name: str) -> tuple[bool, bool]:
@@ -131,6 +173,7 @@ class Sink:
         if self._pending_begin is not None:
             out.append(self._pending_begin)
             self._pending_begin = None
+        self._dropped_pair = None
         out.append(entry)
 
     def _on_begin(self, entry: Entry) -> None:
@@ -144,8 +187,10 @@ class Sink:
         if begin is not None:  # nothing of the transaction was kept: it is empty
             if self.config.filter_empty_transactions and not self._let_empty_through(entry):
                 self.dropped += 2
+                self._dropped_pair = (begin, entry)
                 return
             out.append(begin)
+        self._dropped_pair = None
         out.append(entry)
         # The saved position can move up to here now: the empty-transaction clock starts again.
         self._empty_count = 0

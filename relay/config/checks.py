@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mapping.names import topic_problem
 from relay.config.model import RelayConfig
 from relay.config.sections import (
     compile_filter,
@@ -56,6 +57,7 @@ def config_problems(c: RelayConfig) -> list[ConfigError]:
             f"must be between 0 and 10, got {c.positions.save_interval_seconds!r}",
         )
     _transactions(c, p)
+    _heartbeats(c, p)
     _ha(c, p)
     p.run(c.metrics.validate, "metrics")
     p.run(c.snapshot.validate, "snapshot")
@@ -126,6 +128,24 @@ def _transactions(c: RelayConfig, p: _Problems) -> None:
         p.add("kafka.transaction_linger_seconds", "must not be negative")
     if k.exactly_once and not k.positions_topic:
         p.add("kafka.positions_topic", "must name a topic")
+
+
+def _heartbeats(c: RelayConfig, p: _Problems) -> None:
+    k = c.kafka
+    if k.heartbeat_topic is not None:
+        problem = topic_problem(k.heartbeat_topic)
+        if problem is not None:
+            p.add("kafka.heartbeat_topic", problem)
+        others = {"kafka.ddl_topic": k.ddl_topic, "kafka.dead_letter_topic": k.dead_letter_topic}
+        if k.exactly_once:
+            others["kafka.positions_topic"] = k.positions_topic
+        for key, topic in others.items():
+            if topic == k.heartbeat_topic:
+                p.add("kafka.heartbeat_topic", f"{topic!r} is also {key}: heartbeats need their own topic")
+    if not 0.1 <= k.heartbeat_seconds <= 3600:
+        p.add("kafka.heartbeat_seconds", f"must be 0.1..3600 seconds, got {k.heartbeat_seconds!r}")
+    if k.heartbeat_query is not None and not k.heartbeat_query.strip():
+        p.add("kafka.heartbeat_query", "must be an SQL statement, or null for none")
 
 
 def _ha(c: RelayConfig, p: _Problems) -> None:

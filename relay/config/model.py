@@ -99,6 +99,16 @@ class KafkaSettings:
     # Exactly-once mode (``relay.kafka.positions``): the position is committed in the same transaction.
     exactly_once: bool = False
     positions_topic: str = "relay.positions"
+    # Heartbeats (``relay.daemon.heartbeats``): every ``heartbeat_seconds``, a record with the saved
+    # position to ``heartbeat_topic`` (None: none) and ``heartbeat_query`` run on the source (None: none).
+    heartbeat_topic: str | None = None
+    heartbeat_seconds: float = 10.0
+    heartbeat_query: str | None = None
+
+    @property
+    def heartbeats(self) -> bool:
+        """Whether the relay beats at all: a heartbeat topic or a heartbeat query is set."""
+        return bool(self.heartbeat_topic) or bool(self.heartbeat_query)
 
     @property
     def mode(self) -> str:

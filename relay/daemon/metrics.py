@@ -210,6 +210,13 @@ class RelayCollector(Collector):
             ),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+        if s.heartbeats is not None:  # relay.daemon.heartbeats: records sent, queries run, their failures
+            beats = CounterMetricFamily(
+                "relay_heartbeats", "Heartbeat records and queries done, and their failures", labels=["kind"]
+            )
+            for kind in ("records", "record_failures", "queries", "query_failures"):
+                beats.add_metric([kind], s.heartbeats.get(kind, 0))
+            yield beats
 
     def _gauges(self) -> Iterator[Metric]:
         relay, s = self.relay, self.relay.stats

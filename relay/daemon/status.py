@@ -37,6 +37,9 @@ class RelayStats:
     last_ack_time: float = 0.0
     state: str = "starting"
     error: str = ""
+    # The heartbeats' counters and last position/error (``relay.daemon.heartbeats``, its thread writes
+    # a new dict each beat); None: no heartbeats.
+    heartbeats: dict[str, Any] | None = None
     # (time, records published by then): the samples of the last RATE_WINDOW seconds and one before
     _window: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
 

@@ -192,6 +192,8 @@ def kafka_checks(config: RelayConfig, mapping: Mapping | None, live: set[str], o
     if k.exactly_once:
         probe = f"the read_committed probe writes to {k.positions_topic}.probe: proved at start only"
         out(Check(SKIP, "kafka exactly-once", probe))
+    if k.heartbeat_query:
+        out(Check(SKIP, "heartbeat query", "it writes to the source: run (and proved) at start only"))
 
 
 def _wanted_topics(config: RelayConfig, mapping: Mapping | None, live: set[str]) -> dict[str, dict[str, str]]:
@@ -202,6 +204,8 @@ def _wanted_topics(config: RelayConfig, mapping: Mapping | None, live: set[str])
     for topic in (k.ddl_topic, k.dead_letter_topic):
         if topic:
             wanted.setdefault(topic, {})
+    if k.heartbeat_topic:
+        wanted[k.heartbeat_topic] = {"cleanup.policy": "compact"}
     if k.exactly_once:
         wanted[k.positions_topic] = {"cleanup.policy": "compact"}
         if config.schema.history != "off":

@@ -68,6 +68,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         "kafka_mode": data.get("kafka_mode") or config.kafka.mode,
         "transactional_id": data.get("transactional_id") or transactional_id(config),
         "mapping_move": _move_line(data.get("mapping_move")) if running else None,
+        "heartbeats": data.get("heartbeats") if running else None,
         **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }

@@ -69,6 +69,9 @@ class Parser(Protocol):
     @property
     def running(self) -> bool: ...
 
+    @property
+    def last_event_ms(self) -> int: ...
+
     def join(self, timeout: float) -> None: ...
 
 
@@ -161,6 +164,12 @@ class CanalInstance:
     @property
     def last_acked(self) -> ResumePoint | None:
         return self.acks.last_acked
+
+    @property
+    def last_event_ms(self) -> int:
+        """The binlog time (ms) of the last entry the parser read, captured or filtered out; 0 before
+        the first (heartbeats report it as the source time, ``relay.daemon.heartbeats``)."""
+        return self.parser.last_event_ms
 
     @property
     def save_failure(self) -> BaseException | None:

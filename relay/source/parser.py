@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 
 from relay.binlog.events import BinlogEvent, QueryEvent
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 # The parser is at the binlog end (``AckPath.idle``: a caught-up point is saved at once) when this
 # passes with no event and nothing held back.
 IDLE_SECONDS = 0.01
+# At the binlog end the last empty transaction the sink dropped is put (``Sink.pass_dropped``), so the
+# saved position and the lag follow filtered-out traffic; at most once per this many seconds, so a
+# trickle of uncaptured writes costs one empty batch (and position write) a second, not one per write.
+DROPPED_PASS_SECONDS = 1.0
 
 
 class _Cursor:
@@ -104,6 +109,7 @@ class ParserLoop:
         self.scan = TransactionScan(config.name, self.statements, stopping)
         self.failover.hold_bytes = max(1, store.config.memory_budget // 2)
         self.last_put: Entry | None = None  # a failover continues after it
+        self._dropped_passed = 0.0  # time.monotonic() when an empty transaction was last passed at the end
         self.failure: BaseException | None = None
         self._runner: threading.Thread | None = None
 
@@ -137,6 +143,11 @@ class ParserLoop:
     @property
     def running(self) -> bool:
         return self._runner is not None and self._runner.is_alive()
+
+    @property
+    def last_event_ms(self) -> int:
+        """The binlog time of the last entry read (kept or filtered out); 0 before the first."""
+        return self.sink.last_seen_ms
 
     def join(self, timeout: float) -> None:
         if self._runner is not None:
@@ -185,8 +196,10 @@ class ParserLoop:
         except SourceUnavailableError as exc:
             return self._unavailable(exc, cursor, holding)
         if event is None:
+            if not holding:
+                self._pass_dropped()  # before any snapshot chunk: chunks sit at the place read now
             if snap is not None:
-                self.pending.add(snap.due(cursor.builder.in_transaction, cursor.builder.gtid_set))
+                self._add_chunks(snap.due(cursor.builder.in_transaction, cursor.builder.gtid_set))
             if not holding:
                 self.put(self.pending.take())
                 if wait > 0 and not self.acks.idle:  # silent for a whole wait: at the binlog end
@@ -214,7 +227,7 @@ class ParserLoop:
         if entries:
             self.pending.add(entries)
         if snap is not None:
-            self.pending.add(snap.due(cursor.builder.in_transaction, cursor.builder.gtid_set))
+            self._add_chunks(snap.due(cursor.builder.in_transaction, cursor.builder.gtid_set))
         holding = cursor.holding()
         if not self.pending.due(holding):
             return cursor
@@ -230,6 +243,29 @@ class ParserLoop:
             cursor.scanned = txn_start
         self.put(self.pending.take())
         return cursor
+
+    def _pass_dropped(self) -> None:
+        """At the binlog end: the last empty transaction the sink dropped goes to the store (at most
+        once per ``DROPPED_PASS_SECONDS``), so the saved position reaches the end of filtered-out
+        traffic (``relay.canal.sink``). After a failover, what the standby re-reads is filtered as the
+        sink's other output is."""
+        if not self.sink.holds_dropped:
+            return
+        now = time.monotonic()
+        if now - self._dropped_passed < DROPPED_PASS_SECONDS:
+            return
+        self._dropped_passed = now
+        entries = self.sink.pass_dropped()
+        drop = self.reading.drop
+        if drop is not None and entries:
+            entries = drop.filter(entries)
+        self.pending.add(entries)
+
+    def _add_chunks(self, chunks: list[Entry]) -> None:
+        """Snapshot chunks due now: after them an empty transaction dropped before may not be passed."""
+        if chunks:
+            self.sink.forget_dropped()
+            self.pending.add(chunks)
 
     def _room_to_hold(self) -> bool:
         """Entries held back count against the store's budget: True when the store holds less than the

@@ -96,6 +96,9 @@ def test_a_sound_installation_passes_and_nothing_is_written(
     root = f"/relay-check-{uuid.uuid4().hex[:8]}"
     ha = {"enabled": True, "zookeeper": zk_service.hosts, "root": root, "connect_timeout_seconds": 5.0}
     extra = {"ha": ha, "positions": {"backend": "zookeeper"}, "metrics": {"port": services.free_port()}}
+    # Heartbeats: their topic is checked like the others; the query writes, so it is proved at start only.
+    beat = f"UPDATE {prefix}_00.customers SET name = name WHERE id = 0"
+    extra["kafka"] = {"heartbeat_topic": f"{prefix}.heartbeats", "heartbeat_query": beat}
     cfg = _config(tmp_path, mysql_service, bootstrap, _mapping(prefix), extra)
     work = tmp_path / "work"
     work.mkdir()
@@ -123,6 +126,8 @@ def test_a_sound_installation_passes_and_nothing_is_written(
         "ok    mapping against the source: ",
         "ok    start: current end of the binlog",
         f"ok    topic {prefix}.orders: absent: created at start",
+        f"ok    topic {prefix}.heartbeats: absent: created at start",
+        "skip  heartbeat query: it writes to the source",
         "ok    zookeeper: ",
         "ok    metrics: ",
     ):

@@ -104,6 +104,7 @@ class FakeParser:
         self.failure: BaseException | None = None
         self.fail_with: BaseException | None = None
         self.opened_with: ResumePoint | str | None = "not opened"
+        self.last_event_ms = 0
         self._runner: threading.Thread | None = None
 
     def open(self, saved: ResumePoint | None) -> None:

@@ -1,12 +1,14 @@
 """Unit tests of the publish loop (``relay.daemon.pipeline.Relay``) with fakes for the producer, the
 binlog server (the canal instance's fake parser, ``tests.unit.test_canal_instance``), the position store
 and the HA leadership: start and batches acked, a failed batch rolled back and resent, stop with batches
-in flight, a takeover after the leadership is lost. No services; the real canal instance parts, store
+in flight, a takeover after the leadership is lost, an empty transaction's position committed inside
+the Kafka transaction in exactly-once mode. No services; the real canal instance parts, store
 and record encoder run."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,8 @@ from relay.config.load import parse_config
 from relay.daemon.pipeline import Relay, RelayParts
 from relay.errors import LeadershipError, PublishError
 from relay.kafka.records import BatchHandle, Record
-from tests.unit.test_canal_instance import MemoryPositions, binlog, build, wait_for
+from relay.positions.store import ResumePoint
+from tests.unit.test_canal_instance import MemoryPositions, binlog, build, transaction, wait_for
 
 
 class FakeProducer:
@@ -246,3 +249,84 @@ def test_a_start_that_fails_on_the_topics_stops_the_instance_and_closes_the_prod
     assert not relay.instance.running and producer.closed  # nothing left reading or open after it
     assert producer.sent == [] and positions.point is None
     assert relay.stats.state == "failed"
+
+
+class TransactionalProducer(FakeProducer):
+    """The transactional publisher's interface in memory: batches are delivered only by ``commit``, which
+    records the extra records (the exactly-once position) it was given."""
+
+    transactional_id = "unit"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: float | None = None
+        self.commits: list[list[Record]] = []
+
+    def send(self, batch_id: int, records: Sequence[Record], where: str = "") -> BatchHandle:
+        if self.opened is None:
+            self.opened = time.monotonic()
+        return super().send(batch_id, records, where)
+
+    def transaction_age(self) -> float | None:
+        return None if self.opened is None else time.monotonic() - self.opened
+
+    def batch_ids(self) -> list[int]:
+        return [h.batch_id for h in self.handles]
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0  # nothing is delivered outside a commit
+
+    def commit(self, extra: Sequence[Record] = ()) -> bool:
+        self.commits.append(list(extra))
+        for handle in self.handles:
+            handle.pending = 0
+        self.opened = None
+        return True
+
+
+class PositionRecords:
+    """The exactly-once position store's part in a transaction: a record of the point, and the points
+    whose transactions committed."""
+
+    config = None
+
+    def __init__(self) -> None:
+        self.committed_points: list[ResumePoint] = []
+
+    def record(self, point: ResumePoint, epoch: int) -> Record:
+        return Record("positions", None, b"unit", point.to_json().encode())
+
+    def committed(self, point: ResumePoint) -> None:
+        self.committed_points.append(point)
+
+
+def test_an_empty_transaction_passed_by_the_sink_commits_its_position_inside_the_kafka_transaction(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Exactly-once mode: a batch holding only an empty transaction's END (what the sink passes through
+    filtered-out traffic) makes no record, but its transaction commits the resume point after that END,
+    acknowledged after the batch of rows before it — the position follows filtered-out traffic the same
+    way rows move it."""
+    monkeypatch.setattr("relay.daemon.transactions.prove_aborted_records_hidden", lambda _config: None)
+    positions, producer, eos = MemoryPositions(), TransactionalProducer(), PositionRecords()
+    config = parse_config(
+        {
+            "state_dir": str(tmp_path),
+            "store": {"batch_mode": "ITEMSIZE"},
+            "publish": {"batch_size": 3, "max_inflight_batches": 1, "drain_seconds": 0.2},
+            "kafka": {"transactions": True, "exactly_once": True, "transaction_linger_seconds": 0.0},
+            "positions": {"backend": "kafka"},
+        }
+    )
+    rows, empty = transaction(1_000, rows=2), transaction(2_000, rows=0)  # the empty one: its END alone
+    instance, _ = build(positions, [rows, empty])
+    parts = RelayParts(instance=instance, positions=positions, publisher=producer, exactly_once=eos)  # type: ignore[arg-type]
+    relay = Relay(config, MAPPING, parts)
+    thread, out = run_in_thread(relay)
+    wait_for(lambda: positions.point is not None and positions.point.offset == 2_100, "the empty one acked")
+    relay.stop()
+    thread.join(10)
+    assert "error" not in out
+    assert [p.offset for p in eos.committed_points] == [1_300, 2_100]  # one transaction per batch, in order
+    assert [ResumePoint.from_json(c[0].value.decode()).offset for c in producer.commits] == [1_300, 2_100]
+    assert [p.offset for p in positions.saves] == [1_300, 2_100]

@@ -258,3 +258,53 @@ def test_heartbeat_like_entries_pass() -> None:
     begin = t.txn()[0]
     beat = Entry(begin.header, EntryType.HEARTBEAT, None, begin.txn)
     assert Sink(SinkConfig(filter="x\\.y")).process([beat]) == [beat]
+
+
+# -- the last empty transaction dropped, passed at the binlog end ----------------------------------------
+
+
+def test_the_last_empty_transaction_dropped_is_passed_on_request() -> None:
+    t = Txns()
+    sink = Sink(SinkConfig(filter="keep\\..*", empty_transaction_interval_ms=5000))
+    assert names(sink.process(t.txn("drop.x", ms=T0))) == ["BEGIN", "END"]  # the first passes
+    assert not sink.holds_dropped
+    sink.process(t.txn("drop.x", ms=T0 + 10))
+    last = t.txn("drop.x", ms=T0 + 20)
+    sink.process(last)
+    assert sink.holds_dropped and sink.dropped == 3 + 2 * 2
+    passed = sink.pass_dropped()
+    assert passed == [last[0], last[-1]]  # the newest one: the saved position reaches its END
+    assert sink.dropped == 3 + 2  # it went out after all
+    assert sink.pass_dropped() == []  # once
+    # Its END restarted the empty-transaction clock like any END that goes out.
+    assert sink.process(t.txn("drop.x", ms=T0 + 4000)) == []
+    assert names(sink.process(t.txn("drop.x", ms=T0 + 5021))) == ["BEGIN", "END"]
+    assert sink.last_seen_ms == T0 + 5021
+
+
+def test_a_dropped_transaction_is_not_passed_after_something_that_followed_it() -> None:
+    t = Txns()
+    sink = Sink(SinkConfig(filter="keep\\..*", empty_transaction_interval_ms=5000))
+    sink.process(t.txn("keep.a", ms=T0))
+    sink.process(t.txn("drop.x", ms=T0 + 1))
+    assert sink.holds_dropped
+    assert names(sink.process(t.txn("keep.a", ms=T0 + 2))) == ["BEGIN", "keep.a", "END"]
+    assert sink.pass_dropped() == []  # it lies before what went out: out of order now
+    sink.process(t.txn("drop.x", ms=T0 + 3))
+    sink.process([t.ddl("CREATE DATABASE keep", EventType.QUERY, "keep")])  # a non-transaction entry
+    assert sink.pass_dropped() == []
+    sink.process(t.txn("drop.x", ms=T0 + 4))
+    sink.forget_dropped()  # a snapshot chunk was put after it
+    assert sink.pass_dropped() == []
+
+
+def test_a_dropped_transaction_passes_while_the_next_one_is_open() -> None:
+    t = Txns()
+    sink = Sink(SinkConfig(filter="keep\\..*", empty_transaction_interval_ms=5000))
+    sink.process(t.txn("keep.a", ms=T0))
+    empty = t.txn("drop.x", ms=T0 + 1)
+    sink.process(empty)
+    following = t.txn("keep.a", ms=T0 + 2)
+    assert sink.process(following[:1]) == []  # its BEGIN is held back
+    assert sink.pass_dropped() == [empty[0], empty[-1]]  # before that BEGIN in binlog order
+    assert sink.process(following[1:]) == following  # the open transaction goes on whole
