@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
 def _result() -> ClusterResult:
     r = ClusterResult(instances=4, kill=2, session_seconds=10.0, rows_per_s=20.0)
     r.handovers = [
-        [Handover("h00", 11.0, 13.0), Handover("h01", 11.5, 15.0)],
-        [Handover("h02", 10.5, 12.0), Handover("h03", 12.0, 20.0)],
+        [Handover("h00", 11.0, 13.0, 10.2), Handover("h01", 11.5, 15.0, 10.2)],
+        [Handover("h02", 10.5, 12.0, 10.4), Handover("h03", 12.0, 20.0, 10.4)],
     ]
     r.zk_idle = ZkPhase(0, ZkCounts(20, 2, 6, 2, 1000, 500), 0.5)
     r.zk_loaded = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2000, 4500), 2.5)
@@ -68,6 +68,7 @@ def test_per_instance_deltas_medians_and_maxima() -> None:
     assert r.first_ack() == {"median": 14.0, "max": 20.0, "min": 12.0}
     assert r.elected() == {"median": 11.25, "max": 12.0, "min": 10.5}
     assert r.last_per_repeat() == [15.0, 20.0]
+    assert r.node_gone() == {"median": 10.3, "max": 10.4, "min": 10.2}  # once per repeat
     per = r.zk_per_instance()
     assert per == {
         "znodes": 10.0,
@@ -84,13 +85,19 @@ def test_per_instance_deltas_medians_and_maxima() -> None:
     data = json.loads(json.dumps(r.to_json()))
     assert data["handover"]["first_ack_s"]["max"] == 20.0
     assert data["zookeeper"]["per_instance"]["watches"] == 6.0
-    assert data["handover"]["runs"][1][1] == {"instance": "h03", "elected_s": 12.0, "first_ack_s": 20.0}
+    assert data["handover"]["runs"][1][1] == {
+        "instance": "h03",
+        "elected_s": 12.0,
+        "first_ack_s": 20.0,
+        "node_gone_s": 10.4,
+    }
 
 
 def test_the_report_shows_every_figure() -> None:
     text = render_cluster(_result())
     assert "SIGKILL -> first acknowledged batch on another node  median 14.0 s   max 20.0 s" in text
     assert "repeat 2: first acknowledged batch after 12.0, 20.0 s" in text
+    assert "the node's session expired (record gone)  median 10.3 s   max 10.4 s" in text
     assert "watches" in text and "6.0" in text
     assert "writes/s per instance with 20 rows/s written into it: 7.25" in text
     assert "per instance                PSS 59.8 MB   RSS 100.0 MB" in text

@@ -159,7 +159,7 @@ def _epochs(fleet: Fleet, node: str) -> dict[str, int]:
 
 def _one_handover(fleet: Fleet, victim: str, options: ClusterOptions, progress: Progress) -> list[Any]:
     epochs = _epochs(fleet, victim)
-    watch = HandoverWatch(fleet.client, fleet.root, epochs)
+    watch = HandoverWatch(fleet.client, fleet.root, victim, epochs)
     watch.start()
     try:
         fleet.wait(watch.has_base, 60, "every instance's position read once")

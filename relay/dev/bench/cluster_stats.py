@@ -17,13 +17,15 @@ from relay.dev.bench.stats import median
 
 @dataclass(frozen=True)
 class Handover:
-    """One instance of a SIGKILLed node: seconds from the SIGKILL to another node's relay being elected
-    (its ``running`` record created) and to its first acknowledged batch there (the saved position, written
-    under the new epoch, past where the dead node's relay left it)."""
+    """One instance of a SIGKILLed node: seconds from the SIGKILL to the node's record gone (its session
+    expired: what ZooKeeper takes), to another node's relay being elected (its ``running`` record created)
+    and to its first acknowledged batch there (the saved position, written under the new epoch, past where
+    the dead node's relay left it)."""
 
     instance: str
     elected_s: float
     first_ack_s: float
+    node_gone_s: float | None = None  # the dead node's record removed: its session expired (bench's clock)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,12 @@ class ClusterResult:
 
     def elected(self) -> dict[str, float | None]:
         return _spread([h.elected_s for run in self.handovers for h in run])
+
+    def node_gone(self) -> dict[str, float | None]:
+        """Once per repeat: every instance of a repeat saw the same node go."""
+        return _spread(
+            [h.node_gone_s for run in self.handovers for h in run[:1] if h.node_gone_s is not None]
+        )
 
     def last_per_repeat(self) -> list[float]:
         """Per repeat, when the last of the dead node's instances had acknowledged a batch elsewhere."""
@@ -105,6 +113,7 @@ class ClusterResult:
             "handover": {
                 "first_ack_s": self.first_ack(),
                 "elected_s": self.elected(),
+                "node_gone_s": self.node_gone(),
                 "last_instance_per_repeat_s": self.last_per_repeat(),
                 "runs": [[asdict(h) for h in run] for run in self.handovers],
             },
@@ -132,7 +141,7 @@ def _n(value: float | None, digits: int = 1) -> str:
 
 
 def _render_handover(r: ClusterResult) -> list[str]:
-    ack, elected = r.first_ack(), r.elected()
+    ack, elected, gone = r.first_ack(), r.elected(), r.node_gone()
     samples = sum(len(run) for run in r.handovers)
     lines = [
         f"hand-over after a node's SIGKILL ({r.kill} instance(s) on it, session timeout "
@@ -142,6 +151,8 @@ def _render_handover(r: ClusterResult) -> list[str]:
         f"max {_s(ack['max'])}   min {_s(ack['min'])}",
         f"  SIGKILL -> relay elected on another node             median {_s(elected['median'])}   "
         f"max {_s(elected['max'])}   min {_s(elected['min'])}",
+        f"  SIGKILL -> the node's session expired (record gone)  median {_s(gone['median'])}   "
+        f"max {_s(gone['max'])}   min {_s(gone['min'])}",
     ]
     for i, run in enumerate(r.handovers, 1):
         each = ", ".join(f"{h.first_ack_s:.1f}" for h in sorted(run, key=lambda h: h.first_ack_s))

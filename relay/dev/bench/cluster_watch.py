@@ -1,5 +1,5 @@
 """The cluster bench's eyes on a hand-over: every version of the dead node's instances' position and
-``running`` nodes.
+``running`` nodes, and when the dead node's own record went (its ZooKeeper session expired).
 
 Owns ``HandoverWatch``, a thread that reads ``<root>/destinations/<instance>/position`` (JSON with the
 writer's epoch) and ``…/running`` (the active relay's record) of the watched instances every ``interval``
@@ -10,23 +10,28 @@ the bench's main thread after ``stop``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from relay.cluster.layout import Paths
 from relay.dev.bench.cluster_stats import Handover, PositionVersion, first_advance
 from relay.ha.leadership import Layout
 
 
 class HandoverWatch(threading.Thread):
     def __init__(
-        self, client: KazooClient, root: str, epochs: dict[str, int], interval: float = 0.02
+        self, client: KazooClient, root: str, node: str, epochs: dict[str, int], interval: float = 0.02
     ) -> None:
         super().__init__(name="bench-handover-watch", daemon=True)
         self.client, self.root, self.old_epochs, self.interval = client, root, dict(epochs), interval
+        self.node_path = Paths(root).node(node)
+        self.node_gone_at: float | None = None  # when the dead node's record was first seen gone (this clock)
         self.positions: dict[str, dict[int, PositionVersion]] = {name: {} for name in epochs}
         self.elected_ms: dict[str, int] = {}  # the new owner's running node: its creation time
         self.missed: list[str] = []
@@ -35,6 +40,10 @@ class HandoverWatch(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
+            if self.node_gone_at is None:
+                with contextlib.suppress(KazooException):
+                    if self.client.exists(self.node_path) is None:
+                        self.node_gone_at = time.time()
             for name in self.old_epochs:
                 try:
                     self._read(name)
@@ -91,9 +100,7 @@ class HandoverWatch(threading.Thread):
                 first, gap = found
                 if gap:
                     self.missed.append(name)
-                out.append(
-                    Handover(
-                        name, self.elected_ms[name] / 1000 - killed_at, first.mtime_ms / 1000 - killed_at
-                    )
-                )
+                gone = None if self.node_gone_at is None else self.node_gone_at - killed_at
+                elected, acked = self.elected_ms[name] / 1000 - killed_at, first.mtime_ms / 1000 - killed_at
+                out.append(Handover(name, elected, acked, gone))
         return out
