@@ -48,6 +48,7 @@ def _result() -> ClusterResult:
     r.zk_idle = ZkPhase(0, ZkCounts(20, 2, 6, 2, 1000, 500), 0.5)
     r.zk_loaded = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2000, 4500), 2.5)
     r.busy_writes_per_s = 7.25
+    r.census = {"destinations": 1, "destinations/<i>": 4, "destinations/<i>/schema/*": 12, "leader": 1}
     r.memory_idle = [TreeMemory(100.0, 80.0, 1), TreeMemory(102.0, 82.0, 1), TreeMemory(98.0, 81.0, 1)]
     r.memory_loaded = [TreeMemory(500.0, 320.0, 5), TreeMemory(510.0, 322.0, 5), TreeMemory(490.0, 318.0, 5)]
     return r
@@ -100,6 +101,7 @@ def test_the_report_shows_every_figure() -> None:
     assert "the node's session expired (record gone)  median 10.3 s   max 10.4 s" in text
     assert "watches" in text and "6.0" in text
     assert "writes/s per instance with 20 rows/s written into it: 7.25" in text
+    assert "destinations/<i>/schema/*" in text and "   3.0" in text and "leader" not in text
     assert "per instance                PSS 59.8 MB   RSS 100.0 MB" in text
     empty = render_cluster(ClusterResult(4, 2, 10.0, 20.0))
     assert "ZooKeeper load: not measured" in empty and "median -" in empty
@@ -157,3 +159,36 @@ def test_a_process_trees_memory_is_summed() -> None:
     me = tree_memory(os.getpid())
     assert os.getpid() in descendants(os.getpid())
     assert me.processes >= 1 and me.rss_mb > 10 and 0 < me.pss_mb <= me.rss_mb + 1
+
+
+def test_the_znode_census_names_paths_by_kind() -> None:
+    from kazoo.exceptions import NoNodeError
+
+    from relay.dev.bench.cluster_probe import znode_census
+
+    tree = {
+        "/r": ["instances", "destinations", "leader"],
+        "/r/instances": ["i00", "i01"],
+        "/r/destinations": ["i00", "i01"],
+        "/r/destinations/i00": ["schema", "position"],
+        "/r/destinations/i00/schema": ["v1", "v2"],
+        "/r/destinations/i01": ["position"],
+    }
+
+    class Tree:
+        def get_children(self, path: str) -> list[str]:
+            if path not in tree and not path.startswith("/r"):
+                raise NoNodeError
+            return tree.get(path, [])
+
+    census = znode_census(Tree(), "/r", ["i00", "i01"])
+    assert census == {
+        "destinations": 1,
+        "destinations/<i>": 2,
+        "destinations/<i>/position": 2,
+        "destinations/<i>/schema": 1,
+        "destinations/<i>/schema/*": 2,
+        "instances": 1,
+        "instances/<i>": 2,
+        "leader": 1,
+    }

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.dev.bench.cluster_fleet import Fleet, NodeProcess, Writer, database
-from relay.dev.bench.cluster_probe import TreeMemory, ZkCounts, tree_memory, zk_counts
+from relay.dev.bench.cluster_probe import TreeMemory, ZkCounts, tree_memory, zk_counts, znode_census
 from relay.dev.bench.cluster_stats import ClusterResult, ZkPhase
 from relay.dev.bench.cluster_watch import HandoverWatch
 from relay.dev.bench.common import Progress
@@ -147,6 +147,7 @@ def measure_load(
         fleet.wait(lambda: fleet.settled({"n1"}), 120 + 15 * n, f"{n} instances active on n1")
         progress(f"[load] one node, {n} idle instances: measuring for {options.window_seconds:g} s …")
         result.zk_loaded, result.memory_loaded = _window(s.zookeeper, node, n, options.window_seconds)
+        result.census = znode_census(fleet.client, fleet.root, fleet.instances)
     finally:
         fleet.close()
         _drop(s.mysql, fleet.instances)

@@ -2,8 +2,9 @@
 
 Owns ``four_letter`` (one ZooKeeper four-letter word over a plain socket), ``ZkCounts``/``zk_counts`` (znodes,
 ephemerals, watches, connections from ``mntr``, the last transaction id from ``srvr``: every create, set and
-delete advances it, so its growth over a window is ZooKeeper's write rate) and ``tree_memory`` (RSS and PSS
-summed over a process and all its descendants, from ``/proc``). Runs on the bench's main thread; Linux only.
+delete advances it, so its growth over a window is ZooKeeper's write rate), ``tree_memory`` (RSS and PSS
+summed over a process and all its descendants, from ``/proc``) and ``znode_census`` (the cluster's znodes by
+kind of path). Runs on the bench's main thread; Linux only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from relay.errors import BenchError
 
@@ -145,3 +149,31 @@ def tree_memory(pid: int) -> TreeMemory:
     rss = sum(_kib(Path(f"/proc/{p}/status"), "VmRSS:") for p in pids)
     pss = sum(_kib(Path(f"/proc/{p}/smaps_rollup"), "Pss:") for p in pids)
     return TreeMemory(rss / 1024, pss / 1024, len(pids))
+
+
+def znode_census(client: KazooClient, root: str, instances: list[str]) -> dict[str, int]:
+    """Every znode under ``root``, counted by its path with each instance's name written ``<i>`` and every
+    name below a per-instance node written ``*`` (``destinations/<i>/schema/*``): where an instance's znodes
+    are."""
+    names = set(instances)
+    counts: dict[str, int] = {}
+    stack = [root.rstrip("/") or "/"]
+    while stack:
+        path = stack.pop()
+        try:
+            children = client.get_children(path)
+        except NoNodeError:
+            continue
+        for child in children:
+            full = f"{path.rstrip('/')}/{child}"
+            stack.append(full)
+            parts = full[len(root.rstrip("/")) + 1 :].split("/")
+            seen_instance = False
+            for k, part in enumerate(parts):
+                if part in names:
+                    parts[k], seen_instance = "<i>", True
+                elif seen_instance and k >= 3:
+                    parts[k] = "*"
+            key = "/".join(parts)
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))

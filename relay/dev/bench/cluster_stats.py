@@ -57,6 +57,7 @@ class ClusterResult:
     busy_writes_per_s: float | None = None  # ZooKeeper writes/s per instance under the offered rows
     memory_idle: list[TreeMemory] = field(default_factory=list)  # samples: a node without instances
     memory_loaded: list[TreeMemory] = field(default_factory=list)  # samples: a node with N idle instances
+    census: dict[str, int] = field(default_factory=dict)  # znodes by path with N instances (cluster_probe)
     notes: list[str] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class ClusterResult:
                 "loaded": asdict(self.zk_loaded) if self.zk_loaded else None,
                 "per_instance": self.zk_per_instance(),
                 "busy_writes_per_s_per_instance": self.busy_writes_per_s,
+                "znodes_by_path": self.census,
             },
             "memory": {
                 **self.memory(),
@@ -183,6 +185,10 @@ def _render_zookeeper(r: ClusterResult) -> list[str]:
         f"  {'writes/s (zxid growth)':<24} {idle.writes_per_s:>12.2f} {loaded.writes_per_s:>13.2f} "
         f"{per['writes_per_s']:>13.2f}"
     )
+    mine = {path: n for path, n in r.census.items() if "<i>" in path}
+    if mine:
+        lines.append(f"  znodes per instance by path (<i>: an instance; {r.instances} instances):")
+        lines += [f"    {path:<52} {n / r.instances:>6.1f}" for path, n in mine.items()]
     if r.busy_writes_per_s is not None:
         lines.append(
             f"  writes/s per instance with {r.rows_per_s:g} rows/s written into it: {r.busy_writes_per_s:.2f}"
