@@ -129,6 +129,7 @@ def measure_load(
     s: Services, options: ClusterOptions, work: Path, result: ClusterResult, progress: Progress
 ) -> None:
     n = options.instances
+    names = [f"i{k:02d}" for k in range(n)]
     fleet = Fleet(
         work / "load", s.zookeeper, "/relay-bench/load", s.mysql, s.kafka, options.session_seconds, progress
     )
@@ -137,12 +138,8 @@ def measure_load(
         fleet.wait(lambda: fleet.report()["leader"] == "n1", 120, "node n1 registered and leading")
         progress(f"[load] one node, no instance: measuring for {options.window_seconds:g} s …")
         result.zk_idle, result.memory_idle = _window(s.zookeeper, node, 0, options.window_seconds)
-        conn = s.mysql.connect()
-        try:
-            start = master_position(conn)
-        finally:
-            conn.close()
-        fleet.define([f"i{k:02d}" for k in range(n)], start)
+        fleet.create_databases(names)
+        fleet.define(names, _master(s.mysql))
         progress(f"[load] {n} instances defined; waiting until each is active on n1 …")
         fleet.wait(lambda: fleet.settled({"n1"}), 120 + 15 * n, f"{n} instances active on n1")
         progress(f"[load] one node, {n} idle instances: measuring for {options.window_seconds:g} s …")
@@ -150,7 +147,7 @@ def measure_load(
         result.census = znode_census(fleet.client, fleet.root, fleet.instances)
     finally:
         fleet.close()
-        _drop(s.mysql, fleet.instances)
+        _drop(s.mysql, names)
 
 
 def _epochs(fleet: Fleet, node: str) -> dict[str, int]:
@@ -190,13 +187,10 @@ def measure_handover(
         progress,
     )
     writer: Writer | None = None
+    names = [f"h{i:02d}" for i in range(2 * k)]
     try:
-        conn = s.mysql.connect()
-        try:
-            start = master_position(conn)
-        finally:
-            conn.close()
-        fleet.define([f"h{i:02d}" for i in range(2 * k)], start)
+        fleet.create_databases(names)
+        fleet.define(names, _master(s.mysql))
         for name in ("a", "b"):
             fleet.start_node(name, 2 * k)
         loads = {"a": k, "b": k}
@@ -218,7 +212,7 @@ def measure_handover(
         if writer is not None:
             writer.stop()
         fleet.close()
-        _drop(s.mysql, fleet.instances)
+        _drop(s.mysql, names)
 
 
 def _stable_zxid(hosts: str, seconds: float) -> float:
@@ -226,6 +220,11 @@ def _stable_zxid(hosts: str, seconds: float) -> float:
     first, began = zk_counts(hosts).zxid, time.monotonic()
     threading.Event().wait(seconds)
     return (zk_counts(hosts).zxid - first) / (time.monotonic() - began)
+
+
+def _master(mysql: Any) -> tuple[str, int]:
+    with contextlib.closing(mysql.connect()) as conn:
+        return master_position(conn)
 
 
 def _drop(mysql: Any, instances: list[str]) -> None:

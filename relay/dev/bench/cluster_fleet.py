@@ -143,8 +143,9 @@ class Fleet:
         self.client.close()
 
     # -- instances -------------------------------------------------------------------------------
-    def define(self, names: list[str], start: tuple[str, int]) -> None:
-        """Create each instance's database and table, and its definition (reading from ``start``)."""
+    def create_databases(self, names: list[str]) -> None:
+        """Each instance's database and table: created before the instances' start position, so that no
+        instance reads their DDL (a schema history keeps every DDL of its server: one znode each)."""
         conn = self.mysql.connect()
         try:
             with conn.cursor() as cur:
@@ -156,6 +157,9 @@ class Fleet:
                     )
         finally:
             conn.close()
+
+    def define(self, names: list[str], start: tuple[str, int]) -> None:
+        """Each instance's definition, reading from ``start``."""
         store = ZooKeeperInstanceStore(self.hosts, self.root)
         try:
             for name in names:
