@@ -45,8 +45,8 @@ def _result() -> ClusterResult:
         [Handover("h00", 11.0, 13.0, 10.2), Handover("h01", 11.5, 15.0, 10.2)],
         [Handover("h02", 10.5, 12.0, 10.4), Handover("h03", 12.0, 20.0, 10.4)],
     ]
-    r.zk_idle = ZkPhase(0, ZkCounts(20, 2, 6, 2, 1000, 500), 0.5)
-    r.zk_loaded = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2000, 4500), 2.5)
+    r.zk_idle = ZkPhase(0, ZkCounts(20, 2, 6, 2, 1000, 500, 10), 0.5, 1.0)
+    r.zk_loaded = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2000, 4500, 900), 2.5, 41.0)
     r.busy_writes_per_s = 7.25
     r.census = {"destinations": 1, "destinations/<i>": 4, "destinations/<i>/schema/*": 12, "leader": 1}
     r.memory_idle = [TreeMemory(100.0, 80.0, 1), TreeMemory(102.0, 82.0, 1), TreeMemory(98.0, 81.0, 1)]
@@ -78,6 +78,7 @@ def test_per_instance_deltas_medians_and_maxima() -> None:
         "connections": 2.0,
         "data_bytes": 1000.0,
         "writes_per_s": 0.5,
+        "requests_per_s": 10.0,
     }
     m = r.memory()
     assert m["idle_node_pss_mb"] == 81.0 and m["loaded_node_pss_mb"] == 320.0
@@ -100,6 +101,7 @@ def test_the_report_shows_every_figure() -> None:
     assert "repeat 2: first acknowledged batch after 12.0, 20.0 s" in text
     assert "the node's session expired (record gone)  median 10.3 s   max 10.4 s" in text
     assert "watches" in text and "6.0" in text
+    assert "requests/s (all kinds)           1.00         41.00         10.00" in text
     assert "writes/s per instance with 20 rows/s written into it: 7.25" in text
     assert "destinations/<i>/schema/*" in text and "   3.0" in text and "leader" not in text
     assert "per instance                PSS 59.8 MB   RSS 100.0 MB" in text

@@ -122,7 +122,8 @@ def _window(
         wait.wait(seconds / 5)
     elapsed = time.monotonic() - began
     after = zk_counts(hosts)
-    return ZkPhase(instances, counts, (after.zxid - counts.zxid) / elapsed), samples
+    rates = ((after.zxid - counts.zxid) / elapsed, (after.requests - counts.requests) / elapsed)
+    return ZkPhase(instances, counts, *rates), samples
 
 
 def measure_load(

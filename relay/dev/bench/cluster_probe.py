@@ -1,10 +1,10 @@
 """What the cluster bench reads from outside the relay: ZooKeeper's own counters and a process tree's memory.
 
-Owns ``four_letter`` (one ZooKeeper four-letter word over a plain socket), ``ZkCounts``/``zk_counts`` (znodes,
-ephemerals, watches, connections from ``mntr``, the last transaction id from ``srvr``: every create, set and
-delete advances it, so its growth over a window is ZooKeeper's write rate), ``tree_memory`` (RSS and PSS
-summed over a process and all its descendants, from ``/proc``) and ``znode_census`` (the cluster's znodes by
-kind of path). Runs on the bench's main thread; Linux only.
+Owns ``four_letter`` (one ZooKeeper four-letter word over a plain socket), ``ZkCounts``/``zk_counts``
+(znodes, ephemerals, watches, connections and requests received from ``mntr``, the last transaction id from
+``srvr``: every create, set and delete advances it, so its growth over a window is ZooKeeper's write rate),
+``tree_memory`` (RSS and PSS summed over a process and all its descendants, from ``/proc``) and
+``znode_census`` (the cluster's znodes by kind of path). Runs on the bench's main thread; Linux only.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class ZkCounts:
     connections: int
     zxid: int
     data_bytes: int
+    requests: int = 0  # packets received: every request (reads, writes, pings) since the server started
 
     def minus(self, other: ZkCounts) -> dict[str, int]:
         return {
@@ -80,7 +81,7 @@ class ZkCounts:
 
 
 def zk_counts(hosts: str) -> ZkCounts:
-    """The server's znodes, ephemerals, watches, live connections and last zxid, now."""
+    """The server's znodes, ephemerals, watches, live connections, requests received and last zxid, now."""
     mntr = parse_mntr(four_letter(hosts, "mntr"))
     zxid = parse_zxid(four_letter(hosts, "srvr"))
     try:
@@ -91,6 +92,7 @@ def zk_counts(hosts: str) -> ZkCounts:
             connections=int(mntr["zk_num_alive_connections"]),
             zxid=zxid,
             data_bytes=int(mntr.get("zk_approximate_data_size", "0")),
+            requests=int(mntr.get("zk_packets_received", "0")),
         )
     except (KeyError, ValueError) as exc:
         raise BenchError(f"ZooKeeper's mntr answer lacks {exc}: {sorted(mntr)[:20]}") from exc

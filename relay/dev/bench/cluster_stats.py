@@ -35,6 +35,7 @@ class ZkPhase:
     instances: int
     counts: ZkCounts
     writes_per_s: float
+    requests_per_s: float = 0.0  # every request the server received (reads, writes, pings)
 
 
 def _spread(values: Sequence[float]) -> dict[str, float | None]:
@@ -83,6 +84,7 @@ class ClusterResult:
         delta = self.zk_loaded.counts.minus(self.zk_idle.counts)
         out = {k: v / self.instances for k, v in delta.items()}
         out["writes_per_s"] = (self.zk_loaded.writes_per_s - self.zk_idle.writes_per_s) / self.instances
+        out["requests_per_s"] = (self.zk_loaded.requests_per_s - self.zk_idle.requests_per_s) / self.instances
         return out
 
     def memory(self) -> dict[str, float | None]:
@@ -189,6 +191,10 @@ def _render_zookeeper(r: ClusterResult) -> list[str]:
     if mine:
         lines.append(f"  znodes per instance by path (<i>: an instance; {r.instances} instances):")
         lines += [f"    {path:<52} {n / r.instances:>6.1f}" for path, n in mine.items()]
+    lines.append(
+        f"  {'requests/s (all kinds)':<24} {idle.requests_per_s:>12.2f} {loaded.requests_per_s:>13.2f} "
+        f"{per['requests_per_s']:>13.2f}"
+    )
     if r.busy_writes_per_s is not None:
         lines.append(
             f"  writes/s per instance with {r.rows_per_s:g} rows/s written into it: {r.busy_writes_per_s:.2f}"
