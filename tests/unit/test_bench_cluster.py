@@ -48,6 +48,7 @@ def _result() -> ClusterResult:
     r.zk_idle = ZkPhase(0, ZkCounts(20, 2, 6, 2, 1000, 500, 10), 0.5, 1.0)
     r.zk_loaded = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2000, 4500, 900), 2.5, 41.0)
     r.busy_writes_per_s = 7.25
+    r.zk_filtered = ZkPhase(4, ZkCounts(60, 14, 30, 10, 2100, 4500, 990), 6.5, 50.0)
     r.census = {"destinations": 1, "destinations/<i>": 4, "destinations/<i>/schema/*": 12, "leader": 1}
     r.memory_idle = [TreeMemory(100.0, 80.0, 1), TreeMemory(102.0, 82.0, 1), TreeMemory(98.0, 81.0, 1)]
     r.memory_loaded = [TreeMemory(500.0, 320.0, 5), TreeMemory(510.0, 322.0, 5), TreeMemory(490.0, 318.0, 5)]
@@ -87,6 +88,7 @@ def test_per_instance_deltas_medians_and_maxima() -> None:
     data = json.loads(json.dumps(r.to_json()))
     assert data["handover"]["first_ack_s"]["max"] == 20.0
     assert data["zookeeper"]["per_instance"]["watches"] == 6.0
+    assert data["zookeeper"]["filtered_writes_per_s_per_instance"] == 1.5
     assert data["handover"]["runs"][1][1] == {
         "instance": "h03",
         "elected_s": 12.0,
@@ -103,6 +105,7 @@ def test_the_report_shows_every_figure() -> None:
     assert "watches" in text and "6.0" in text
     assert "requests/s (all kinds)           1.00         41.00         10.00" in text
     assert "writes/s per instance with 20 rows/s written into it: 7.25" in text
+    assert "writes/s per idle instance while its server writes 20 uncaptured rows/s: 1.50" in text
     assert "destinations/<i>/schema/*" in text and "   3.0" in text and "leader" not in text
     assert "per instance                PSS 59.8 MB   RSS 100.0 MB" in text
     empty = render_cluster(ClusterResult(4, 2, 10.0, 20.0))

@@ -7,7 +7,8 @@ and a Tansu broker in a temp dir (or uses the addresses given), then:
    (each its own process, streaming an empty database): ZooKeeper's znodes, ephemerals, watches, live
    connections (sessions) and write rate (zxid growth over a window) from the server's ``mntr``/``srvr``,
    and the node's memory (RSS and PSS summed over it and its instance processes) — per instance, the
-   difference divided by N.
+   difference divided by N; then ZooKeeper's write rate while the server writes rows none of them captures
+   (each one's saved position follows such traffic).
 2. *Hand-over*: two nodes with K instances each, rows written into every instance; ``--repeat`` times, one
    node is SIGKILLed, and for each of its instances the time from the signal to another node's relay being
    elected and to its first acknowledged batch there (the position node written under the new epoch past
@@ -36,6 +37,8 @@ from relay.dev.bench.cluster_watch import HandoverWatch
 from relay.dev.bench.common import Progress
 from relay.dev.bench.workloads import master_position
 from relay.errors import BenchError, RelayError
+
+UNCAPTURED = "uncaptured"  # a database no instance's filter includes
 
 
 @dataclass(frozen=True)
@@ -146,9 +149,30 @@ def measure_load(
         progress(f"[load] one node, {n} idle instances: measuring for {options.window_seconds:g} s …")
         result.zk_loaded, result.memory_loaded = _window(s.zookeeper, node, n, options.window_seconds)
         result.census = znode_census(fleet.client, fleet.root, fleet.instances)
+        result.zk_filtered = _filtered_window(s, fleet, n, options, progress)
     finally:
         fleet.close()
-        _drop(s.mysql, names)
+        _drop(s.mysql, [*names, UNCAPTURED])
+
+
+def _filtered_window(
+    s: Services, fleet: Fleet, n: int, options: ClusterOptions, progress: Progress
+) -> ZkPhase:
+    """The same idle instances while their server writes into a table none of them captures: each one's saved
+    position follows that traffic (at most once a second), what an instance on a busy server writes."""
+    fleet.create_databases([UNCAPTURED])
+    writer = Writer(s.mysql, [UNCAPTURED], options.rows_per_s)
+    writer.start()
+    try:
+        progress(f"[load] {n} idle instances, {options.rows_per_s:g} uncaptured rows/s on their server …")
+        first, began = zk_counts(s.zookeeper), time.monotonic()
+        threading.Event().wait(options.window_seconds)
+        after = zk_counts(s.zookeeper)
+    finally:
+        writer.stop()
+    elapsed = time.monotonic() - began
+    rates = ((after.zxid - first.zxid) / elapsed, (after.requests - first.requests) / elapsed)
+    return ZkPhase(n, after, *rates)
 
 
 def _epochs(fleet: Fleet, node: str) -> dict[str, int]:

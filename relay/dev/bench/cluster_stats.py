@@ -55,6 +55,7 @@ class ClusterResult:
     handovers: list[list[Handover]] = field(default_factory=list)  # one list per repeat
     zk_idle: ZkPhase | None = None
     zk_loaded: ZkPhase | None = None
+    zk_filtered: ZkPhase | None = None  # the same, while their server writes rows none of them captures
     busy_writes_per_s: float | None = None  # ZooKeeper writes/s per instance under the offered rows
     memory_idle: list[TreeMemory] = field(default_factory=list)  # samples: a node without instances
     memory_loaded: list[TreeMemory] = field(default_factory=list)  # samples: a node with N idle instances
@@ -86,6 +87,12 @@ class ClusterResult:
         out["writes_per_s"] = (self.zk_loaded.writes_per_s - self.zk_idle.writes_per_s) / self.instances
         out["requests_per_s"] = (self.zk_loaded.requests_per_s - self.zk_idle.requests_per_s) / self.instances
         return out
+
+    def filtered_writes_per_s(self) -> float | None:
+        """Writes/s per idle instance while its server writes rows it does not capture."""
+        if self.zk_filtered is None or self.zk_idle is None or not self.instances:
+            return None
+        return (self.zk_filtered.writes_per_s - self.zk_idle.writes_per_s) / self.instances
 
     def memory(self) -> dict[str, float | None]:
         idle_pss = median([m.pss_mb for m in self.memory_idle]) if self.memory_idle else None
@@ -123,6 +130,8 @@ class ClusterResult:
             "zookeeper": {
                 "idle": asdict(self.zk_idle) if self.zk_idle else None,
                 "loaded": asdict(self.zk_loaded) if self.zk_loaded else None,
+                "filtered": asdict(self.zk_filtered) if self.zk_filtered else None,
+                "filtered_writes_per_s_per_instance": self.filtered_writes_per_s(),
                 "per_instance": self.zk_per_instance(),
                 "busy_writes_per_s_per_instance": self.busy_writes_per_s,
                 "znodes_by_path": self.census,
@@ -195,6 +204,12 @@ def _render_zookeeper(r: ClusterResult) -> list[str]:
         f"  {'requests/s (all kinds)':<24} {idle.requests_per_s:>12.2f} {loaded.requests_per_s:>13.2f} "
         f"{per['requests_per_s']:>13.2f}"
     )
+    filtered = r.filtered_writes_per_s()
+    if filtered is not None:
+        lines.append(
+            f"  writes/s per idle instance while its server writes {r.rows_per_s:g} uncaptured rows/s: "
+            f"{filtered:.2f}"
+        )
     if r.busy_writes_per_s is not None:
         lines.append(
             f"  writes/s per instance with {r.rows_per_s:g} rows/s written into it: {r.busy_writes_per_s:.2f}"
