@@ -130,7 +130,7 @@ def _add_cluster_options(bench: Any) -> None:
         "--cluster-instances",
         type=values.positive_int,
         metavar="N",
-        help="idle instances on one node (default 8)",
+        help="idle instances on one node (default 8; --quick 4)",
     )
     g.add_argument(
         "--cluster-kill",
@@ -149,7 +149,8 @@ def _add_cluster_options(bench: Any) -> None:
         "--cluster-rows",
         type=values.positive_float,
         metavar="ROWS_PER_S",
-        help="rows/s written into each instance during the hand-overs (default 20)",
+        help="rows/s written into each instance during the hand-overs, and into a table no instance captures "
+        "for the idle instances on a busy server (default 20)",
     )
     g.add_argument(
         "--zookeeper",
