@@ -7,12 +7,15 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from relay.cli import values
+from relay.dev.bench.cluster import ClusterOptions, run_cluster_bench
+from relay.dev.bench.cluster_stats import ClusterResult, render_cluster
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
 from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
@@ -105,7 +108,56 @@ def add_bench_parser(subparsers: Any) -> None:
         "DIR/<workload>-<n>.txt and print its top functions",
     )
     bench.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    _add_cluster_options(bench)
     bench.set_defaults(func=cmd_bench)
+
+
+def _add_cluster_options(bench: Any) -> None:
+    g = bench.add_argument_group(
+        "the cluster figures (--cluster: instead of the workloads above)",
+        "Starts ZooKeeper, MariaDB and a broker (or uses --zookeeper/--mysql/--kafka) and runs `relay "
+        "cluster run` nodes as real processes. Load: one node with 0, then N idle instances: ZooKeeper's "
+        "znodes, watches, sessions and writes/s (its own mntr/srvr) and the node's memory (RSS and PSS "
+        "summed over the node and its instance processes), per instance, and writes/s while their server "
+        "writes rows none captures. Hand-over: two nodes with K "
+        "instances each, rows written into each; --repeat times a node is SIGKILLed: seconds from the "
+        "signal to each of its instances' first acknowledged batch on the other node (its position "
+        "written under the new epoch, by ZooKeeper's clock), median and max. Only --repeat, --quick, "
+        "--json and the service addresses apply to it.",
+    )
+    g.add_argument("--cluster", action="store_true", help="measure the cluster figures")
+    g.add_argument(
+        "--cluster-instances",
+        type=values.positive_int,
+        metavar="N",
+        help="idle instances on one node (default 8; --quick 4)",
+    )
+    g.add_argument(
+        "--cluster-kill",
+        type=values.positive_int,
+        metavar="K",
+        help="instances on the node that is SIGKILLed (default 3; --quick 2)",
+    )
+    g.add_argument(
+        "--cluster-session",
+        type=values.positive_float,
+        metavar="SECONDS",
+        help="the nodes' zookeeper.session_timeout_seconds (default 10, node.yaml's default; ZooKeeper "
+        "grants at least 2 ticks: 4 s with tickTime=2000)",
+    )
+    g.add_argument(
+        "--cluster-rows",
+        type=values.positive_float,
+        metavar="ROWS_PER_S",
+        help="rows/s written into each instance during the hand-overs, and into a table no instance captures "
+        "for the idle instances on a busy server (default 20)",
+    )
+    g.add_argument(
+        "--zookeeper",
+        metavar="HOSTS",
+        help="a ZooKeeper to use (its 4lw whitelist must allow "
+        "mntr, srvr); default: an embedded standalone server",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
@@ -172,13 +224,54 @@ def render_report(report: BenchReport) -> str:
     return "\n".join(lines)
 
 
+def cluster_options_from_args(args: argparse.Namespace) -> ClusterOptions:
+    base = (
+        ClusterOptions(repeat=1, kill=2, instances=4, window_seconds=5.0) if args.quick else ClusterOptions()
+    )
+    kw: dict[str, Any] = {}
+    for key, value in (
+        ("instances", args.cluster_instances),
+        ("kill", args.cluster_kill),
+        ("repeat", args.repeat),
+        ("session_seconds", args.cluster_session),
+        ("rows_per_s", args.cluster_rows),
+    ):
+        if value is not None:
+            kw[key] = value
+    return replace(base, **kw, mysql=args.mysql, kafka=args.kafka, zookeeper=args.zookeeper)
+
+
+def render_cluster_report(result: ClusterResult, machine: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"relay bench --cluster — {machine['date']}, {machine['cpus']} CPUs ({machine['cpu']}), Python "
+            f"{machine['python']}, MySQL {machine['mysql']}, Kafka {machine['kafka']}, ZooKeeper "
+            f"{machine['zookeeper']}",
+            f"command: {machine['command']}",
+            "",
+            render_cluster(result),
+        ]
+    )
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
     began = time.monotonic()
 
     def progress(text: str) -> None:
         print(f"[{time.monotonic() - began:6.1f}s] {text}", file=sys.stderr, flush=True)
 
+    if args.cluster:
+        result, machine = run_cluster_bench(cluster_options_from_args(args), progress)
+        if args.json:
+            print(json.dumps({"machine": machine, "cluster": result.to_json()}, indent=2))
+        else:
+            print(render_cluster_report(result, machine))
+        return 0
+    if args.zookeeper or any(
+        getattr(args, f"cluster_{k}") is not None for k in ("instances", "kill", "session", "rows")
+    ):
+        raise SystemExit("relay bench: --zookeeper and --cluster-* apply only with --cluster")
+    options = options_from_args(args)
     report = run_bench(options, progress)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -77,7 +77,8 @@ def add_cluster_parser(subparsers: Any) -> None:
         "moves its instances to the other nodes; each one drains on NODE (in-flight batches acked, "
         "position saved) and is released, then runs on its new node. With --wait, waits until no "
         "instance is assigned to NODE or active on it (exit 1 at --wait-timeout). --undo removes the mark: "
-        "NODE takes a fair share again. The node keeps running either way.",
+        "NODE takes a fair share again. The node keeps running either way. A NODE that is not live is "
+        "marked for when it joins, and every call says so (a misspelt name); `status` lists such marks.",
     )
     drain.add_argument("node", metavar="NODE", help="the node's name (node.name in its node.yaml)")
     drain.add_argument("--undo", action="store_true", help="remove the drain mark")
@@ -106,7 +107,8 @@ def add_cluster_parser(subparsers: Any) -> None:
         description="Reads the cluster's state from ZooKeeper: every live node (capacity, load, drained, "
         "leader, session), every instance (assigned node, node it is active on and its epoch, state, lag, "
         "restarts, last error, as its node last published them) and the moves the leader has still to "
-        "make. Exit status 0 when every defined instance is active on its assigned node, 1 otherwise.",
+        "make. Exit status 0 when every defined instance is active on its assigned node, 1 otherwise, 2 when "
+        "there is no cluster under the root (no live node, no instance: a wrong --root or ZooKeeper).",
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
@@ -230,9 +232,10 @@ def cmd_drain(args: argparse.Namespace) -> int:
                 print(f"{args.node}: was not drained")
             return 0
         view = read_view(client, root)
-        if args.node not in view.nodes and args.node not in view.drain_marks:
+        if args.node not in view.nodes:  # said every time: a misspelt name must not pass for a drained node
             known = ", ".join(sorted(view.nodes)) or "none"
-            print(f"note: {args.node} is not a live node (live: {known}); marked drained for when it joins")
+            kept = "stays" if args.node in view.drain_marks else "marked"
+            print(f"note: {args.node} is not a live node (live: {known}); {kept} drained for when it joins")
         with contextlib.suppress(NodeExistsError):
             client.create(paths.drain_mark(args.node), b"", makepath=True)
         print(f"{args.node}: drained; its instances move to the other nodes")
@@ -284,6 +287,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         report = redact_value(cluster_report(client, root))
     finally:
         _close(client)
+    if not report["nodes"] and not report["instances"] and not report["drain_marks"]:
+        raise ClusterError(
+            f"no cluster under {root}: no live node, no instance defined or assigned there (is {root} the "
+            "nodes' zookeeper.root, and the ZooKeeper theirs? `relay instance list` shows what is defined)"
+        )
     healthy = all(
         i["node"] is not None and i["running_on"] == i["node"]
         for i in report["instances"].values()
@@ -312,4 +320,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for move in report["pending_moves"]:
         source, target = move["from"] or "(not running)", move["to"] or "(stopped)"
         print(f"pending: {move['instance']}: {source} -> {target} ({move['reason']})")
+    absent = [name for name in report["drain_marks"] if name not in report["nodes"]]
+    if absent:  # a mark left by a misspelt `drain`, or one set ahead for a node that has not joined
+        print(f"drained, not live: {', '.join(absent)} (relay cluster drain NAME --undo removes a mark)")
     return 0 if healthy else 1

@@ -38,6 +38,13 @@ _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]+:)(?P<value>[
 # The words documentation and error messages write where a password goes (``mysql://user:password@host``):
 # masking them garbles the message and hides nothing (a real secret is registered and masked first).
 _PLACEHOLDERS = frozenset({"password", "pass", "pw", "passwd", "secret", MASK})
+# The first words of the config's own messages about a secret key ("source.password: environment variable X
+# is not set", "…: must be a ${NAME} reference", "…: expected a string"): the message, not a value, follows
+# the key there, and masking it garbles the one error that says what to fix. A real secret equal to one of
+# these words is registered when its config is loaded, and masked before this pattern runs.
+_MESSAGE_WORDS = frozenset(
+    {"a", "an", "the", "must", "expected", "environment", "unknown", "not", "cannot", "missing", "required"}
+)
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[\w.~+/=-]+)", re.IGNORECASE)
 
 _lock = threading.Lock()
@@ -86,6 +93,8 @@ def _mask_pair(m: re.Match[str]) -> str:
     value = m.group("value")
     if value in ("null", "None", "''", '""', MASK, f'"{MASK}"', f"'{MASK}'"):
         return m.group(0)  # nothing secret to hide: keep "password: null" readable
+    if value in _MESSAGE_WORDS and m.end() < len(m.string) and m.string[m.end()] == " ":
+        return m.group(0)  # "source.password: environment variable … is not set": a message, not a value
     quote = value[0] if value[0] in "\"'" else ""
     return f"{m.group('key')}{quote}{MASK}{quote}"
 

@@ -150,6 +150,20 @@ def test_report_rebalance_status_and_drain(zk_hosts: str, root: str, client: Kaz
     assert cluster_report(client, root)["drain_marks"] == []
     unknown = _cli(zk_hosts, root, "drain", "nobody")
     assert unknown.returncode == 0 and "nobody is not a live node (live: a, b)" in unknown.stdout
+    # said again on every call (a misspelt name must not pass for a drained node), also with --wait
+    again = _cli(zk_hosts, root, "drain", "nobody", "--wait", "--wait-timeout", "5")
+    assert "note: nobody is not a live node (live: a, b); stays drained for when it joins" in again.stdout
+    assert "drained, not live: nobody (relay cluster drain NAME --undo removes a mark)" in (
+        _cli(zk_hosts, root, "status").stdout
+    )
+    assert _cli(zk_hosts, root, "drain", "nobody", "--undo").returncode == 0
+    assert "drained, not live" not in _cli(zk_hosts, root, "status").stdout
+
+
+def test_status_of_a_root_without_a_cluster_says_so(zk_hosts: str, root: str) -> None:
+    out = _cli(zk_hosts, root, "status")  # a wrong --root: nothing there, not "balanced: yes" and exit 0
+    assert out.returncode == 2
+    assert f"no cluster under {root}: no live node, no instance defined or assigned there" in out.stderr
 
 
 def test_a_bad_node_file_is_refused_naming_every_key(tmp_path: Path) -> None:

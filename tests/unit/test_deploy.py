@@ -302,3 +302,22 @@ def test_the_systemd_unit_runs_the_relay_unprivileged_and_stops_it_gracefully() 
     assert int(service["TimeoutStopSec"]) > RelayConfig().publish.drain_seconds
     assert service["Restart"] == "on-failure"
     assert "EnvironmentFile" in service, "secrets come from an environment file, not the unit"
+
+
+def test_the_node_unit_runs_a_cluster_node_unprivileged_and_lets_it_hand_over() -> None:
+    from relay.cluster.node_config import parse_node_config
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(DEPLOY / "systemd" / "canal-relay-node.service")
+    service = unit["Service"]
+    assert service["User"] not in ("root", "0")
+    assert re.search(r"/relay cluster run -c \S+/node\.yaml$", service["ExecStart"])
+    # SIGTERM to the node alone: it stops its instance processes itself, after handing them over
+    assert service["KillSignal"] == "SIGTERM" and service["KillMode"] == "mixed"
+    node = parse_node_config("node: {name: a}\n")
+    bound = 2 * node.children.stop_timeout_seconds + node.zookeeper.session_timeout_seconds
+    assert int(service["TimeoutStopSec"]) > bound
+    assert service["Restart"] == "on-failure"
+    assert "EnvironmentFile" in service, "the instances' secrets come from an environment file"
+    assert "RELAY_STATE_DIR" not in service.get("Environment", ""), "a node refuses RELAY_STATE_DIR"

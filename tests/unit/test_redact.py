@@ -56,6 +56,22 @@ def test_ordinary_text_and_empty_secrets_are_left_alone() -> None:
     assert redact("abc ab") == "abc ab"
 
 
+def test_the_configs_own_messages_about_a_secret_key_stay_readable() -> None:
+    # what `relay cluster status` showed for an instance whose node lacks its secret: "source.password: ***
+    # variable RELAY_SHOP06_MYSQL_PASSWORD is not set" — the message masked, not a secret
+    for text in (
+        "source.password: environment variable RELAY_X is not set (written as ${RELAY_X})",
+        "source.password: a secret must be a ${NAME} reference",
+        "relay: error: source.password: expected a string, got 5",
+        "kafka.settings.sasl.password: must be a ${NAME} reference",
+    ):
+        assert redact(text) == text
+    assert redact("password: must") == f"password: {MASK}"  # a value at the end is still a value
+    assert redact("password=an") == f"password={MASK}"
+    register_secret("expected")  # a registered secret is masked whatever it looks like
+    assert redact("source.password: expected a string") == f"source.password: {MASK} a string"
+
+
 def test_registered_secret_is_hidden_anywhere_also_json_escaped() -> None:
     register_secret('pa"ss word!')
     assert 'pa"ss word!' not in redact('connect failed: pa"ss word! rejected')
