@@ -22,12 +22,18 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from relay.cli import values
 from relay.cli.instance import ZOOKEEPER_ENV
+from relay.cluster.children import EXIT_SCHEMA_HELD
 from relay.cluster.layout import Paths, read_view
 from relay.cluster.node_config import load_node_config
 from relay.cluster.report import cluster_report
 from relay.common import zookeeper
-from relay.common.redact import redact_value, register_secret
-from relay.errors import ClusterError, ClusterUnavailableError, ZooKeeperUnavailableError
+from relay.common.redact import redact, redact_value, register_secret
+from relay.errors import (
+    ClusterError,
+    ClusterUnavailableError,
+    SchemaError,
+    ZooKeeperUnavailableError,
+)
 
 _DESCRIPTION = (
     "A cluster's nodes. `relay cluster run -c node.yaml` joins the cluster (ZooKeeper ROOT/nodes/NAME), "
@@ -212,6 +218,11 @@ def cmd_child(args: argparse.Namespace) -> int:
 
     try:
         return run_relay(config, args.verbose, started)
+    except SchemaError as exc:
+        # The same place would stop it again after a restart: its node holds it until `relay schema
+        # resync --instance` (relay.cluster.holds).
+        print(f"relay: error: {redact(str(exc))}", file=sys.stderr, flush=True)
+        return EXIT_SCHEMA_HELD
     finally:
         for watchdog in watchdogs:
             watchdog.close()
