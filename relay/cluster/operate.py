@@ -53,8 +53,8 @@ def instance_status(remote: RemoteInstance) -> dict[str, Any] | None:
     for variable, key in sorted(missing.items(), key=lambda item: item[1]):
         if key.startswith("source."):
             unknown = (
-                f"{key}: ${{{variable}}} is not set in this environment, so the server is not asked "
-                "(server_end, lag_bytes); set it as on the nodes to see them"
+                f"environment variable {variable} is not set here ({key} is written as ${{{variable}}}), so "
+                "the server is not asked (server_end, lag_bytes); set it as on the nodes to see them"
             )
             break
     node = record.get("node")

@@ -137,8 +137,8 @@ class RemoteInstance:
             if key.startswith(prefix):
                 raise ConfigError(
                     key,
-                    f"${{{variable}}} is not set in this environment: {why} (set it as on the nodes, "
-                    "or run the command on a node)",
+                    f"environment variable {variable} is not set here (written as ${{{variable}}}): {why} "
+                    "(set it as on the nodes, or run the command on a node)",
                 )
 
     # -- requests -----------------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def relay_report(
         report["server_error"] = server_unknown
         return report
     try:
-        info = inspect_server(config.source)
+        # with a schema history a server without binlog_row_metadata=FULL is fine (relay check's rule)
+        info = inspect_server(config.source, schema_history=config.schema.history != "off")
     except RelayError as exc:
         report["server_error"] = str(exc)
         return report
