@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.cluster.node_config import ChildrenConfig
+from relay.config.state import SNAPSHOT_REQUEST_FILE
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,9 @@ class Children:
     def _start(self, child: _Child, version: int, now: float) -> None:
         path = self.log_path(child.instance)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A request file an earlier child did not take: its request is still in ZooKeeper (answered
+        # only once a relay took it), so it is handed over again, once (relay.cluster.requests).
+        (path.parent / SNAPSHOT_REQUEST_FILE).unlink(missing_ok=True)
         argv = self._command(child.instance, version)
         with path.open("ab") as out:
             child.process = subprocess.Popen(

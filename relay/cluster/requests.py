@@ -16,7 +16,10 @@ that dies or loses the instance before that leaves it to the next node; that nod
 relay's snapshot (its id is the request's id, continued from the saved position after a move): a
 request already carried out is answered from it, never handed over again. One request at a time per
 instance (the relay reads one file); a relay that has not taken the file within ``answer_timeout``
-gets it removed and the request refused (nothing was started), one that took it is waited for.
+gets it removed and the request refused (nothing was started), one that took it is waited for. A
+handed request whose child ended, or whose instance moved away, before answering is let go (its file
+removed when untaken) and taken again from ZooKeeper as above; ``relay.cluster.children`` removes a file
+left by an earlier node process before it starts a child.
 
 Runs on the node's main thread (``relay.cluster.node``), with the node's kazoo client.
 """
@@ -53,6 +56,7 @@ class _Handed:
     znode: str  # requests/r-<seq>
     request: dict[str, Any]
     at: float  # monotonic: when the request file was written
+    pid: Any  # the child it was handed to
 
 
 class RequestDesk:
@@ -75,8 +79,8 @@ class RequestDesk:
         """One pass over the instances this node runs (name → the status record it publishes, whose
         ``relay`` is the child's status file); ``watch`` is set on each request container."""
         for name in list(self._handed):
-            if name not in records:
-                self._drop(name)  # moved away or stopped: the request stays for the next node
+            if name not in records or records[name].get("pid") != self._handed[name].pid:
+                self._drop(name)  # moved away, or its child ended: the request stays for the next one
         for name, record in sorted(records.items()):
             relay = _ready(record)
             if name in self._handed:
@@ -128,7 +132,7 @@ class RequestDesk:
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {k: request[k] for k in ("id", "action", "table", "where", "keys") if k in request}
         atomic_write_text(path, json.dumps(body) + "\n")
-        self._handed[name] = _Handed(znode, request, self._clock())
+        self._handed[name] = _Handed(znode, request, self._clock(), relay.get("pid"))
         log.info(
             "instance %s: request %s (%s) handed to its relay", name, request["id"], request.get("action")
         )
@@ -167,8 +171,10 @@ class RequestDesk:
         return {"id": request["id"], "action": request.get("action"), "node": self._node, "at": time.time()}
 
     def _drop(self, name: str) -> None:
+        """Forget a handed request (it stays in ZooKeeper): its file too, when no relay took it."""
         handed = self._handed.pop(name)
-        log.info("instance %s: request %s left for the node running it next", name, handed.request["id"])
+        _remove_file(self._state_dir / name / SNAPSHOT_REQUEST_FILE, handed.request["id"])
+        log.info("instance %s: request %s left for the relay that runs it next", name, handed.request["id"])
 
     def _prune(self, client: KazooClient, name: str) -> None:
         base = self._paths.answers(name)
@@ -183,6 +189,13 @@ class RequestDesk:
                         client.delete(f"{base}/{child}")
         except NoNodeError:
             return
+
+
+def _remove_file(path: Path, request_id: str) -> None:
+    """The request file, when it still holds ``request_id`` (the relay has not taken it)."""
+    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+        if json.loads(path.read_text(encoding="utf-8")).get("id") == request_id:
+            path.unlink()
 
 
 def _ready(record: dict[str, Any]) -> dict[str, Any] | None:

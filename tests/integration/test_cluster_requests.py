@@ -135,6 +135,7 @@ def test_a_request_waits_for_a_node_and_moves_are_not_applied_twice(
     request_id = json.loads(_file(tmp_path / "a").read_text())["id"]
     a.serve(client, {})  # moved away: a lets it go, the request stays for the next node
     assert len(_pending(client, address.root)) == 1
+    assert not _file(tmp_path / "a").exists(), "the file a's relay did not take is removed"
     # b runs it now; its relay continued the snapshot that request started (from the saved position):
     # answered from that, never handed over again.
     b = RequestDesk("b", Paths(address.root), tmp_path / "b")
@@ -187,3 +188,24 @@ def test_an_unknown_instance_is_named_with_the_defined_ones(address: ClusterAddr
     with pytest.raises(InstanceNotFoundError) as caught:
         RemoteInstance(address, "nope")
     assert "nope: no such instance" in str(caught.value) and "defined instances: shop" in str(caught.value)
+
+
+def test_a_child_that_ended_before_answering_gets_it_again_from_zookeeper(
+    address: ClusterAddress, client: KazooClient, tmp_path: Path
+) -> None:
+    desk = RequestDesk("a", Paths(address.root), tmp_path)
+    asker = Asker(address)
+    asker.start()
+    wait_for(
+        lambda: (desk.serve(client, {"shop": _running(pid=1)}), _file(tmp_path).exists())[1], 30, "handed"
+    )
+    first = json.loads(_file(tmp_path).read_text())["id"]
+    _file(tmp_path).unlink()  # the child took it, then crashed before answering; its node restarts it
+    record = _running(pid=2)
+    wait_for(lambda: (desk.serve(client, {"shop": record}), _file(tmp_path).exists())[1], 30, "handed again")
+    assert json.loads(_file(tmp_path).read_text())["id"] == first
+    _file(tmp_path).unlink()
+    record["relay"]["snapshot_request"] = {"id": first, "accepted": True, "reason": None}
+    wait_for(lambda: (desk.serve(client, {"shop": record}), not asker.is_alive())[1], 30, "answered")
+    assert asker.answer is not None and asker.answer["accepted"] is True
+    assert _pending(client, address.root) == []
