@@ -240,6 +240,8 @@ def cmd_snapshot_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
+    if args.instance:
+        print(f"instance {args.instance} on node {report.get('node') or '- (no node runs it)'}")
     print(report["snapshot"] or "no snapshot")
     for name, line in (report["snapshot_tables"] or {}).items():
         print(f"  {name}  {line}")

@@ -290,6 +290,9 @@ def test_status_metrics_mapping_and_snapshots_of_an_instance_from_any_host(
             60,
             "the snapshot cancelled",
         )
+        assert (
+            f"instance {prefix} on node a" in cluster.cli("snapshot", "status", "--instance", prefix).stdout
+        )
 
         # a request made while no node runs the instance waits for the next node, carried out once
         # (the writes stop first: the table as it then is is what that snapshot must read, each row once)
@@ -310,6 +313,11 @@ def test_status_metrics_mapping_and_snapshots_of_an_instance_from_any_host(
             before[r.partition] = max(before.get(r.partition, -1), r.offset)
         nowhere = cluster.cli("status", "--instance", prefix)
         assert nowhere.returncode == 1 and "no node runs it" in nowhere.stderr, nowhere.stderr
+        # with no relay active, cancel goes to the saved position (in ZooKeeper), which has none unfinished
+        offline = cluster.cli("snapshot", "cancel", "--instance", prefix)
+        assert offline.returncode == 2 and "no unfinished snapshot in the saved position" in offline.stderr, (
+            offline.stdout + offline.stderr
+        )
         env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
         asking = subprocess.Popen(
             [
