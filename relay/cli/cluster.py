@@ -22,12 +22,18 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from relay.cli import values
 from relay.cli.instance import ZOOKEEPER_ENV
+from relay.cluster.children import EXIT_SCHEMA_HELD
 from relay.cluster.layout import Paths, read_view
 from relay.cluster.node_config import load_node_config
 from relay.cluster.report import cluster_report
 from relay.common import zookeeper
-from relay.common.redact import redact_value, register_secret
-from relay.errors import ClusterError, ClusterUnavailableError, ZooKeeperUnavailableError
+from relay.common.redact import redact, redact_value, register_secret
+from relay.errors import (
+    ClusterError,
+    ClusterUnavailableError,
+    SchemaError,
+    ZooKeeperUnavailableError,
+)
 
 _DESCRIPTION = (
     "A cluster's nodes. `relay cluster run -c node.yaml` joins the cluster (ZooKeeper ROOT/nodes/NAME), "
@@ -107,8 +113,10 @@ def add_cluster_parser(subparsers: Any) -> None:
         description="Reads the cluster's state from ZooKeeper: every live node (capacity, load, drained, "
         "leader, session), every instance (assigned node, node it is active on and its epoch, state, lag, "
         "restarts, last error, as its node last published them) and the moves the leader has still to "
-        "make. Exit status 0 when every defined instance is active on its assigned node, 1 otherwise, 2 when "
-        "there is no cluster under the root (no live node, no instance: a wrong --root or ZooKeeper).",
+        "make; an instance stopped on a schema error is HELD (not restarted) until `relay schema resync "
+        "--instance`. Exit status 0 when every defined instance is active on its assigned node, 1 "
+        "otherwise, 2 when there is no cluster under the root (no live node, no instance: a wrong --root or "
+        "ZooKeeper).",
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
@@ -212,6 +220,11 @@ def cmd_child(args: argparse.Namespace) -> int:
 
     try:
         return run_relay(config, args.verbose, started)
+    except SchemaError as exc:
+        # The same place would stop it again after a restart: its node holds it until `relay schema
+        # resync --instance` (relay.cluster.holds).
+        print(f"relay: error: {redact(str(exc))}", file=sys.stderr, flush=True)
+        return EXIT_SCHEMA_HELD
     finally:
         for watchdog in watchdogs:
             watchdog.close()
@@ -313,10 +326,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     for name, i in report["instances"].items():
         lag = "-" if i["lag_seconds"] is None else f"{i['lag_seconds']:.0f}"
         restarts = "-" if i["restarts"] is None else str(i["restarts"])
+        state = "HELD" if i["held"] else (i["state"] or "-")
         print(
-            f"{name:<20} {i['node'] or '-':<16} {i['running_on'] or '-':<16} {i['state'] or '-':<12} "
+            f"{name:<20} {i['node'] or '-':<16} {i['running_on'] or '-':<16} {state:<12} "
             f"{lag:>6} {restarts:>8}  {i['last_error'] or '-'}"
         )
+        if i["held"]:
+            print(
+                f"  held on node {i['held'].get('node')} after a schema error, not restarted until "
+                f"`relay schema resync --instance {name} --table SCHEMA.TABLE --yes`"
+            )
     for move in report["pending_moves"]:
         source, target = move["from"] or "(not running)", move["to"] or "(stopped)"
         print(f"pending: {move['instance']}: {source} -> {target} ({move['reason']})")

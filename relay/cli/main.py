@@ -157,11 +157,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from relay.cli.remote import target
     from relay.config.load import load_config
     from relay.ops.status import status_report
 
-    config = load_config(args.config)
-    report = redact_value(status_report(config))
+    remote = target(args)
+    if remote is not None:
+        from relay.cluster.operate import instance_status
+
+        with remote:
+            found = instance_status(remote)
+            if found is None:
+                print(f"relay: {remote.where()}: no node runs it (`relay cluster status`)", file=sys.stderr)
+                return EXIT_FAILED
+    else:
+        found = status_report(load_config(args.config))
+    report = redact_value(found)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
@@ -329,10 +340,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="show a relay's position, lag, store fill and publish rate",
         description="Reads the running relay's status file (in its state directory) and the saved position, "
         "and asks the MySQL server how far its binlog has moved on. Shows the mapping version in use, the "
-        "store's current one, one waiting for the switch and the last version refused, with why. Exit "
-        "status 0 when the relay is running, 1 when not.",
+        "store's current one, one waiting for the switch and the last version refused, with why. With "
+        "--instance NAME (from any host): the cluster instance's status as its node publishes it in "
+        "ZooKeeper (the same fields, plus its node, process, epoch and a hold after a schema error); the "
+        "server is asked when this environment sets the source's ${NAME} secrets. Exit status 0 when the "
+        "relay is running, 1 when not (an instance no node runs: one line on stderr saying why).",
     )
-    status.add_argument("-c", "--config", required=True, help="the relay's config file")
+    from relay.cli.remote import add_target_options
+
+    add_target_options(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
 

@@ -170,8 +170,17 @@ def add_mapping_parser(subparsers: Any) -> None:
         help="every stored version: time, who, what changed, which relay runs it",
         description="Lists every stored version (time, who, what changed, the note), marks the version "
         "each known relay runs (`<= runs on …`) and the one it refused, then lists the relays: the one of "
-        "-c CONFIG (its status file), its HA replicas (ZooKeeper, with ha.enabled) and, with a ZooKeeper "
-        "store, every relay reading the node.",
+        "-c CONFIG (its status file), its HA replicas (ZooKeeper, with ha.enabled), with a ZooKeeper "
+        "store every relay reading the node, and with --cluster HOSTS every cluster instance reading "
+        "this mapping (INSTANCE@NODE, as its node publishes it), wherever it runs.",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="HOSTS",
+        help="a cluster's ZooKeeper hosts: also list its instances that read this mapping",
+    )
+    p.add_argument(
+        "--cluster-root", default="/canal-relay", help="the cluster's root node (default /canal-relay)"
     )
     p.set_defaults(func=_run(cmd_history))
 

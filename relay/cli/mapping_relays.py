@@ -6,7 +6,9 @@ A relay says which version it publishes under, which one waits for a switch and 
 - the status file in the state directory of ``-c CONFIG`` (the relay of that config on this host);
 - with ``ha.enabled`` in that config, the member nodes of its instance in ZooKeeper (every replica,
   active or standing by, on any host);
-- with a ZooKeeper mapping store, the store's registry (every relay reading that node, any instance).
+- with a ZooKeeper mapping store, the store's registry (every relay reading that node, any instance);
+- with ``--cluster HOSTS``, the status each cluster node publishes for every instance reading this
+  mapping store (``relay.cluster.operate.cluster_relays``), on whatever node it runs.
 
 Runs on the CLI's thread; a source that cannot be read becomes a note line, never an error.
 """
@@ -69,7 +71,26 @@ def known_relays(args: argparse.Namespace, store: MappingStore) -> tuple[list[Kn
         found.extend(_from_store(store))
     except RelayError as exc:
         notes.append(f"cannot read the relays registered with {store.name}: {exc}")
+    if getattr(args, "cluster", None):
+        try:
+            found.extend(_from_cluster(args, store))
+        except RelayError as exc:
+            notes.append(f"cannot read the cluster's instances at {args.cluster}{args.cluster_root}: {exc}")
     return _unique(found), notes
+
+
+def _from_cluster(args: argparse.Namespace, store: MappingStore) -> list[KnownRelay]:
+    from relay.cluster.operate import cluster_relays
+    from relay.cluster.remote import ClusterAddress
+
+    out = []
+    for info in cluster_relays(ClusterAddress(args.cluster, args.cluster_root), store.name):
+        version, pending, refused = _mapping(info["mapping"])
+        pid = info.get("pid")
+        host_pid = (str(info.get("host") or ""), pid) if isinstance(pid, int) else None
+        name = f"{info['instance']}@{info.get('node') or 'no node'}"
+        out.append(KnownRelay(name, "cluster", str(info["state"]), version, pending, refused, host_pid))
+    return out
 
 
 def _mapping(data: dict[str, Any]) -> tuple[int | None, int | None, Refusal | None]:
@@ -151,7 +172,10 @@ def markers(relays: list[KnownRelay], version: int) -> str:
 def print_relays(relays: list[KnownRelay], notes: list[str]) -> None:
     """The footer of ``relay mapping history``: every known relay and what it runs."""
     if not relays and not notes:
-        print("relays: none known (give -c CONFIG for its relay's status file and HA replicas)")
+        print(
+            "relays: none known (give -c CONFIG for its relay's status file and HA replicas, --cluster "
+            "HOSTS for a cluster's instances)"
+        )
         return
     print("relays:")
     for relay in relays:

@@ -8,6 +8,14 @@ from the server (information_schema) and appends it to the history — at the pl
 broken DDL (the relay stopped on a DDL it could not apply), or at ``--at`` / the saved position (a
 table changed outside the binlog) — after the operator confirms (``--yes``); refused while a relay
 holds the instance.
+
+With ``--instance NAME`` (a cluster instance, from any host) the config is the instance's stored
+definition (``relay.cluster.remote``): ``show`` needs no secret (the history is beside the positions,
+in ZooKeeper or Kafka); ``resync`` connects to the server from THIS host, with the source's ``${NAME}``
+secrets resolved from this environment (a missing one is named) — the operator confirming a definition
+is looking at the server anyway, and the node need not run anything but relays. Its safety is the same:
+refused while the instance's relay is active anywhere (its HA node in ZooKeeper). An instance stopped on
+a schema error is held by its node (``relay.cluster.holds``: not restarted); a resync lifts the hold.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 import pymysql
 
 from relay.cli.positions import _refuse_if_active
+from relay.cli.remote import add_target_options, target
 from relay.common import mysql
 from relay.config.load import load_config
 from relay.errors import ConfigError, SchemaError
@@ -38,14 +47,14 @@ def add_schema_parser(sub: Any) -> None:
     )
     cmds = schema.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
     show = cmds.add_parser("show", help="a table as the relay knows it at a binlog place")
-    show.add_argument("-c", "--config", required=True, help="the relay's config file")
+    add_target_options(show)
     show.add_argument("--table", required=True, help="schema.table, e.g. shop_07.orders_33")
     show.add_argument(
         "--at", help="binlog place file:offset (default: the saved position, else the newest record)"
     )
     show.set_defaults(func=cmd_schema_show)
     sync = cmds.add_parser("resync", help="take a table's live definition into the history (relay stopped)")
-    sync.add_argument("-c", "--config", required=True, help="the relay's config file")
+    add_target_options(sync)
     sync.add_argument("--table", required=True, help="schema.table")
     sync.add_argument(
         "--at", help="place file:offset (default: the table's broken DDL, else the saved position)"
@@ -86,8 +95,29 @@ def _saved(config: Any) -> tuple[Place | None, str]:
     return (saved.journal, saved.offset), server_key(src.server_id, src.server_uuid) if src else ""
 
 
+def _config(args: argparse.Namespace, *, server: bool) -> tuple[Any, Any]:
+    """The config of ``-c`` or of the cluster instance ``--instance`` (then also its ``RemoteInstance``,
+    to be closed); ``server``: the source's secrets must resolve here."""
+    remote = target(args)
+    if remote is None:
+        return load_config(args.config), None
+    try:
+        config, missing = remote.config()
+        remote.require(missing, "positions.", "the schema history is read beside the positions")
+        if config.positions.backend == "kafka":
+            remote.require(missing, "kafka.", "the schema history is read from Kafka")
+        if server:
+            remote.require(missing, "source.", "resync reads the table's live definition from the server")
+    except BaseException:
+        remote.close()
+        raise
+    return config, remote
+
+
 def cmd_schema_show(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config, remote = _config(args, server=False)
+    if remote is not None:
+        remote.close()
     key = _table(args.table)
     saved, server = _saved(config)
     at = _place(args.at) if args.at else saved
@@ -104,7 +134,17 @@ def cmd_schema_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schema_resync(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config, remote = _config(args, server=True)
+    with contextlib.ExitStack() as closing:
+        if remote is not None:
+            closing.callback(remote.close)
+        code = _resync(args, config)
+        if code == 0 and remote is not None and remote.lift_hold():
+            print(f"instance {remote.name}: its hold is lifted; its node starts it again")
+        return code
+
+
+def _resync(args: argparse.Namespace, config: Any) -> int:
     _refuse_if_active(config)
     key = _table(args.table)
     at = _place(args.at) if args.at else None

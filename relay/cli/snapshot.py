@@ -2,21 +2,27 @@
 
 ``cancel`` with no relay running marks the unfinished snapshot in the saved position cancelled, so
 the next start does not continue it (held like ``relay positions set``: refused while a relay holds
-the instance).
+the instance). With ``--instance NAME`` (a cluster instance, from any host) the request goes through
+ZooKeeper to the node running it (``relay.cluster.remote``, ``relay.cluster.requests``) and the
+progress comes from the status its node publishes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from relay.cli import values
+from relay.cli.remote import add_target_options, target
 from relay.config.state import STATUS_FILE
 
 if TYPE_CHECKING:
+    from relay.cluster.remote import RemoteInstance
     from relay.config.load import RelayConfig
     from relay.positions.store import PositionStore
 
@@ -25,10 +31,14 @@ def add_snapshot_parser(sub: Any) -> None:
     snap = sub.add_parser(
         "snapshot",
         help="re-read a logical table while the relay streams, or show / cancel the snapshot",
-        description="Asks the running relay (through its request file, snapshot.request_file) to snapshot "
+        description="Asks the running relay (through the request file in its state directory) to snapshot "
         "every shard of one logical table with the watermark rules of the initial snapshot, without "
         "stopping the live stream. An unfinished snapshot is continued after a restart whatever "
-        "snapshot.mode says; `cancel` ends it (with the relay stopped too).",
+        "snapshot.mode says; `cancel` ends it (with the relay stopped too). With --instance NAME, from any "
+        "host: the request is a node in ZooKeeper (ROOT/destinations/NAME/requests/) that the node "
+        "running the instance hands to its relay; the answer names that node. A request made while the "
+        "instance moves waits for its next node; one no node takes before --answer-timeout is withdrawn "
+        "(nothing done).",
     )
     cmds = snap.add_subparsers(dest="snapshot_command", required=True, metavar="ACTION")
     run = cmds.add_parser(
@@ -38,7 +48,8 @@ def add_snapshot_parser(sub: Any) -> None:
         "streams; --where first runs SELECT 1 ... WHERE (COND) LIMIT 0 on every shard, and a condition "
         "that fails is refused naming the shard.",
     )
-    run.add_argument("-c", "--config", required=True, help="the relay's config file")
+    add_target_options(run)
+    _answer_option(run)
     run.add_argument(
         "--table", required=True, type=values.db_table, help="the logical db.table, e.g. shop.orders"
     )
@@ -64,7 +75,7 @@ def add_snapshot_parser(sub: Any) -> None:
         "redraws a bar until it is done: exit status 0, or 1 if it failed, was cancelled or the relay "
         "stopped.",
     )
-    status.add_argument("-c", "--config", required=True, help="the relay's config file")
+    add_target_options(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--follow", action="store_true", help="show a progress bar until it is done")
     status.set_defaults(func=cmd_snapshot_status)
@@ -73,8 +84,19 @@ def add_snapshot_parser(sub: Any) -> None:
         "unfinished one in the saved position (so a start does not continue it)"
     )
     cancel = cmds.add_parser("cancel", help=cancel_help, description=cancel_help)
-    cancel.add_argument("-c", "--config", required=True, help="the relay's config file")
+    add_target_options(cancel)
+    _answer_option(cancel)
     cancel.set_defaults(func=cmd_snapshot_cancel)
+
+
+def _answer_option(parser: Any) -> None:
+    parser.add_argument(
+        "--answer-timeout",
+        type=values.positive_float,
+        metavar="SECONDS",
+        help="how long to wait for the relay's answer (default 30; with --instance 60: a node takes the "
+        "request at its next pass)",
+    )
 
 
 def _ask(
@@ -87,13 +109,39 @@ def _ask(
     from relay.config.load import load_config
     from relay.ops.snapshot import await_answer, send_request
 
+    remote = target(args)
+    if remote is not None:
+        with remote:
+            return _ask_node(remote, args, action, table, where, keys)
     config = load_config(args.config)
     request_id = send_request(config, action, table, where, keys)
-    answer = await_answer(config, request_id)
+    answer = await_answer(config, request_id, args.answer_timeout or 30.0)
     if not answer.get("accepted"):
         print(f"refused: {answer.get('reason')}")
         return 1
     print(f"{action}: accepted ({request_id})")
+    return 0
+
+
+def _ask_node(
+    remote: RemoteInstance,
+    args: argparse.Namespace,
+    action: str,
+    table: str,
+    where: str,
+    keys: dict[str, Any] | None,
+) -> int:
+    """The request through ZooKeeper to the node running the instance (``relay.cluster.remote``)."""
+    body: dict[str, Any] = {"action": action, "table": table, "where": where}
+    if keys is not None:
+        body["keys"] = keys
+    answer = remote.ask(body, args.answer_timeout or 60.0)
+    node = answer.get("node")
+    if not answer.get("accepted"):
+        print(f"refused by the relay of {remote.name} on node {node}: {answer.get('reason')}")
+        return 1
+    again = " (already under way: continued after a move)" if answer.get("continued") else ""
+    print(f"{action}: accepted by the relay of {remote.name} on node {node} ({answer.get('id')}){again}")
     return 0
 
 
@@ -126,6 +174,19 @@ def cmd_snapshot_cancel(args: argparse.Namespace) -> int:
     from relay.config.load import load_config
     from relay.daemon.status import pid_running, read_status
 
+    remote = target(args)
+    if remote is not None:
+        from relay.cluster.operate import is_active
+
+        with remote:
+            if is_active(remote.record()):
+                return _ask_node(remote, args, "cancel", "", "", None)
+            snapshot_id = cancel_saved(remote.config()[0])
+        print(
+            f"cancel: snapshot {snapshot_id} marked cancelled in the saved position (no relay of "
+            f"{args.instance} is active)"
+        )
+        return 0
     config = load_config(args.config)
     status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
@@ -173,16 +234,14 @@ def cancel_saved(config: RelayConfig) -> str:
 
 
 def cmd_snapshot_status(args: argparse.Namespace) -> int:
-    from relay.config.load import load_config
-    from relay.ops.snapshot import progress
-
-    config = load_config(args.config)
     if args.follow:
         return _follow(args)
-    report = progress(config)
+    report = _progress(args)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
+    if args.instance:
+        print(f"instance {args.instance} on node {report.get('node') or '- (no node runs it)'}")
     print(report["snapshot"] or "no snapshot")
     for name, line in (report["snapshot_tables"] or {}).items():
         print(f"  {name}  {line}")
@@ -192,12 +251,15 @@ def cmd_snapshot_status(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace) -> int:
     """A progress bar and line, rewritten every second, until the snapshot is done (exit status 0), or
     failed, was cancelled, or the relay stopped before it was done (1)."""
-    from relay.config.load import load_config
-    from relay.ops.snapshot import progress, progress_bar
+    from relay.ops.snapshot import progress_bar
 
-    config = load_config(args.config)
+    with _progress_source(args) as read:
+        return _follow_bar(read, progress_bar)
+
+
+def _follow_bar(read: Callable[[], dict[str, Any]], progress_bar: Callable[[float], str]) -> int:
     while True:
-        report = progress(config)
+        report = read()
         line = report["snapshot"] or "no snapshot"
         if report.get("snapshot_percent") is not None:
             line = f"{progress_bar(report['snapshot_percent'])} {line}"
@@ -210,3 +272,26 @@ def _follow(args: argparse.Namespace) -> int:
             print(f"\nthe snapshot is not done ({'no relay runs' if report['done'] is None else state})")
             return 1
         time.sleep(1.0)
+
+
+def _progress(args: argparse.Namespace) -> dict[str, Any]:
+    """The snapshot's progress: of the relay of ``-c``, or of the cluster instance ``--instance``."""
+    with _progress_source(args) as read:
+        return read()
+
+
+@contextlib.contextmanager
+def _progress_source(args: argparse.Namespace) -> Iterator[Callable[[], dict[str, Any]]]:
+    """A reader of the progress (one ZooKeeper session for ``--instance``, kept while it is used)."""
+    from relay.config.load import load_config
+    from relay.ops.snapshot import progress
+
+    remote = target(args)
+    if remote is None:
+        config = load_config(args.config)
+        yield lambda: progress(config)
+        return
+    from relay.cluster.operate import snapshot_progress
+
+    with remote:
+        yield lambda: snapshot_progress(remote)

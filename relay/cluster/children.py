@@ -7,7 +7,9 @@ Owns the child processes of ``relay cluster run`` and nothing of ZooKeeper: the 
 is a process of its own (``relay cluster child``: one instance, HA on, fenced by its own epoch), in its
 own session, so a crash of one never takes another down; its output goes to ``<state_dir>/<instance>/
 relay.log``. A child exiting while wanted is restarted after ``restart_backoff_seconds``, doubling up to
-``restart_backoff_max_seconds``; one that ran ``healthy_after_seconds`` starts the backoff over.
+``restart_backoff_max_seconds``; one that ran ``healthy_after_seconds`` starts the backoff over. One
+that stopped on a schema error (``EXIT_SCHEMA_HELD``) is held instead: not restarted until ``release``
+(``relay.cluster.holds``: after ``relay schema resync --instance``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from relay.cluster.node_config import ChildrenConfig
+from relay.config.state import SNAPSHOT_REQUEST_FILE
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Children"]
 
 EXIT_LEADERSHIP_LOST = 3  # relay.cli.main's: the child's term ended (fenced); it is restarted to stand by
+EXIT_SCHEMA_HELD = (
+    5  # `relay cluster child` stopped on a schema error: held, not restarted (relay.cluster.holds)
+)
+HELD = "held"  # the ``process`` of a child held after a schema error
 LOG_FILE = "relay.log"
 
 
@@ -46,6 +53,7 @@ class _Child:
     not_before: float = 0.0  # monotonic: no restart before this
     last_exit: int | None = None
     last_error: str | None = None
+    held: bool = False  # ended with EXIT_SCHEMA_HELD: not restarted until ``release``
 
 
 class Children:
@@ -80,10 +88,16 @@ class Children:
                 if wanted is None or wanted != child.version:
                     self._terminate(child, now, "moved away" if wanted is None else "definition changed")
                 self._escalate(child, now)
-            elif wanted is not None and now >= child.not_before:
+            elif wanted is not None and now >= child.not_before and not child.held:
                 self._start(child, wanted, now)
             elif wanted is None:
                 del self._children[name]
+
+    def release(self, instance: str) -> None:
+        """Start a held child again (its schema was resynced) at the next ``poll``."""
+        child = self._children.get(instance)
+        if child is not None:
+            child.held, child.not_before, child.backoff = False, self._clock(), 0.0
 
     def running(self) -> list[str]:
         """The instances with a live process (stopping ones included)."""
@@ -121,7 +135,7 @@ class Children:
                 "pid": child.process.pid if child.process is not None else None,
                 "process": "stopping"
                 if child.stopping_since is not None
-                else ("running" if alive else "waiting"),
+                else ("running" if alive else (HELD if child.held else "waiting")),
                 "running_seconds": round(now - child.started, 1) if alive else None,
                 "restarts": child.restarts,
                 "last_exit": child.last_exit,
@@ -138,6 +152,9 @@ class Children:
     def _start(self, child: _Child, version: int, now: float) -> None:
         path = self.log_path(child.instance)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A request file an earlier child did not take: its request is still in ZooKeeper (answered
+        # only once a relay took it), so it is handed over again, once (relay.cluster.requests).
+        (path.parent / SNAPSHOT_REQUEST_FILE).unlink(missing_ok=True)
         argv = self._command(child.instance, version)
         with path.open("ab") as out:
             child.process = subprocess.Popen(
@@ -183,6 +200,12 @@ class Children:
         child.restarts += 1
         child.not_before = now + child.backoff
         child.last_error = self._last_error(child.instance, code)
+        if code == EXIT_SCHEMA_HELD:
+            child.held = True
+            log.error(
+                "instance %s: stopped on a schema error: not restarted (%s)", child.instance, child.last_error
+            )
+            return
         level = logging.INFO if code == EXIT_LEADERSHIP_LOST else logging.WARNING
         log.log(
             level,

@@ -42,6 +42,7 @@ __all__ = [
     "InstanceDefinition",
     "NodeSettings",
     "check_name",
+    "operator_config",
     "parse_definition",
     "relay_config",
 ]
@@ -138,6 +139,37 @@ def relay_config(definition: InstanceDefinition, node: NodeSettings) -> RelayCon
             f"state in its own state directory ({wanted}); unset it for the node",
         )
     return config
+
+
+def operator_config(
+    definition: InstanceDefinition, node: NodeSettings, environ: Mapping[str, str] = os.environ
+) -> tuple[RelayConfig, dict[str, str]]:
+    """The config an operator's command reads ``definition`` with, on any host (``relay status|snapshot|
+    schema --instance``): references resolved from ``environ`` where set, else their ``:-default``; the
+    others stand as unusable holes, returned as {variable: key} — a command that needs one (a server
+    connection) refuses naming it; the others (positions, schema history, mapping) never read it."""
+    missing: dict[str, str] = {}
+
+    def fill(value: Any, path: str) -> Any:
+        if isinstance(value, str):
+
+            def sub(m: re.Match[str]) -> str:
+                given = environ.get(m.group(1))
+                if given is not None:
+                    return given
+                if m.group(2) is not None:
+                    return m.group(2)
+                missing.setdefault(m.group(1), path)
+                return f"{_HOLE_OPEN}{m.group(1)}{_HOLE_CLOSE}"
+
+            return _ENV.sub(sub, value)
+        if isinstance(value, dict):
+            return {k: fill(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    return _config(fill(definition.document, ""), definition.name, node, placeholders=False), missing
 
 
 # --- internals -------------------------------------------------------------------------------

@@ -10,7 +10,18 @@ status|rebalance|drain`` print. Under the cluster root::
     <root>/assignments/<name>     persistent: the node an instance is placed on, the plan's generation
     <root>/destinations/<name>/status
                                   ephemeral, written by the node running the instance: its state, lag,
-                                  last error, restarts (next to the instance's HA nodes)
+                                  last error, restarts, and the relay's whole status record (next to
+                                  the instance's HA nodes)
+    <root>/destinations/<name>/held
+                                  persistent: the instance stopped on a schema error and is not
+                                  restarted until `relay schema resync --instance` (``relay.cluster.holds``)
+    <root>/destinations/<name>/requests/r-<seq>
+                                  persistent sequential: a request to the instance (`relay snapshot
+                                  run|cancel --instance`, `relay schema resync --instance`), taken by
+                                  the node running it (``relay.cluster.requests``)
+    <root>/destinations/<name>/answers/<id>
+                                  persistent: the node's answer to request <id> (handed over, then
+                                  accepted or refused, naming the node); the asking CLI removes it
 
 Functions run on the caller's thread with a kazoo client the caller owns.
 """
@@ -74,6 +85,18 @@ class Paths:
 
     def running(self, instance: str) -> str:
         return self._at("destinations", instance, "running")
+
+    def held(self, instance: str) -> str:
+        return self._at("destinations", instance, "held")
+
+    def requests(self, instance: str) -> str:
+        return self._at("destinations", instance, "requests")
+
+    def answers(self, instance: str) -> str:
+        return self._at("destinations", instance, "answers")
+
+    def answer(self, instance: str, request_id: str) -> str:
+        return self._at("destinations", instance, "answers", request_id)
 
 
 @dataclass(frozen=True)

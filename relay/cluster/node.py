@@ -9,7 +9,10 @@ Owns the node's loop (the main thread of ``relay cluster run``): every wake-up â
 2. reads the cluster (``relay.cluster.layout.read_view``, re-arming the watches); the leader writes the
    placement when the plan moves anything;
 3. wants exactly the instances assigned to it, at their definition's version (``relay.cluster.children``
-   starts, restarts, stops them), and publishes each one's status into ZooKeeper.
+   starts, restarts, stops them; ``relay.cluster.holds`` keeps one stopped on a schema error held),
+   publishes each one's status into ZooKeeper (with the relay's whole status record, for ``relay status
+   --instance``), and hands the requests made to them through ZooKeeper to their relays
+   (``relay.cluster.requests``: ``relay snapshot â€¦ --instance``).
 
 Fencing is each child's: a child is an HA relay of its instance (``ha.enabled`` with the cluster's
 ZooKeeper), so its epoch, lease and Kafka ``transactional.id`` fence a zombie, and a child started for an
@@ -40,9 +43,11 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from relay.cluster.children import Children
+from relay.cluster.holds import SchemaHolds
 from relay.cluster.layout import ClusterView, LiveNode, Paths, read_view
 from relay.cluster.leader import LeaderTerm, apply_plan, resign, try_lead
 from relay.cluster.node_config import NodeConfig
+from relay.cluster.requests import RequestDesk
 from relay.common import zookeeper
 from relay.config.state import STATUS_FILE
 from relay.daemon.status import read_status
@@ -73,6 +78,8 @@ class ClusterNode:
         self._published = 0.0
         self._since = time.time()
         self.view = ClusterView()
+        self.requests = RequestDesk(self.name, self.paths, Path(config.settings().state_dir))
+        self.holds = SchemaHolds(self.name, self.paths)
 
     # -- control (any thread, signal handlers) --------------------------------------------------
     def stop(self) -> None:
@@ -137,8 +144,12 @@ class ClusterNode:
                 self._place(client)
             registered = self._session == int(client.client_id[0])
             # not registered (another live node holds this name): run nothing under its name
-            self.children.want(self._mine(self.view) if registered else {})
-            self._publish(client)
+            mine = self._mine(self.view) if registered else {}
+            report = self.children.report()
+            self.children.want(self.holds.wanted(client, mine, report, self.children, self._watch))
+            records = self._records(report)
+            self._publish(client, records)
+            self.requests.serve(client, records if registered else {}, self._watch)
         except zookeeper.ERRORS as exc:
             log.warning("node %s: ZooKeeper: %s %s (trying again)", self.name, type(exc).__name__, exc)
 
@@ -207,23 +218,27 @@ class ClusterNode:
             if assignment.node == self.name and name in view.instances
         }
 
-    def _publish(self, client: KazooClient) -> None:
-        """Each instance's status (its child, its status file) into ``destinations/<name>/status``."""
+    def _records(self, report: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The status record of each instance assigned to this node (its child, its status file)."""
+        state_dir = Path(self.config.settings().state_dir)
+        return {
+            name: _status_record(self.name, report.get(name, {}), state_dir / name)
+            for name in sorted(self._mine(self.view))
+        }
+
+    def _publish(self, client: KazooClient, records: dict[str, dict[str, Any]]) -> None:
+        """Each instance's status record into ``destinations/<name>/status`` (rate-limited)."""
         now = time.monotonic()
         if now - self._published < self.config.children.status_interval_seconds:
             return
         self._published = now
         session = int(client.client_id[0])
-        report = self.children.report()
-        state_dir = Path(self.config.settings().state_dir)
-        for name in sorted(set(report) | set(self._mine(self.view))):
+        for name in sorted(set(self.children.report()) | set(records)):
             path = self.paths.status(name)
-            mine = self.view.assignments.get(name)
-            if mine is None or mine.node != self.name:
+            if name not in records:
                 _delete_own(client, path, session)
                 continue
-            record = _status_record(self.name, report.get(name, {}), state_dir / name / STATUS_FILE)
-            _write_own(client, path, json.dumps(record, sort_keys=True).encode(), session)
+            _write_own(client, path, json.dumps(records[name], sort_keys=True).encode(), session)
 
     # -- leaving and losing the session ---------------------------------------------------------
     def _handover_bound(self) -> float:
@@ -262,8 +277,11 @@ def _without_since(record: bytes) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "since"} if isinstance(data, dict) else {}
 
 
-def _status_record(node: str, process: dict[str, Any], status_file: Path) -> dict[str, Any]:
-    status = read_status(status_file) or {}
+def _status_record(node: str, process: dict[str, Any], state_dir: Path) -> dict[str, Any]:
+    """What the node publishes for one instance: its process, a summary for ``relay cluster status``,
+    and ``relay``, the relay's whole status record (``relay status --instance`` shows it as the local
+    command shows the status file)."""
+    status = read_status(state_dir / STATUS_FILE) or {}
     return {
         "node": node,
         "process": process.get("process", "waiting"),
@@ -276,6 +294,8 @@ def _status_record(node: str, process: dict[str, Any], status_file: Path) -> dic
         "lag_seconds": status.get("lag_seconds"),
         "ha_role": status.get("ha_role"),
         "published_at": time.time(),
+        "state_dir": str(state_dir),
+        "relay": status or None,
     }
 
 

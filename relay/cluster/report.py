@@ -75,6 +75,8 @@ def _instance(client: KazooClient, paths: Paths, view: ClusterView, name: str) -
         "lag_seconds": status.get("lag_seconds"),
         "restarts": status.get("restarts"),
         "last_error": status.get("last_error"),
+        # stopped on a schema error: not restarted until `relay schema resync --instance` (its node, error)
+        "held": _json(client, paths.held(name)),
         "reported_by": status.get("node"),
         "reported_seconds_ago": round(time.time() - status["published_at"], 1)
         if isinstance(status.get("published_at"), int | float)

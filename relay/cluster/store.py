@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
@@ -66,6 +67,11 @@ class ZooKeeperInstanceStore:
             )
         except ZooKeeperUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
+
+    @property
+    def client(self) -> KazooClient:
+        """The session this store reads with (``relay.cluster.remote`` reads the runtime nodes with it)."""
+        return self._client
 
     @property
     def name(self) -> str:

@@ -82,6 +82,12 @@ def progress(config: RelayConfig) -> dict[str, Any]:
     status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     running = isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed")
+    return progress_of(config, status, running)
+
+
+def progress_of(config: RelayConfig, status: dict[str, Any], running: bool) -> dict[str, Any]:
+    """``progress`` of a relay whose status record is ``status`` (a status file, or as a cluster node
+    published it), ``running`` or not."""
     with open_positions(config) as store:
         point = store.load()
     report = snapshot_report(status.get("snapshot") if running else None, point)

@@ -28,6 +28,20 @@ from relay.wiring import mapping_store, open_positions, transactional_id
 def status_report(config: RelayConfig) -> dict[str, Any]:
     """What ``relay status`` shows: process, position, lag (seconds and bytes), store fill, publish rate."""
     data = read_status(config.state_path(STATUS_FILE)) or {}
+    pid = data.get("pid")
+    return relay_report(config, data, isinstance(pid, int) and pid_running(pid), _state_dir_line(config))
+
+
+def relay_report(
+    config: RelayConfig,
+    data: dict[str, Any],
+    alive: bool,
+    state_dir: str,
+    server_unknown: str | None = None,
+) -> dict[str, Any]:
+    """``relay status`` of a relay whose status record is ``data`` (its process ``alive``): from its
+    status file, or as a cluster node published it (``relay status --instance``). ``server_unknown``:
+    why the server is not asked (a secret this host cannot resolve), said as ``server_error``."""
     ha: dict[str, Any] = {}
     point = _saved_position(config, ha)
     if config.ha.enabled and "zookeeper_error" not in ha:
@@ -36,7 +50,6 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         ha.update(zookeeper_status(config))
         ha["ha_member"] = data.get("ha_member")  # this config's process, active or standing by
     pid = data.get("pid")
-    alive = isinstance(pid, int) and pid_running(pid)
     ended = data.get("state") in ("stopped", "failed")
     running = alive and not ended
     state = data.get("state", "never ran") if data else "never ran"
@@ -44,7 +57,7 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         state = f"dead (killed while {state})"  # SIGKILL, OOM: the status file could not say so
     report: dict[str, Any] = {
         "instance": config.instance,
-        "state_dir": _state_dir_line(config),
+        "state_dir": state_dir,
         "running": running,
         "pid": pid if running else None,
         "state": state,
@@ -72,8 +85,12 @@ def status_report(config: RelayConfig) -> dict[str, Any]:
         **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }
+    if server_unknown is not None:
+        report["server_error"] = server_unknown
+        return report
     try:
-        info = inspect_server(config.source)
+        # with a schema history a server without binlog_row_metadata=FULL is fine (relay check's rule)
+        info = inspect_server(config.source, schema_history=config.schema.history != "off")
     except RelayError as exc:
         report["server_error"] = str(exc)
         return report

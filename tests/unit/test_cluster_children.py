@@ -1,6 +1,7 @@
 """A node's child processes (real processes, small Python scripts standing in for instances): started
 when wanted, stopped with SIGTERM when not, SIGKILLed past the stop bound, restarted with a doubling
-backoff after a crash (its last ERROR line kept), restarted at once when the definition changes."""
+backoff after a crash (its last ERROR line kept), restarted at once when the definition changes; one
+that stopped on a schema error is held (not restarted) until released."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ SCRIPTS = {
     "crasher": "import sys\n"
     "print('2026-01-01 00:00:00 ERROR relay: the source went away', flush=True)\n"
     "sys.exit(2)\n",
+    "schema": "import sys\n"
+    "print('relay: error: the DDL at mysql-bin.000001:400 cannot be applied to shop.orders', flush=True)\n"
+    "sys.exit(5)\n",
     "stubborn": "import signal, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "print('ready', flush=True)\n"
@@ -111,3 +115,19 @@ def test_stop_all_kills_what_outlives_the_deadline(make: Callable[..., Children]
 def _log(children: Children, name: str) -> str:
     path = children.log_path(name)
     return path.read_text() if path.exists() else ""
+
+
+def test_a_schema_error_holds_the_child_until_released(make: Callable[..., Children]) -> None:
+    children = make(restart_backoff_seconds=0.05)
+    children.want({"schema-x": 1})
+    _until(lambda: children.report().get("schema-x", {}).get("process") == "held", children)
+    report = children.report()["schema-x"]
+    assert report["last_exit"] == 5 and "cannot be applied to shop.orders" in report["last_error"]
+    started = report["restarts"]
+    # held: passes for six times the backoff start nothing
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:
+        children.poll()
+    assert children.running() == [] and children.report()["schema-x"]["restarts"] == started
+    children.release("schema-x")
+    _until(lambda: children.report()["schema-x"]["restarts"] > started, children)

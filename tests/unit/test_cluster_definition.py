@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from relay.cluster.definition import InstanceDefinition, NodeSettings, parse_definition, relay_config
+from relay.cluster.definition import (
+    InstanceDefinition,
+    NodeSettings,
+    operator_config,
+    parse_definition,
+    relay_config,
+)
 from relay.cluster.diff import changes, summary, text_diff
 from relay.cluster.versions import VersionInfo, parse_stored, stored_text
 from relay.errors import ClusterError, ConfigError, InvalidConfigError
@@ -85,6 +91,19 @@ def test_a_secret_unset_on_the_node_names_its_key(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError) as caught:
         relay_config(parse_definition("shop01", GOOD), NodeSettings())
     assert caught.value.key == "source.password" and "SHOP01_PASSWORD" in caught.value.problem
+
+
+def test_an_operator_reads_a_definition_with_what_its_environment_sets() -> None:
+    definition = parse_definition("shop01", GOOD)
+    node = NodeSettings(zookeeper="zk9:2181", root="/fleet", state_dir="/srv/relay")
+    config, missing = operator_config(definition, node, {})
+    assert missing == {"SHOP01_PASSWORD": "source.password"}  # the default of SHOP01_SASL stands
+    assert (
+        config.kafka.settings["sasl.password"] == "fallback" and "SHOP01_PASSWORD" in config.source.password
+    )
+    assert config.positions.backend == "zookeeper" and config.ha.zookeeper == "zk9:2181"
+    config, missing = operator_config(definition, node, {"SHOP01_PASSWORD": "pw", "SHOP01_SASL": "s"})
+    assert missing == {} and config.source.password == "pw" and config.kafka.settings["sasl.password"] == "s"
 
 
 def test_validation_is_relay_yaml_s_own() -> None:
