@@ -117,7 +117,7 @@ def positions_report(config: RelayConfig) -> dict[str, Any]:
         "held_by": active_holders(config) or None,
     }
     try:
-        info = inspect_server(config.source)
+        info = inspect_server(config.source, schema_history=config.schema.history != "off")
     except RelayError as exc:
         report["server_error"] = str(exc)
         return report
@@ -163,7 +163,7 @@ def set_position(
     """Resolve and save a new position; ``PositionError`` while a relay holds the instance."""
     config.check_state_location()  # not beside a position an upgrade left at the old place
     _refuse_if_active(config)
-    info = inspect_server(config.source)
+    info = inspect_server(config.source, schema_history=config.schema.history != "off")
     if file is not None:
         point = _at_file(info, file, offset)
     elif gtid is not None:

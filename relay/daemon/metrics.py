@@ -171,7 +171,9 @@ class RelayCollector(Collector):
             (point.journal, point.offset) if point else (start.journal, start.offset) if start else ("", 0)
         )
         try:
-            info = inspect_server(self.relay.config.source)
+            info = inspect_server(
+                self.relay.config.source, schema_history=self.relay.config.schema.history != "off"
+            )
             view = ServerView(checked=now, up=True)
             if journal:
                 view.lag_bytes = bytes_behind(info.binlogs, journal, offset)

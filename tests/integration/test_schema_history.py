@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,10 @@ def test_unreadable_ddl_stops_and_resync_recovers(
     assert main(["schema", "resync", "-c", str(config), *table, "--yes"]) == 0
     assert main(["schema", "show", "-c", str(config), *table, "--at", f"{end[0]}:{end[1]}"]) == 0
     assert "latin1" in capsys.readouterr().out
+    # A MINIMAL server is accepted where the relay keeps a schema history: `positions show` reads its end.
+    assert main(["positions", "show", "-c", str(config), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "server_error" not in shown and shown["server_end"] == f"{end[0]}:{end[1]}", shown
     rows = _read(_source(svc, FileSchemaHistory(history.path), start), end)
     assert len(rows) == 1
     columns, images = rows[0][3], rows[0][4]
