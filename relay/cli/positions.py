@@ -194,14 +194,16 @@ def _renumbered(point: ResumePoint, saved: ResumePoint | None) -> ResumePoint:
     return replace(point, generation=next_generation(saved), mapping_version=version)
 
 
-def _refuse_if_active(config: RelayConfig, *, lock_checked: bool = False) -> None:
+def _refuse_if_active(
+    config: RelayConfig, *, lock_checked: bool = False, then: str = "set the position"
+) -> None:
     reasons = active_holders(config)
     if lock_checked:  # we hold the lock ourselves now
         reasons = [r for r in reasons if "position lock" not in r]
     if reasons:
         raise PositionError(
             f"instance {config.instance} is held by a running relay ({'; '.join(reasons)}): stop it first "
-            "(`systemctl stop`, SIGTERM), then set the position"
+            f"(`systemctl stop`, SIGTERM), then {then}"
         )
 
 

@@ -145,7 +145,7 @@ def cmd_schema_resync(args: argparse.Namespace) -> int:
 
 
 def _resync(args: argparse.Namespace, config: Any) -> int:
-    _refuse_if_active(config)
+    _refuse_if_active(config, then="resync the table")
     key = _table(args.table)
     at = _place(args.at) if args.at else None
     s = config.source
