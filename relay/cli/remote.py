@@ -20,11 +20,14 @@ from relay.errors import ConfigError
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
     """``-c CONFIG`` or ``--instance NAME`` with where the cluster is."""
-    parser.add_argument("-c", "--config", help="the relay's config file (a relay of this host)")
-    g = parser.add_argument_group(
-        "a cluster instance, from any host (instead of -c): its node answers through ZooKeeper"
+    which = parser.add_mutually_exclusive_group(required=True)  # the parser refuses neither and both
+    which.add_argument("-c", "--config", help="the relay's config file (a relay of this host)")
+    which.add_argument(
+        "--instance",
+        metavar="NAME",
+        help="a cluster instance (`relay instance list`), from any host: its node answers through ZooKeeper",
     )
-    g.add_argument("--instance", metavar="NAME", help="the instance (`relay instance list`)")
+    g = parser.add_argument_group("where the cluster of --instance is")
     g.add_argument(
         "--zookeeper",
         metavar="HOSTS",
