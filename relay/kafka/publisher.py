@@ -128,9 +128,14 @@ class KafkaPublisher:
         """Produce ``records`` as part of batch ``batch_id`` once it and every batch before it were
         delivered (so they follow every record sent up to it); the batch then completes only when
         these are delivered too. False, nothing sent: some record up to that batch is not delivered yet
-        (or failed). Transactional mode: the batch's transaction must still be open.
+        (or failed; a failure of a LATER batch does not stop it: the batches before it are acked, with
+        these). Transactional mode: the batch's transaction must still be open.
         """
-        self._check_usable()
+        if self._closed:
+            raise PublishError("publisher is closed")
+        fatal = self._session.fatal
+        if fatal is not None:
+            raise fatal
         handle = self._window.settled_through(batch_id)
         if handle is None:
             return False

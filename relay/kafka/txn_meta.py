@@ -216,7 +216,7 @@ class TransactionMeta:
             return records, None
         txn = self.open
         if txn is None or not txn.same(entry):
-            if txn is not None:
+            if txn is not None and txn.begun:
                 log.warning(
                     "transaction %s (%s:%d) ended without its closing event; no END record for it",
                     txn.id,
