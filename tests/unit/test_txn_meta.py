@@ -406,3 +406,11 @@ def test_the_setting_is_validated(topic: Any, says: str) -> None:
     assert info.value.key == "kafka.transaction_topic" and says in info.value.problem
     assert parse_config({}).kafka.transaction_topic is None
     assert parse_config({"kafka": {"transaction_topic": TOPIC}}).kafka.transaction_topic == TOPIC
+
+
+def test_relay_check_looks_for_the_transaction_topic() -> None:
+    from relay.ops.check_servers import _wanted_topics
+
+    config = parse_config({"kafka": {"transaction_topic": TOPIC}})
+    assert TOPIC in _wanted_topics(config, None, set())
+    assert TOPIC not in _wanted_topics(parse_config({}), None, set())
