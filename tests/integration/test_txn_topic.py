@@ -107,7 +107,14 @@ def schema(mysql_service: Any) -> Iterator[str]:
         conn.close()
 
 
-def configure(tmp: Path, mysql: Any, kafka: KafkaService, prefix: str, **kafka_extra: Any) -> Path:
+def configure(
+    tmp: Path,
+    mysql: Any,
+    kafka: KafkaService,
+    prefix: str,
+    positions: dict[str, Any] | None = None,
+    **kafka_extra: Any,
+) -> Path:
     conn = mysql.connect()
     try:
         start = master_position(conn)
@@ -131,7 +138,10 @@ def configure(tmp: Path, mysql: Any, kafka: KafkaService, prefix: str, **kafka_e
             # 2 entries a batch: BEGIN, rows and END of one transaction fall into several batches
             "publish": {"batch_size": 2, "drain_seconds": 5.0, "retry": {"initial": 0.2, "maximum": 2.0}},
             "logging": {"level": "INFO"},
-            "positions": {"backend": "kafka" if kafka_extra.get("exactly_once") else "file"},
+            "positions": {
+                "backend": "kafka" if kafka_extra.get("exactly_once") else "file",
+                **(positions or {}),
+            },
         },
     )
 
@@ -243,8 +253,17 @@ class Follower(threading.Thread):
         )
         n = partitions_of(self.bootstrap, self.topic)
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(n)])
+        checked = time.monotonic()
         try:
             while not self.stopping.is_set():
+                if time.monotonic() - checked > 2:  # a topic just created may report only some partitions
+                    checked = time.monotonic()
+                    more = partitions_of(self.bootstrap, self.topic)
+                    if more > n:
+                        consumer.incremental_assign(
+                            [TopicPartition(self.topic, p, 0) for p in range(n, more)]
+                        )
+                        n = more
                 new: list[dict[str, Any]] = []
                 msg = consumer.poll(0.5)
                 while msg is not None:
@@ -422,12 +441,12 @@ def test_a_crash_inside_a_transaction_leaves_nothing_inconsistent(
     tmp_path: Path, mysql_service: Any, kafka_service: KafkaService, schema: str
 ) -> None:
     bootstrap = kafka_service.bootstrap_servers
-    cfg = configure(tmp_path, mysql_service, kafka_service, schema)
+    cfg = configure(tmp_path, mysql_service, kafka_service, schema, positions={"save_interval_seconds": 0})
     writer = TxnWriter(mysql_service, schema, seed=31)
     relay = RelayProcess(cfg, tmp_path / "relay0.log").start()
     try:
         writer.transaction(statements=3)
-        big = writer.transaction(statements=120, rows=8)  # ~120 row events: dozens of batches
+        big = writer.transaction(statements=200, rows=8)  # ~200 row events: about 100 batches
         writer.transaction(statements=4)
 
         def inside() -> bool:  # the saved position is inside the big transaction, with its counts
