@@ -42,6 +42,7 @@ from relay.source.instance import CanalInstance
 log = logging.getLogger(__name__)
 
 _State = tuple[OpenTxn | None, tuple[str, int, int] | None]
+_CODECS_CACHED = 65536  # physical tables whose codec is remembered (as the encoder's plan cache)
 
 
 class TransactionTopic:
@@ -149,7 +150,7 @@ class TransactionTopic:
 
     def _debezium(self, mapping: Mapping, entry: Entry) -> bool:
         """Whether the entry's table is published as debezium-json under ``mapping``."""
-        if mapping is not self._codecs_of:
+        if mapping is not self._codecs_of or len(self._codecs) >= _CODECS_CACHED:
             self._codecs.clear()
             self._codecs_of = mapping
         h = entry.header
