@@ -111,6 +111,7 @@ def _transaction_topic(c: RelayConfig, p: _Problems) -> None:
     others = {
         "kafka.ddl_topic": k.ddl_topic,
         "kafka.dead_letter_topic": k.dead_letter_topic,
+        "kafka.heartbeat_topic": k.heartbeat_topic,
         "kafka.positions_topic": k.positions_topic if k.exactly_once else None,
         "schema.topic": c.schema.topic if c.positions.backend == "kafka" else None,
     }

@@ -404,6 +404,8 @@ def test_the_setting_is_validated(topic: Any, says: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config({"kafka": {"transaction_topic": topic}})
     assert info.value.key == "kafka.transaction_topic" and says in info.value.problem
+    with pytest.raises(ConfigError, match=r"kafka\.heartbeat_topic"):
+        parse_config({"kafka": {"transaction_topic": TOPIC, "heartbeat_topic": TOPIC}})
     assert parse_config({}).kafka.transaction_topic is None
     assert parse_config({"kafka": {"transaction_topic": TOPIC}}).kafka.transaction_topic == TOPIC
 
