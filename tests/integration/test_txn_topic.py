@@ -15,6 +15,8 @@ the data topics and the transaction topic:
   runs reads the data topics to their end (the broker's end of partition) each time it has seen new ENDs;
   every row of those transactions is already there, below that end.
 
+Snapshot reads (an initial snapshot) carry no transaction metadata and make no BEGIN/END.
+
 Also in transactional mode (``read_committed``), in exactly-once mode where the broker hides aborted records
 (skipped on Tansu, which shows them: the relay's own start-up probe says why), and across a crash: the relay
 is SIGKILLed while its saved position is inside a large transaction and restarted; the ENDs (repeated or not)
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from relay.dev.services import KafkaService
@@ -48,6 +51,7 @@ from tests.integration.relay_harness import (
     master_position,
     partitions_of,
     read_to_end,
+    read_topic,
     wait_for,
     write_configs,
 )
@@ -335,6 +339,11 @@ def reassemble(
             if rec.value is None:
                 continue  # a tombstone
             h = rec.headers
+            if h.get("relay.snapshot") == b"true":  # a snapshot read: no source transaction
+                assert not {k for k in h if k.startswith("relay.txn.")}, f"{rec.topic}:{rec.offset}: {h}"
+                if rec.topic.endswith(".customers"):
+                    assert rec.json["payload"]["transaction"] is None
+                continue
             assert "relay.txn.id" in h, f"{rec.topic}:{rec.offset} without its transaction id"
             ident = (h["relay.source.id"].decode(), int(h["relay.sequence"]), int(h.get("relay.part", b"0")))
             group = rows[h["relay.txn.id"].decode()]
@@ -433,6 +442,54 @@ def test_whole_transactions_reassemble_from_kafka(
         assert relay.wait(60) == 0
     finally:
         follower.stopping.set()
+        relay.stop()
+        writer.close()
+
+
+def test_snapshot_reads_make_no_transaction_metadata(
+    tmp_path: Path, mysql_service: Any, kafka_service: KafkaService, schema: str
+) -> None:
+    """Rows read by the initial snapshot carry no ``relay.txn.*`` (debezium-json: ``transaction`` null) and
+    make no BEGIN/END (Debezium emits none for snapshot reads); the live transactions after it do."""
+    bootstrap = kafka_service.bootstrap_servers
+    writer = TxnWriter(mysql_service, schema, seed=32)
+    with writer.conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {schema}_00.orders_00 VALUES (900001, 's1'), (900002, 's2')")
+        cur.execute(f"INSERT INTO {schema}_00.customers VALUES (900003, 's3')")
+    writer.committed.clear()
+    cfg = configure(tmp_path, mysql_service, kafka_service, schema)
+    data = yaml.safe_load(cfg.read_text())
+    data["snapshot"] = {"mode": "initial"}
+    cfg.write_text(yaml.safe_dump(data))
+    relay = RelayProcess(cfg, tmp_path / "relay.log").start()
+    try:
+        snapshot = read_topic(
+            bootstrap,
+            f"{schema}.customers",
+            lambda rs: any(r.headers.get("relay.snapshot") == b"true" for r in rs),
+            timeout=240,
+        )
+        assert snapshot
+        for i in range(4):
+            writer.transaction(statements=2 + i)
+        expected = {c.gtid for c in writer.committed if sum(c.counts.values())}
+
+        def all_ends() -> bool:
+            metas = (
+                txn_records(bootstrap, f"{schema}.transactions")
+                if partitions_of(bootstrap, f"{schema}.transactions")
+                else []
+            )
+            return {r.json["id"] for r in metas if r.json["status"] == "END"} >= expected
+
+        wait_for(all_ends, 240, "every live transaction's END", interval=1.0)
+        begins, _ = reassemble(bootstrap, schema, writer, dedup=False)  # also: snapshot reads carry no txn
+        assert set(begins) == expected  # nothing for the snapshot
+        orders = read_to_end(bootstrap, f"{schema}.orders")
+        assert sum(r.headers.get("relay.snapshot") == b"true" for r in orders) == 2
+        relay.signal(signal.SIGTERM)
+        assert relay.wait(60) == 0
+    finally:
         relay.stop()
         writer.close()
 
