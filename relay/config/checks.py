@@ -95,7 +95,29 @@ def config_problems(c: RelayConfig) -> list[ConfigError]:
     p.run(validate_counter, f.empty_transaction_threshold, "filter.empty_transaction_threshold")
     p.run(validate_kafka_settings, c.kafka.settings, "kafka.settings")
     _schema(c, p)
+    _transaction_topic(c, p)
     return p.errors
+
+
+def _transaction_topic(c: RelayConfig, p: _Problems) -> None:
+    """``kafka.transaction_topic``: null (off) or a topic name of its own."""
+    k = c.kafka
+    topic = k.transaction_topic
+    if topic is None:
+        return
+    problem = topic_problem(topic)
+    if problem is not None:
+        p.add("kafka.transaction_topic", f"{topic!r}: {problem}")
+    others = {
+        "kafka.ddl_topic": k.ddl_topic,
+        "kafka.dead_letter_topic": k.dead_letter_topic,
+        "kafka.heartbeat_topic": k.heartbeat_topic,
+        "kafka.positions_topic": k.positions_topic if k.exactly_once else None,
+        "schema.topic": c.schema.topic if c.positions.backend == "kafka" else None,
+    }
+    for name, other in others.items():
+        if other == topic:
+            p.add("kafka.transaction_topic", f"{topic!r} is also {name}; give it a topic of its own")
 
 
 def _schema(c: RelayConfig, p: _Problems) -> None:

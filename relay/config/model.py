@@ -92,6 +92,8 @@ class KafkaSettings:
     ddl_topic: str | None = "relay.ddl"
     dead_letter_topic: str | None = None
     dead_letter_value_bytes: int = 1_024
+    # The transaction metadata topic (relay.kafka.txn_meta): BEGIN/END of each source transaction; None: off.
+    transaction_topic: str | None = None
     # Transactional mode (``relay.kafka.publisher``): batches committed in Kafka transactions.
     transactions: bool = False
     transactional_id: str = "canal-relay-{instance}"

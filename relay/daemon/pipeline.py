@@ -17,6 +17,8 @@ resume point — only once Kafka has accepted every record of it and of every ba
 - HA: the leadership's fence is checked before every send, ack and commit (``relay.daemon.fence``);
   after a MySQL failover (``relay.source.failover``) the records name the standby;
 - transactions: a batch is acked only once its Kafka transaction committed (``relay.daemon.transactions``);
+- transaction metadata: a batch whose END records wait is acked only once they are delivered too, and
+  they are produced only once the batch is (``relay.daemon.txn_topic``);
 - ``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: the batches in flight
   are drained, the rest rolled back, and ``run`` returns normally (``relay.daemon.recovery``).
 
@@ -50,6 +52,7 @@ from relay.daemon.reporting import StatusReporter
 from relay.daemon.snapshot_requests import SnapshotDesk
 from relay.daemon.status import RelayStats
 from relay.daemon.transactions import Transactions
+from relay.daemon.txn_topic import TransactionTopic
 from relay.errors import LeadershipError, PublishError
 from relay.ha.leadership import Leadership
 from relay.kafka.history import MovePlan, TableMove
@@ -122,10 +125,12 @@ class BatchPath:
         fence: Fence,
         reload: HotReload,
         stats: RelayStats,
+        txn: TransactionTopic | None = None,
     ) -> None:
         self._instance, self._publisher, self._fence, self._reload = instance, publisher, fence, reload
         self._stats = stats
         self.observers: list[RelayObserver] = []
+        self.txn = txn  # kafka.transaction_topic (relay.daemon.txn_topic); None: off
         # batch id → (records, rows, last event ms, (sequence, part) of its last record)
         self._ledger: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
 
@@ -134,8 +139,12 @@ class BatchPath:
         encoder = self._reload.encoder()
         records: list[Record] = []
         rows = 0
+        txn = self.txn
         for entry in entries:
-            records.extend(encoder.encode(entry))
+            produced = encoder.encode(entry)
+            if txn is not None:  # kafka.transaction_topic: transaction headers, BEGIN (and END later)
+                produced = txn.follow(encoder.mapping, entry, produced)
+            records.extend(produced)
             value = entry.store_value
             if isinstance(value, RowChange) and not value.is_ddl:
                 rows += len(value.rows)
@@ -145,6 +154,8 @@ class BatchPath:
             self._publisher.ensure_topics(new_topics)
         self._ledger[batch_id] = (len(records), rows, last_ms, last_identity(records))
         where = _span(entries[0], entries[-1])
+        if txn is not None:
+            txn.batch_sent(batch_id)
         self._fence.check()
         self._publisher.send(batch_id, records, where)
         for observer in self.observers:
@@ -160,12 +171,17 @@ class BatchPath:
             )
 
     def ack_delivered(self) -> int:
-        """Ack the delivered prefix of the batches in flight; how many were acked."""
+        """Ack the delivered prefix of the batches in flight; how many were acked. The END records of a
+        delivered batch are produced first: the batch completes once they are delivered too."""
+        if self.txn is not None:
+            self.txn.release()
         done: list[BatchHandle] = self._publisher.completed_prefix()
         if not done:
             return 0
         self._fence.check()
         point = self._instance.ack(*(handle.batch_id for handle in done))  # one position write for all
+        if self.txn is not None:
+            self.txn.acked(handle.batch_id for handle in done)
         for handle in done:
             for observer in self.observers:
                 observer.batch_acked(handle.batch_id)
@@ -184,8 +200,11 @@ class BatchPath:
 
     def forget(self, batch_ids: Iterable[int]) -> None:
         """Batches rolled back: they will be sent again under new ids."""
+        batch_ids = list(batch_ids)
         for batch_id in batch_ids:
             self._ledger.pop(batch_id, None)
+        if self.txn is not None:
+            self.txn.forget(batch_ids)
 
 
 @dataclass(frozen=True)
@@ -222,7 +241,17 @@ class RelayRooms:
             on_switch=desk.mapping_switched,
         )
         transactions = Transactions(config, instance, publisher, fence, parts.exactly_once)
-        batches = BatchPath(instance, publisher, fence, reload, stats)
+        txn = None
+        if config.kafka.transaction_topic:
+            txn = TransactionTopic(
+                config.kafka.transaction_topic,
+                config.source_id,
+                instance,
+                publisher,
+                config.kafka.delivery_timeout_seconds,
+            )
+            transactions.before_commit = txn.before_commit
+        batches = BatchPath(instance, publisher, fence, reload, stats, txn)
         recovery = Recovery(config, instance, publisher, stats, reload, batches, transactions)
         reporter = StatusReporter(config, instance, publisher, stats, reload, desk, parts.leadership)
         return cls(stats, fence, reload, transactions, batches, recovery, reporter)
@@ -315,6 +344,8 @@ class Relay:
         try:
             self.rooms.transactions.start()
             self.instance.start()
+            if self.rooms.batches.txn is not None:
+                self.rooms.batches.txn.start()  # continue a transaction the saved position is inside of
             self.rooms.reload.start()
             self.rooms.reload.encoder()
         except BaseException:

@@ -92,6 +92,8 @@ class HotReload:
         topics = list(self.mapping.topic_names())
         if self.config.kafka.ddl_topic:
             topics.append(self.config.kafka.ddl_topic)
+        if self.config.kafka.transaction_topic:
+            topics.append(self.config.kafka.transaction_topic)
         return topics
 
     def encoder(self) -> RecordEncoder:

@@ -18,6 +18,8 @@ records (or refuses to start).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.config.load import RelayConfig
 from relay.daemon.fence import Fence
 from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
@@ -42,6 +44,9 @@ class Transactions:
         self._linger = config.kafka.transaction_linger_seconds
         self._instance, self._publisher, self._fence = instance, publisher, fence
         self._exactly_once = exactly_once
+        # Called right before a commit (the transaction topic's ENDs, ``relay.daemon.txn_topic``);
+        # False: not yet, the transaction stays open.
+        self.before_commit: Callable[[], bool] | None = None
 
     def start(self) -> None:
         """Exactly-once: prove the broker hides aborted records (or refuse, before fencing anyone);
@@ -63,7 +68,10 @@ class Transactions:
         return self._publisher.transaction_age() is not None
 
     def commit(self) -> bool:
-        """Commit the open transaction (exactly-once: with the resume point after its last batch)."""
+        """Commit the open transaction (exactly-once: with the resume point after its last batch); False
+        when it did not (a failure: ``failed()`` says why; or ``before_commit`` asked to wait)."""
+        if self.before_commit is not None and not self.before_commit():
+            return False
         extra: list[Record] = []
         point = None
         eos = self._exactly_once

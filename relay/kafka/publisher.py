@@ -124,6 +124,29 @@ class KafkaPublisher:
             handle, record, partition, RecordReport(self._failures, handle, record, partition)
         )
 
+    def append(self, batch_id: int, records: Sequence[Record]) -> bool:
+        """Produce ``records`` as part of batch ``batch_id`` once it and every batch before it were
+        delivered (so they follow every record sent up to it); the batch then completes only when
+        these are delivered too. False, nothing sent: some record up to that batch is not delivered yet
+        (or failed; a failure of a LATER batch does not stop it: the batches before it are acked, with
+        these). Transactional mode: the batch's transaction must still be open.
+        """
+        if self._closed:
+            raise PublishError("publisher is closed")
+        fatal = self._session.fatal
+        if fatal is not None:
+            raise fatal
+        handle = self._window.settled_through(batch_id)
+        if handle is None:
+            return False
+        if self._config.transactional and handle.committed:
+            raise PublishError(f"{handle.label}: its transaction is no longer open; cannot add records to it")
+        for record in records:
+            handle.pending += 1
+            handle.records += 1
+            self._produce_record(handle, record)
+        return True
+
     # -- transactions (transactional mode) ------------------------------------------------------------
 
     @property

@@ -61,6 +61,16 @@ class InflightWindow:
             done.append(handle)
         return done
 
+    def settled_through(self, batch_id: int) -> BatchHandle | None:
+        """Batch ``batch_id``'s handle when it and every batch before it have all their records delivered
+        (in transactional mode: still uncommitted, ``delivered`` waits for the commit); else None."""
+        for handle in self._handles:
+            if handle.pending or handle.error is not None:
+                return None
+            if handle.batch_id == batch_id:
+                return handle
+        return None
+
     def failed(self) -> BatchHandle | None:
         """The first batch with a failed record (its ``error`` says why), or None."""
         for handle in self._handles:

@@ -201,7 +201,7 @@ def _wanted_topics(config: RelayConfig, mapping: Mapping | None, live: set[str])
     k = config.kafka
     own = mapping.topics.topic_config() if mapping is not None else {}
     wanted = {t: dict(own) for t in {*(mapping.topic_names() if mapping else ()), *live}}
-    for topic in (k.ddl_topic, k.dead_letter_topic):
+    for topic in (k.ddl_topic, k.dead_letter_topic, k.transaction_topic):
         if topic:
             wanted.setdefault(topic, {})
     if k.heartbeat_topic:

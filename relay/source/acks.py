@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer
@@ -121,6 +122,18 @@ class AckPath:
     def hand_out(self, batch_id: int, point: ResumePoint) -> None:
         with self._locks.state():
             self._resume[batch_id] = point
+
+    def carry(self, batch_id: int, key: str, value: Any) -> None:
+        """Keep ``value`` under ``key`` in the ``extra`` of the point ``ack(batch_id)`` saves (None: remove
+        the key): state of the publish loop that a restart from that point continues from."""
+        with self._locks.state():
+            point = self._resume.get(batch_id)
+            if point is None:
+                raise ServerError(f"batch {batch_id} is not outstanding")
+            extra = {k: v for k, v in point.extra.items() if k != key}
+            if value is not None:
+                extra[key] = value
+            self._resume[batch_id] = replace(point, extra=extra)
 
     def outstanding(self) -> bool:
         with self._locks.state():

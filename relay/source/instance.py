@@ -218,6 +218,10 @@ class CanalInstance:
         """The point ``ack(batch_id)`` will save (exactly-once mode writes it before the ack)."""
         return self.acks.resume_point(batch_id)
 
+    def carry(self, batch_id: int, key: str, value: Any) -> None:
+        """Keep ``value`` (JSON) under ``key`` in the point saved after ``batch_id`` (``AckPath.carry``)."""
+        self.acks.carry(batch_id, key, value)
+
     def ack(self, *batch_ids: int) -> ResumePoint:
         """Acknowledge batches (``AckPath.ack``); returns the resume point after the last."""
         return self.acks.ack(*batch_ids)

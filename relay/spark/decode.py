@@ -8,20 +8,24 @@ Spark tasks (the UDF on executor Python workers); hands change rows to ``relay.s
 
 ``changes(df)`` columns: ``topic partition offset timestamp`` (Kafka), ``key`` (the record key text),
 ``database table`` (logical), ``type`` (INSERT/UPDATE/DELETE/ALTER…), ``is_ddl``, ``sql``, ``sequence``,
-``source_id`` ("" for records written before source ids existed), ``es``/``ts`` (ms), ``gtid``,
-``pk_names``, ``sql_type`` map, ``mysql_type`` map, ``before``/``after`` (column → canal text; null where
-the change has no such image), ``source`` (id, server, serverId, serverUuid, physical database/table, binlog
-file, offset, gtid, rowIndex), ``snapshot`` (true for a snapshot read: an INSERT carrying a row as the
-snapshot's SELECT read it; docs/architecture.md, "Snapshots") and ``instants`` (TIMESTAMP column → epoch
-microseconds, the relay's ``utcMicros``). canal-json's ``old`` (the changed columns' previous values) is
-folded into ``before``. (``source_id``, ``sequence``, ``part``) is the change identity (``part`` 0 but for
-the two records of a key change and the rows of a transaction payload or a snapshot chunk, which share one
-sequence): a repeated record repeats it, and (``sequence``, ``part``) orders the changes of a key
-(generation, binlog file, offset, row; see docs/architecture.md, "Record format").
+``source_id`` ("" for records written before source ids existed), ``es``/``ts`` (ms), ``gtid``, ``pk_names``,
+``sql_type`` map, ``mysql_type`` map, ``before``/``after`` (column → canal text; null where the change has no
+such image), ``source`` (id, server, serverId, serverUuid, physical database/table, binlog file, offset, gtid,
+rowIndex), ``snapshot`` (true for a snapshot read: an INSERT carrying a row as the snapshot's SELECT read it;
+docs/architecture.md, "Snapshots") and ``instants`` (TIMESTAMP column → epoch microseconds, the relay's
+``utcMicros``), ``txn_id``/``txn_order``/``txn_table_order`` (the source transaction's id and the record's
+order in it and in its table, from the ``relay.txn.*`` headers that ``kafka.transaction_topic`` adds: read
+with ``includeHeaders`` true; null otherwise). canal-json's ``old`` (the changed columns' previous values) is
+folded into ``before``. (``source_id``, ``sequence``, ``part``) is the change identity (``part`` 0 but for the
+two records of a key change and the rows of a transaction payload or a snapshot chunk, which share one
+sequence): a repeated record repeats it, and (``sequence``, ``part``) orders the changes of a key (generation,
+binlog file, offset, row; see docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
-``_es``, ``_key``, ``_old_key``, ``_snapshot``, ``_source`` (the physical "db.table") (the row identity
+``_es``, ``_key``, ``_old_key``, ``_snapshot``, ``_source`` (the physical "db.table"), ``_txn_id``,
+``_txn_order``, ``_txn_table_order`` (a Spark job applying whole transactions groups by ``_txn_id`` and
+waits for the END on the transaction topic, whose ``event_count`` the group reaches) (the row identity
 after and before the change: the key columns' values, and the key's ``_shard`` where the mapping puts the
 shard identity into keys). For a batch DataFrame (e.g. a ``foreachBatch`` micro-batch) the columns are those
 the data names, so a DDL does not break a running query: a new column appears, a dropped one is simply
@@ -30,6 +34,7 @@ absent (null once merged into a table).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame
@@ -110,7 +115,10 @@ CHANGE_TYPE = StructType(
         StructField("instants", MapType(_S, LongType())),
     ]
 )
-META = ("_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key", "_snapshot", "_source")
+META = (
+    "_op", "_sequence", "_part", "_source_id", "_es", "_key", "_old_key", "_snapshot", "_source",
+    "_txn_id", "_txn_order", "_txn_table_order",
+)  # fmt: skip
 
 
 def _json_change(m: Column) -> Column:
@@ -180,11 +188,15 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
     """
     if codec not in ("auto", "canal-json", "canal-protobuf"):
         raise SparkSourceError(f"codec: expected auto, canal-json or canal-protobuf, got {codec!r}")
-    kafka = ("topic", "partition", "offset", "timestamp", "key")
+    kafka = ("topic", "partition", "offset", "timestamp", "key", *TXN_COLUMNS)
     value = F.col("value")
     is_json = F.lit(codec == "canal-json") if codec != "auto" else F.substring(value, 1, 1) == F.lit(b"{")
     base = df.where(value.isNotNull()).select(
-        *kafka[:4], F.col("key").cast("string").alias("key"), value, is_json.alias("_json")
+        *kafka[:4],
+        F.col("key").cast("string").alias("key"),
+        *_transaction(df),
+        value,
+        is_json.alias("_json"),
     )
     # Parse once per record in its own projection: Spark keeps a non-cheap expression referenced many
     # times (from_json, the UDF) in its own Project instead of inlining it into every reference.
@@ -201,6 +213,35 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
     else:
         change = F.when(F.col("_json"), _json_change(F.col("_m"))).otherwise(F.col("_p"))
     return step.select(*kafka, change.alias("c")).where(F.col("c").isNotNull()).select(*kafka, "c.*")
+
+
+# The transaction headers (relay.kafka.txn_meta; kafka.transaction_topic) → changes() columns.
+TXN_HEADERS = (
+    ("relay.txn.id", "txn_id", _S),
+    ("relay.txn.order", "txn_order", LongType()),
+    ("relay.txn.table_order", "txn_table_order", LongType()),
+)
+TXN_COLUMNS = tuple(column for _, column, _ in TXN_HEADERS)
+
+
+def _transaction(df: DataFrame) -> list[Column]:
+    """The transaction id and orders from the records' headers (the Kafka source's ``includeHeaders``);
+    null without headers or without the transaction topic."""
+    has_headers = "headers" in df.columns
+    out = []
+    for header, column, kind in TXN_HEADERS:
+        if has_headers:
+            found = F.get(F.filter(F.col("headers"), _named(header)), 0)
+            text = found["value"].cast("string")
+        else:
+            text = F.lit(None).cast("string")
+        out.append(text.cast(kind).alias(column))
+    return out
+
+
+def _named(name: str) -> Callable[[Column], Column]:
+    """Whether a header is ``name``'s (one argument: Spark's ``filter`` takes a second as the index)."""
+    return lambda h: h["key"] == name
 
 
 SHARD_FIELD = "_shard"  # the record key's shard identity (mapping key_shard), not a column of the row
@@ -298,7 +339,18 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         _key_of("before").alias("_old_key"),
         F.coalesce(F.col("snapshot"), F.lit(False)).alias("_snapshot"),
         F.concat_ws(".", F.col("source.database"), F.col("source.table")).alias("_source"),
+        *_txn_meta(rows),
     )
+
+
+def _txn_meta(rows: DataFrame) -> list[Column]:
+    """``_txn_id``/``_txn_order``/``_txn_table_order``: null where the change rows do not carry them (a
+    projection of ``changes`` without them, as the mirror's merge caches)."""
+    present = set(rows.columns)
+    return [
+        (F.col(column) if column in present else F.lit(None).cast(kind)).alias(f"_{column}")
+        for _, column, kind in TXN_HEADERS
+    ]
 
 
 def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:

@@ -205,3 +205,54 @@ def test_snapshot_reads_are_marked_and_applied_as_upserts_by_sequence(spark: Any
     table = {str(r["id"]): r for r in read_table(out, "d.t").to_pylist()}
     assert sorted(table) == ["1", "2"]  # 3 deleted after its snapshot read
     assert table["1"]["price"] == Decimal("2.00") and table["2"]["_sequence"] == chunk
+
+
+def test_transaction_ids_and_orders_come_from_the_headers(spark: Any, tmp_path: Path) -> None:
+    """``kafka.transaction_topic``: the ``relay.txn.*`` headers (Spark's ``includeHeaders``) become
+    ``txn_id``/``txn_order``/``txn_table_order`` and ``_txn_*`` in ``typed``; a job groups a transaction's
+    rows by id and holds them until their count reaches the END's ``event_count``."""
+    row = {"id": "1", "blob": "a", "price": "1.00", "at": "2024-05-01 10:00:00.000"}
+
+    def txn(name: str, order: int, table_order: int) -> list[tuple[str, bytes]]:
+        return [
+            ("relay.txn.id", name.encode()),
+            ("relay.txn.order", str(order).encode()),
+            ("relay.txn.table_order", str(table_order).encode()),
+        ]
+
+    records = [
+        ('{"id":"1"}', value(10, "INSERT", row), txn("0-1-7", 1, 1)),
+        ('{"id":"2"}', value(11, "INSERT", {**row, "id": "2"}), txn("0-1-7", 2, 2)),
+        ('{"id":"1"}', value(12, "DELETE", row), txn("0-1-8", 1, 1)),
+        ('{"id":"3"}', value(13, "INSERT", {**row, "id": "3"}), []),  # without the setting: no headers
+    ]
+    rows = [(k.encode(), v, "d", 0, i, h) for i, (k, v, h) in enumerate(records)]
+    df = spark.createDataFrame(
+        rows,
+        "key binary, value binary, topic string, partition int, offset long, "
+        "headers array<struct<key:string,value:binary>>",
+    ).selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
+    decoded = changes(df).orderBy("offset").collect()
+    assert [(r["txn_id"], r["txn_order"], r["txn_table_order"]) for r in decoded] == [
+        ("0-1-7", 1, 1),
+        ("0-1-7", 2, 2),
+        ("0-1-8", 1, 1),
+        (None, None, None),
+    ]
+    got = typed(changes(df), "d.t").orderBy("_sequence").collect()
+    assert [(r["_txn_id"], r["_txn_order"], r["_txn_table_order"]) for r in got][:2] == [
+        ("0-1-7", 1, 1),
+        ("0-1-7", 2, 2),
+    ]
+    counts = {
+        r["_txn_id"]: r["count"] for r in typed(changes(df), "d.t").groupBy("_txn_id").count().collect()
+    }
+    assert counts == {"0-1-7": 2, "0-1-8": 1, None: 1}
+    # without a headers column (includeHeaders false) the columns are there, null
+    assert {
+        r["txn_id"] for r in changes(frame(spark, [('{"id":"1"}', value(10, "INSERT", row))])).collect()
+    } == {None}
+    # the _txn_* columns are metadata: applying the changes keeps them out of the table's columns
+    out = tmp_path / "out"
+    apply_changes(changes(df), out)
+    assert not {"_txn_id", "txn_id"} & set(read_table(out, "d.t").column_names)

@@ -350,6 +350,18 @@ def test_exactly_once_commits_the_resume_point_after_the_last_batch_inside_the_t
     assert len(publisher.commits) == 2  # fenced before committing
 
 
+def test_a_commit_waits_while_before_commit_says_not_yet() -> None:
+    """The transaction topic's hook: its ENDs go in before the commit; while one cannot, no commit."""
+    publisher = FakePublisher()
+    txns = Transactions(config(), FakeInstance(), publisher, Unfenced())  # type: ignore[arg-type]
+    ready: list[bool] = [False]
+    txns.before_commit = lambda: ready[0]
+    publisher.age, publisher.inflight_batches = 1.0, [1]
+    assert not txns.commit() and publisher.commits == []
+    ready[0] = True
+    assert txns.commit() and len(publisher.commits) == 1
+
+
 # -- retry, rollback, drain -------------------------------------------------------------------------
 class FakeAcks:
     def __init__(self, publisher: FakePublisher) -> None:

@@ -550,3 +550,46 @@ def test_a_record_refused_locally_inside_a_transaction_goes_to_the_dead_letter_t
     h.deliver_all()
     assert h.pub.commit()
     assert [(b.batch_id, b.dead_lettered) for b in h.pub.completed_prefix()] == [(1, 1)]
+
+
+# -- records appended to a delivered batch (the transaction topic's END) --------------------------------
+
+
+def test_records_are_appended_only_once_the_batch_and_every_one_before_it_are_delivered() -> None:
+    h = Harness()
+    h.pub.send(1, [rec(b"a")])
+    h.pub.send(2, [rec(b"b")])
+    p = h.producer.produced
+    p[1].deliver()
+    assert not h.pub.append(2, [rec(b"end")])  # batch 1 is not delivered yet: nothing produced
+    assert len(h.producer.produced) == 2
+    p[0].deliver()
+    assert h.pub.append(2, [rec(b"end")])
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1]  # batch 2 now waits for its appended record
+    h.producer.produced[2].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [2]
+    assert not h.pub.append(3, [rec(b"x")])  # not in flight
+
+
+def test_a_failed_batch_takes_no_appended_records_a_batch_before_a_failed_one_does() -> None:
+    h = Harness()
+    h.pub.send(1, [rec(b"a")])
+    h.pub.send(2, [rec(b"b")])
+    h.producer.produced[1].fail(KafkaError._MSG_TIMED_OUT)
+    assert not h.pub.append(2, [rec(b"end")])
+    assert len(h.producer.produced) == 2
+    h.producer.produced[0].deliver()
+    assert h.pub.append(1, [rec(b"end")])  # stopping on batch 2's failure still acks batch 1 with it
+    assert len(h.producer.produced) == 3
+
+
+def test_in_transactional_mode_appended_records_join_the_open_transaction_never_a_committed_one() -> None:
+    h = TxnHarness()
+    h.pub.send(1, [rec(b"a")])
+    h.deliver_all()
+    assert h.pub.append(1, [rec(b"end")])
+    assert h.producer.calls == ["init", "begin", "produce t", "produce t"]
+    h.deliver_all()
+    assert h.pub.commit()
+    with pytest.raises(PublishError, match="no longer open"):
+        h.pub.append(1, [rec(b"late")])
