@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -34,6 +34,9 @@ from relay.errors import (
     SchemaError,
     ZooKeeperUnavailableError,
 )
+
+if TYPE_CHECKING:
+    from relay.daemon.pipeline import Relay
 
 _DESCRIPTION = (
     "A cluster's nodes. `relay cluster run -c node.yaml` joins the cluster (ZooKeeper ROOT/nodes/NAME), "
@@ -57,9 +60,11 @@ def add_cluster_parser(subparsers: Any) -> None:
         description="Joins the cluster named in node.yaml (conf/node.yaml documents every key) and runs, "
         "each as its own process, the instances the leader assigns to this node; a crashed instance is "
         "restarted with a backoff, one moved away is stopped with SIGTERM (it drains: in-flight batches "
-        "acked, position saved). When the node's ZooKeeper session is lost it stops every instance before "
-        "joining again. SIGTERM/SIGINT hand every instance over (the node marks itself drained, waits "
-        "until they run elsewhere or the stop bound passes) and exit 0.",
+        "acked, position saved). With no answer from ZooKeeper for half its session timeout (cut off, "
+        "frozen) it stops every instance (SIGKILL by three quarters of it) before its session can expire, "
+        "and runs none until ZooKeeper answers; when its session is lost it joins again. SIGTERM/SIGINT "
+        "hand every instance over (the node marks itself drained, waits until they run elsewhere or the "
+        "stop bound passes) and exit 0.",
     )
     run.add_argument("-c", "--config", required=True, help="the node's settings file, e.g. conf/node.yaml")
     run.set_defaults(func=cmd_run)
@@ -213,8 +218,10 @@ def cmd_child(args: argparse.Namespace) -> int:
         config = with_metrics_port(config)
     watchdogs: list[NodeWatchdog] = []
 
-    def started(stop: Any) -> None:
-        watchdog = NodeWatchdog(node, stop)
+    def started(relay: Relay) -> None:
+        # the relay's own ZooKeeper session (it is always an HA relay here): one session per instance
+        leadership = relay.leadership
+        watchdog = NodeWatchdog(node, relay.stop, client=leadership.client if leadership else None)
         watchdogs.append(watchdog)
         watchdog.start()
 

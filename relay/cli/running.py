@@ -14,10 +14,14 @@ import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from relay.common.redact import RedactingFormatter
 from relay.config.load import RelayConfig
 from relay.errors import LeadershipError
+
+if TYPE_CHECKING:
+    from relay.daemon.pipeline import Relay
 
 log = logging.getLogger("relay")
 
@@ -50,11 +54,10 @@ def setup_logging(level: str, fmt: str, verbose: int) -> None:
     root.setLevel(logging.DEBUG if verbose >= 2 else getattr(logging, level.upper()))
 
 
-def run_relay(
-    config: RelayConfig, verbose: int, started: Callable[[Callable[[], None]], None] | None = None
-) -> int:
+def run_relay(config: RelayConfig, verbose: int, started: Callable[[Relay], None] | None = None) -> int:
     """``relay run`` of a loaded config (also a cluster node's child, ``relay cluster child``):
-    ``started`` is called with the relay's stop function once it is built (the child's node watchdog)."""
+    ``started`` is called with the relay once it is built (the child's node watchdog: its ``stop``, its
+    ZooKeeper session)."""
     from mapping.store import keep_version
     from relay.wiring import build_relay, mapping_store
 
@@ -79,7 +82,7 @@ def run_relay(
     # answers even when the main thread is stuck in a call that never returns to Python.
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     if started is not None:
-        started(relay.stop)
+        started(relay)
     try:
         point = relay.run()
     except LeadershipError as exc:

@@ -5,7 +5,9 @@ Owns ``instance_config`` — the definition read from ZooKeeper and turned into 
 instance runs with by ``relay.cluster.definition.relay_config`` IN this process, so ``${NAME}`` secrets
 resolve from the node's environment and never pass through a file; ``with_metrics_port``, its
 Prometheus exporter on a local port its node scrapes; and ``NodeWatchdog`` (thread
-``node-watchdog``): it asks the relay to stop (a drain: in-flight batches acked, position saved) as soon
+``node-watchdog``, reading ZooKeeper through the relay's own session when given it — one session per
+instance, not two: it only reads the node's record, and a relay cut from ZooKeeper is fenced by that
+very session anyway): it asks the relay to stop (a drain: in-flight batches acked, position saved) as soon
 as the node process that started it is gone (a SIGKILLed node) or the node's record in ZooKeeper is
 gone or belongs to another session (the node's session expired: it was frozen, or cut off) — the leader
 then moves the instance, and this relay must release it rather than keep it from the new node. Past the
@@ -76,7 +78,13 @@ def with_metrics_port(config: RelayConfig) -> RelayConfig:
 class NodeWatchdog(threading.Thread):
     """Stops the relay when its node is gone; ``start`` it after the relay is built, ``close`` at the end."""
 
-    def __init__(self, node: NodeConfig, stop: Callable[[], None], interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        node: NodeConfig,
+        stop: Callable[[], None],
+        interval: float = 0.5,
+        client: KazooClient | None = None,
+    ) -> None:
         super().__init__(name="node-watchdog", daemon=True)
         self._node = node
         self._stop_relay = stop
@@ -84,15 +92,18 @@ class NodeWatchdog(threading.Thread):
         self._done = threading.Event()
         self._parent = os.getppid()
         self._path = Paths(node.root).node(node.name)
-        try:
-            self._client: KazooClient = zookeeper.start_client(
-                node.zookeeper.hosts,
-                session_timeout=node.zookeeper.session_timeout_seconds,
-                connect_timeout=node.zookeeper.connect_timeout_seconds,
-                auth=node.zookeeper.auth or None,
-            )
-        except ZooKeeperUnavailableError as exc:
-            raise ClusterUnavailableError(str(exc)) from exc
+        self._owns_client = client is None
+        if client is None:
+            try:
+                client = zookeeper.start_client(
+                    node.zookeeper.hosts,
+                    session_timeout=node.zookeeper.session_timeout_seconds,
+                    connect_timeout=node.zookeeper.connect_timeout_seconds,
+                    auth=node.zookeeper.auth or None,
+                )
+            except ZooKeeperUnavailableError as exc:
+                raise ClusterUnavailableError(str(exc)) from exc
+        self._client: KazooClient = client
         stat = self._client.exists(self._path)
         if stat is None:
             self.close()
@@ -131,6 +142,8 @@ class NodeWatchdog(threading.Thread):
 
     def close(self) -> None:
         self._done.set()
+        if not self._owns_client:
+            return  # the relay's session: the relay closes it
         try:
             self._client.stop()
         finally:

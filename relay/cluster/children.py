@@ -125,6 +125,25 @@ class Children:
                     child.process.wait(timeout=5)
                 self._reap(child, self._clock())
 
+    def signal_all(self, sig: int) -> int:
+        """Send ``sig`` to every live child process (0: none, only count them); how many there were.
+        The one method safe from another thread (the node's session guard): it neither reaps nor
+        changes what is wanted — the main thread's ``poll`` reaps what ended, as stopped on request
+        (this notes when, as ``_terminate`` does: plain attribute writes), not as a crash."""
+        count = 0
+        for child in list(self._children.values()):
+            process = child.process
+            if process is None or process.poll() is not None:
+                continue
+            count += 1
+            if sig:
+                if child.stopping_since is None:
+                    child.stopping_since = self._clock()
+                child.killed = child.killed or sig == signal.SIGKILL
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(sig)
+        return count
+
     def report(self) -> dict[str, dict[str, Any]]:
         """Per instance: pid, since (seconds running), restarts, last exit status and error."""
         now = self._clock()

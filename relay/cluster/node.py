@@ -17,9 +17,12 @@ Owns the node's loop (the main thread of ``relay cluster run``): every wake-up �
 Fencing is each child's: a child is an HA relay of its instance (``ha.enabled`` with the cluster's
 ZooKeeper), so its epoch, lease and Kafka ``transactional.id`` fence a zombie, and a child started for an
 instance that still runs elsewhere stands by until that one has released it (after draining). The node
-adds: when its own session is LOST, it stops every child (SIGTERM, SIGKILL past the stop bound) before
-joining again — the children's own sessions keep another node's children standing by meanwhile; and a
-child stops by itself when the node's process or its node record goes (``relay.cluster.child``).
+adds: it stops every child BEFORE its session can expire — no request answered by ZooKeeper for half
+the session timeout (a cut, a freeze), it SIGTERMs them and SIGKILLs what is left by three quarters of
+it after the last answer (``relay.cluster.session_guard``: its thread signals, the loop takes the order
+first thing on every wake-up and runs nothing until ZooKeeper answers again); when its session is LOST,
+it stops every child before joining again; and a child stops by itself when the node's process or its
+node record goes (``relay.cluster.child``).
 
 SIGTERM/SIGINT: a graceful hand-over. The node marks itself drained, the leader moves its instances,
 each of its children drains (in-flight batches acked, position saved) and releases the instance, the
@@ -48,6 +51,7 @@ from relay.cluster.layout import ClusterView, LiveNode, Paths, read_view
 from relay.cluster.leader import LeaderTerm, apply_plan, resign, try_lead
 from relay.cluster.node_config import NodeConfig
 from relay.cluster.requests import RequestDesk
+from relay.cluster.session_guard import SessionGuard, SessionWatch, StopOrder
 from relay.common import zookeeper
 from relay.config.state import STATUS_FILE
 from relay.daemon.status import read_status
@@ -80,6 +84,7 @@ class ClusterNode:
         self.view = ClusterView()
         self.requests = RequestDesk(self.name, self.paths, Path(config.settings().state_dir))
         self.holds = SchemaHolds(self.name, self.paths)
+        self.guard = SessionGuard(config.zookeeper.session_timeout_seconds)
 
     # -- control (any thread, signal handlers) --------------------------------------------------
     def stop(self) -> None:
@@ -99,6 +104,7 @@ class ClusterNode:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> int:
         settings = self.config.settings()
+        connecting = time.monotonic()
         try:
             client = zookeeper.start_client(
                 settings.zookeeper,
@@ -109,13 +115,20 @@ class ClusterNode:
         except ZooKeeperUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
         self._client = client
+        self.guard.session_timeout = zookeeper.session_timeout(client, settings.session_timeout_seconds)
+        self.guard.heard(connecting)  # the server heard the session's connect request
         client.add_listener(self._on_state)
+        watch = SessionWatch(client, self.paths.node(self.name), self.guard, self.children, self._wake.set)
+        watch.start()
         log.info("node %s joining the cluster at %s%s", self.name, settings.zookeeper, self.paths.root)
         leave_by: float | None = None
         try:
             while True:
                 self._wake.wait(_TICK)
                 self._wake.clear()
+                order = self.guard.take()  # before anything else: a frozen or cut node stops its children
+                if order is not None:
+                    self._stop_for_session(order)
                 if self._lost.is_set():
                     self._session_lost()
                 if self._stopping.is_set() and leave_by is None:
@@ -123,10 +136,13 @@ class ClusterNode:
                     log.info("node %s stopping: handing its instances over", self.name)
                 if client.connected:
                     self._pass(client)
+                if self.guard.tripped():  # the guard stopped them: nothing starts until ZooKeeper answers
+                    self.children.want({})
                 self.children.poll()
                 if leave_by is not None and (not self.children.running() or time.monotonic() > leave_by):
                     break
         finally:
+            watch.close()
             self.children.stop_all(time.monotonic() + self.config.children.stop_timeout_seconds)
             self._leave(client)
         log.info("node %s left the cluster", self.name)
@@ -146,7 +162,9 @@ class ClusterNode:
             # not registered (another live node holds this name): run nothing under its name
             mine = self._mine(self.view) if registered else {}
             report = self.children.report()
-            self.children.want(self.holds.wanted(client, mine, report, self.children, self._watch))
+            wanted = self.holds.wanted(client, mine, report, self.children, self._watch)
+            # nor while ZooKeeper has not answered since the session guard stopped everything
+            self.children.want({} if self.guard.tripped() else wanted)
             records = self._records(report)
             self._publish(client, records)
             self.requests.serve(client, records if registered else {}, self._watch)
@@ -243,6 +261,13 @@ class ClusterNode:
     # -- leaving and losing the session ---------------------------------------------------------
     def _handover_bound(self) -> float:
         return 2 * self.config.children.stop_timeout_seconds + self.config.zookeeper.session_timeout_seconds
+
+    def _stop_for_session(self, order: StopOrder) -> None:
+        """Stop every child before the session can expire (``relay.cluster.session_guard``); they start
+        again from a pass in a live session."""
+        log.info("node %s: every instance stopped for the session guard (%s)", self.name, order.why)
+        self.children.want({})
+        self.children.stop_all(order.kill_by)
 
     def _session_lost(self) -> None:
         self._lost.clear()
