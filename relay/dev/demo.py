@@ -244,7 +244,8 @@ while time.monotonic() - last < idle:  # until nothing new for IDLE_SECONDS
         continue
     last = time.monotonic()
     key = (msg.key() or b"").decode()
-    print(f"p{msg.partition()}@{msg.offset()} {key} {msg.value().decode()}", flush=True)
+    value = msg.value()  # None: a tombstone (debezium-json writes one after each DELETE)
+    print(f"p{msg.partition()}@{msg.offset()} {key} {value.decode() if value is not None else '(tombstone)'}", flush=True)
 consumer.close()
 '''
 
