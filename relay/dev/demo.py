@@ -245,7 +245,8 @@ while time.monotonic() - last < idle:  # until nothing new for IDLE_SECONDS
     last = time.monotonic()
     key = (msg.key() or b"").decode()
     value = msg.value()  # None: a tombstone (debezium-json writes one after each DELETE)
-    print(f"p{msg.partition()}@{msg.offset()} {key} {value.decode() if value is not None else '(tombstone)'}", flush=True)
+    text = value.decode() if value is not None else "(tombstone)"
+    print(f"p{msg.partition()}@{msg.offset()} {key} {text}", flush=True)
 consumer.close()
 '''
 

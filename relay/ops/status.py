@@ -85,21 +85,32 @@ def relay_report(
         **snapshot_report(data.get("snapshot") if running else None, point),
         **ha,
     }
+    _server_part(config, report, point, running, server_unknown)
+    return report
+
+
+def _server_part(
+    config: RelayConfig,
+    report: dict[str, Any],
+    point: ResumePoint | None,
+    running: bool,
+    server_unknown: str | None,
+) -> None:
+    """The server's end and the lag in bytes into ``report`` (or why the server was not asked)."""
     if server_unknown is not None:
         report["server_error"] = server_unknown
-        return report
+        return
     try:
         # with a schema history a server without binlog_row_metadata=FULL is fine (relay check's rule)
         info = inspect_server(config.source, schema_history=config.schema.history != "off")
     except RelayError as exc:
         report["server_error"] = str(exc)
-        return report
+        return
     report["server_end"] = f"{info.end[0]}:{info.end[1]}"
     if point is not None:
         report["lag_bytes"] = bytes_behind(info.binlogs, point.journal, point.offset)
     if running and report["lag_bytes"] == 0:
         report["lag_seconds"] = 0.0  # at the server's end: nothing to publish is waiting, however old
-    return report
 
 
 def mapping_report(config: RelayConfig, data: dict[str, Any], running: bool) -> dict[str, Any]:

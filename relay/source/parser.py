@@ -245,14 +245,10 @@ class ParserLoop:
         return cursor
 
     def _pass_dropped(self) -> None:
-        """At the binlog end: the last empty transaction the sink dropped goes to the store (at most
-        once per ``DROPPED_PASS_SECONDS``), so the saved position reaches the end of filtered-out
-        traffic (``relay.canal.sink``). After a failover, what the standby re-reads is filtered as the
-        sink's other output is."""
-        if not self.sink.holds_dropped:
-            return
+        """At the binlog end the sink's last dropped empty transaction goes to the store (at most once per
+        ``DROPPED_PASS_SECONDS``): the saved position follows filtered-out traffic (``relay.canal.sink``)."""
         now = time.monotonic()
-        if now - self._dropped_passed < DROPPED_PASS_SECONDS:
+        if not self.sink.holds_dropped or now - self._dropped_passed < DROPPED_PASS_SECONDS:
             return
         self._dropped_passed = now
         entries = self.sink.pass_dropped()
