@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from relay.cluster.definition import parse_definition
 from relay.cluster.report import cluster_report
@@ -190,16 +191,14 @@ class Fleet:
         )
 
     def active(self, instance: str) -> dict[str, Any] | None:
-        """The instance's HA ``running`` record (who is active), None when nobody is."""
+        """The instance's HA ``running`` record (who is active), None when nobody is — read once (the
+        record may go between an ``exists`` and a ``get``)."""
         client = KazooClient(hosts=self.zk_hosts)
         client.start(timeout=15)
         try:
-            stat = client.exists(f"{self.root}/destinations/{instance}/running")
-            return (
-                None
-                if stat is None
-                else dict(json.loads(client.get(f"{self.root}/destinations/{instance}/running")[0]))
-            )
+            return dict(json.loads(client.get(f"{self.root}/destinations/{instance}/running")[0]))
+        except NoNodeError:
+            return None
         finally:
             client.stop()
             client.close()
