@@ -177,6 +177,10 @@ class QueryEvent(BinlogEvent):
     error_code: int
     schema: str
     sql: str
+    # The tables this DDL changed, as the schema history applied it (``relay.schema.model.TableChange``s,
+    # set by ``relay.schema.tracker`` before the event is handed on); None without a schema history or
+    # when the DDL was not understood. Opaque here: the binlog layer sits below the schema model.
+    table_changes: tuple[object, ...] | None
 
     def __init__(
         self, header: EventHeader, thread_id: int, exec_time: int, error_code: int, schema: str, sql: str
@@ -187,6 +191,7 @@ class QueryEvent(BinlogEvent):
         self.error_code = error_code
         self.schema = schema
         self.sql = sql
+        self.table_changes = None
 
 
 @dataclass(init=False, slots=True)

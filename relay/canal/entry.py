@@ -249,6 +249,9 @@ class RowChange:
     columns: tuple[ColumnMeta, ...] = ()
     rows: tuple[RowImage, ...] = ()
     props: list[tuple[str, str]] = field(default_factory=list)
+    # A DDL's changed tables from the schema history (``relay.binlog.events.QueryEvent.table_changes``);
+    # relay-side only, never on canal's wire: debezium-json's ``tableChanges`` are made from it.
+    table_changes: tuple[object, ...] | None = None
 
     def __init__(
         self,
@@ -260,6 +263,7 @@ class RowChange:
         columns: tuple[ColumnMeta, ...] = (),
         rows: tuple[RowImage, ...] = (),
         props: list[tuple[str, str]] | None = None,
+        table_changes: tuple[object, ...] | None = None,
     ) -> None:
         self.event_type = event_type
         self.table_id = table_id
@@ -269,6 +273,7 @@ class RowChange:
         self.columns = columns
         self.rows = rows
         self.props = [] if props is None else props
+        self.table_changes = table_changes
 
     def row_datas(self) -> list[RowData]:
         out = []

@@ -306,7 +306,11 @@ class EntryBuilder:
     def _statement(self, event: QueryEvent) -> Entry:
         info = classify(event.sql, event.schema)
         value = RowChange(
-            event_type=info.event_type, is_ddl=info.is_ddl, sql=event.sql, ddl_schema_name=event.schema
+            event_type=info.event_type,
+            is_ddl=info.is_ddl,
+            sql=event.sql,
+            ddl_schema_name=event.schema,
+            table_changes=event.table_changes,
         )
         return self._statement_entry(event, value, info.schema, info.table)
 

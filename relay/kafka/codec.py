@@ -260,6 +260,7 @@ class RecordEncoder:
             mapping.debezium,
             self._statements.partitions,
             headers,
+            lambda db, table: mapping.resolve(db, table) is not None,
         )
         self._topics.update(r.topic for r in records)
         return records

@@ -34,8 +34,9 @@ The value (Debezium's envelope, its field order)::
 
 A DDL (``schema_change``) becomes Debezium's schema-change event for the schema change topic: key
 ``{"databaseName":…}``, value ``{"source":…,"ts_ms":…,"databaseName":…,"schemaName":null,"ddl":…,
-"tableChanges":[]}`` (``tableChanges`` stays empty: the relay's encoder holds no table definitions; the
-next change event's schema shows the new columns). A TRUNCATE becomes an ``op`` "t" event.
+"tableChanges":[…]}``: the captured tables the DDL created, altered or dropped, with their definitions
+from the schema history (``relay.kafka.debezium_ddl``; ``[]`` when the history is off or did not
+understand the DDL). A TRUNCATE becomes an ``op`` "t" event.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from mapping.model import Route
 from relay import __version__
 from relay.binlog.events import ColumnMeta
 from relay.canal.entry import Entry
+from relay.kafka.debezium_ddl import CHANGE_SCHEMA
 from relay.kafka.debezium_types import DebeziumField, field_of, zero_value
 from relay.kafka.keys import KeyShape
 
@@ -296,12 +298,7 @@ _SCHEMA_CHANGE_VALUE_SCHEMA = {
         _string_field("ddl", True),
         {
             "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [],
-                "optional": False,
-                "name": "io.debezium.connector.schema.Change",
-            },
+            "items": CHANGE_SCHEMA,
             "optional": False,
             "field": "tableChanges",
         },
@@ -323,14 +320,17 @@ class SchemaChange:
     physical_table: str
 
 
-def schema_change(change: SchemaChange, entry: Entry, ddl: str, schemas: bool) -> tuple[bytes, bytes]:
-    """(key, value) of Debezium's schema-change event for ``ddl``."""
+def schema_change(
+    change: SchemaChange, entry: Entry, ddl: str, schemas: bool, tables: str = "[]"
+) -> tuple[bytes, bytes]:
+    """(key, value) of Debezium's schema-change event for ``ddl``; ``tables``: the JSON text of its
+    ``tableChanges`` (``relay.kafka.debezium_ddl``)."""
     logical = f'"db":{_quote(change.logical_db)},"sequence":null,"table":{_quote(change.logical_table)}'
     head = source_head(change.source_id, change.server_id, entry, False, logical)
     tail = source_tail(change.physical_db, change.physical_table)
     payload = (
         f'{{"source":{head}0{tail},"ts_ms":{entry.header.execute_time},'
-        f'"databaseName":{_quote(change.logical_db)},"schemaName":null,"ddl":{_text(ddl)},"tableChanges":[]}}'
+        f'"databaseName":{_quote(change.logical_db)},"schemaName":null,"ddl":{_text(ddl)},"tableChanges":{tables}}}'
     )
     key = f'{{"databaseName":{_quote(change.logical_db)}}}'
     if schemas:

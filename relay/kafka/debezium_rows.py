@@ -14,7 +14,8 @@ value (``relay.kafka.debezium_json``): INSERT ``op`` "c", UPDATE "u", DELETE "d"
   acknowledged and saved with it (or re-published with it after a rollback): the no-loss rules are
   unchanged, and a consumer sees it after the DELETE in the key's partition.
 - A DDL goes to the schema change topic (``debezium.schema_change_topic``) as Debezium's schema-change
-  event, keyed by the logical database; a TRUNCATE is an ``op`` "t" event on every partition of the
+  event, keyed by the logical database, its ``tableChanges`` the captured tables' definitions from the
+  schema history (``relay.kafka.debezium_ddl``); a TRUNCATE is an ``op`` "t" event on every partition of the
   table's topic (where canal's codecs put a DDL barrier). The data topics carry no other DDL record:
   Debezium's readers (Flink's ``debezium-json``, Kafka Connect sinks) fail on records that are not change
   events. Every DDL still goes to the DDL audit topic in canal-json (``relay.kafka.barriers``).
@@ -35,6 +36,7 @@ from relay.binlog.events import RowImage
 from relay.canal.entry import Entry, EventType, RowChange
 from relay.errors import CodecError
 from relay.kafka import debezium_json as dbz
+from relay.kafka.debezium_ddl import table_changes_text
 from relay.kafka.headers import (
     H_PART,
     H_SEQUENCE,
@@ -150,9 +152,11 @@ def statement(
     settings: DebeziumSettings,
     partitions: Callable[[str], int],
     headers: Headers,
+    captured: Callable[[str, str], bool],
 ) -> list[Record]:
     """A DDL of a debezium-json table: TRUNCATE as ``op`` "t" on every partition of the table's topic,
-    any other to the schema change topic; ``headers``: the statement's (``relay.kafka.barriers``)."""
+    any other to the schema change topic with the ``tableChanges`` of the tables ``captured`` (physical
+    db, table) says the mapping takes; ``headers``: the statement's (``relay.kafka.barriers``)."""
     h = entry.header
     server_id = _server_id(origin, entry)
     if rc.event_type == EventType.TRUNCATE:
@@ -168,7 +172,8 @@ def statement(
     change = dbz.SchemaChange(
         origin.source_id, server_id, route.logical_db, route.logical_table, h.schema_name, h.table_name
     )
-    key, value = dbz.schema_change(change, entry, rc.sql, settings.schemas_enable)
+    tables = table_changes_text(rc.table_changes, captured)
+    key, value = dbz.schema_change(change, entry, rc.sql, settings.schemas_enable, tables)
     return [Record(topic, None, key, value, headers)]
 
 

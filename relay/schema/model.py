@@ -16,6 +16,7 @@ Pure values, no I/O; used on the binlog reader thread by ``relay.schema.tracker`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -150,6 +151,32 @@ class TableDef:
         if self.collation:
             lines.append(f"  default collation: {self.collation}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class TableChange:
+    """A table one DDL created, altered or dropped (``kind`` CREATE, ALTER or DROP), with its definition
+    after the DDL (before it, for a DROP): what a debezium-json schema-change event's ``tableChanges``
+    shows (``relay.kafka.debezium_ddl``). A RENAME is a DROP of the old name and a CREATE of the new."""
+
+    kind: str
+    table: TableDef
+
+
+def table_changes(
+    before: Catalog, changes: Iterable[tuple[tuple[str, str], TableDef | None]]
+) -> tuple[TableChange, ...]:
+    """The ``TableChange``s of a DDL's ``changes`` (table -> definition after it, None if gone), against
+    the catalog ``before`` it; tables whose definition is unknown (broken) are left out."""
+    out = []
+    for key, after in changes:
+        old = before.tables.get(key)
+        if after is None:
+            if old is not None and not old.broken:
+                out.append(TableChange("DROP", old))
+        elif not after.broken:
+            out.append(TableChange("CREATE" if old is None else "ALTER", after))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,10 @@ Owned here: ``SchemaTracker``. It starts from the history's catalog at the start
 on the binlog reader thread, in binlog order:
 
 * ``on_query(event)`` — a DDL moves the catalog on (``relay.schema.ddl.apply_ddl``), and the tables it
-  changed are appended to the history at the END of the event before the event is handed on. A DDL
-  read again (a restart, a replay) finds its record and is applied from it. A DDL that cannot be
+  changed are appended to the history at the END of the event before the event is handed on, and set
+  on the event (``QueryEvent.table_changes``: created, altered, dropped tables with their definitions,
+  for debezium-json's ``tableChanges``). A DDL read again (a restart, a replay) finds its record and is
+  applied from it, with the same table changes. A DDL that cannot be
   applied is recorded as broken and stops the relay (``SchemaError``) naming the place and statement
   — unless the server writes full row metadata and the mode is ``auto``: the binlog then describes
   the table itself, so the relay goes on and the table is learned at its next TABLE_MAP;
@@ -34,7 +36,16 @@ from relay.binlog.events import ColumnMeta, QueryEvent, TableMapEvent
 from relay.errors import SchemaError, TableMapMismatchError, UnappliedDdlError
 from relay.schema.ddl import SYSTEM_SCHEMAS, apply_ddl
 from relay.schema.history import Place, Record, SchemaHistory, apply_record
-from relay.schema.model import Catalog, TableDef, column_meta, event_signature, signature, table_from_event
+from relay.schema.model import (
+    Catalog,
+    TableChange,
+    TableDef,
+    column_meta,
+    event_signature,
+    signature,
+    table_changes,
+    table_from_event,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +84,13 @@ class SchemaTracker:
         at: Place = (event.header.log_file, event.header.log_pos)
         stored = self.history.records_at(at, self.server)
         if stored:
+            found: list[TableChange] = []
             for record in stored:
+                if record.kind == "ddl" and not record.broken:
+                    found.extend(table_changes(self.catalog, record.changes))
                 apply_record(self.catalog, record)
+            if not any(r.broken for r in stored):
+                event.table_changes = tuple(found)
             self._resolved.clear()
             if not self.lenient:
                 self._stop_if_broken(stored, at)
@@ -103,7 +119,9 @@ class SchemaTracker:
                         "TABLE_MAP", message.split(" The relay stops")[0])  # fmt: skip
             return
         if not changes and work.databases == self.catalog.databases:
+            event.table_changes = ()
             return
+        event.table_changes = table_changes(self.catalog, changes.items())
         facts = {"databases": dict(work.databases)}
         record = Record("ddl", at, tuple(changes.items()), facts, event.sql, server=self.server)
         self.history.append(record)
