@@ -89,6 +89,9 @@ def add_snapshot_parser(sub: Any) -> None:
     cancel.set_defaults(func=cmd_snapshot_cancel)
 
 
+_SHOW_WITHIN = 60.0  # seconds for an accepted snapshot to appear in the relay's status
+
+
 def _answer_option(parser: Any) -> None:
     parser.add_argument(
         "--answer-timeout",
@@ -105,7 +108,8 @@ def _ask(
     table: str = "",
     where: str = "",
     keys: dict[str, Any] | None = None,
-) -> int:
+) -> tuple[int, str | None]:
+    """Exit status 0 and the accepted request's id (a snapshot run's id), or 1 and None (refused)."""
     from relay.config.load import load_config
     from relay.ops.snapshot import await_answer, send_request
 
@@ -118,9 +122,9 @@ def _ask(
     answer = await_answer(config, request_id, args.answer_timeout or 30.0)
     if not answer.get("accepted"):
         print(f"refused: {answer.get('reason')}")
-        return 1
+        return 1, None
     print(f"{action}: accepted ({request_id})")
-    return 0
+    return 0, request_id
 
 
 def _ask_node(
@@ -130,7 +134,7 @@ def _ask_node(
     table: str,
     where: str,
     keys: dict[str, Any] | None,
-) -> int:
+) -> tuple[int, str | None]:
     """The request through ZooKeeper to the node running the instance (``relay.cluster.remote``)."""
     body: dict[str, Any] = {"action": action, "table": table, "where": where}
     if keys is not None:
@@ -139,10 +143,10 @@ def _ask_node(
     node = answer.get("node")
     if not answer.get("accepted"):
         print(f"refused by the relay of {remote.name} on node {node}: {answer.get('reason')}")
-        return 1
+        return 1, None
     again = " (already under way: continued after a move)" if answer.get("continued") else ""
     print(f"{action}: accepted by the relay of {remote.name} on node {node} ({answer.get('id')}){again}")
-    return 0
+    return 0, str(answer.get("id") or "") or None
 
 
 def read_keys(path: str) -> dict[str, Any]:
@@ -164,9 +168,9 @@ def read_keys(path: str) -> dict[str, Any]:
 
 def cmd_snapshot_run(args: argparse.Namespace) -> int:
     keys = read_keys(args.keys) if args.keys else None
-    code = _ask(args, "run", args.table, args.where, keys)
+    code, accepted = _ask(args, "run", args.table, args.where, keys)
     if code == 0 and args.follow:
-        return _follow(args)
+        return _follow(args, accepted)
     return code
 
 
@@ -180,7 +184,7 @@ def cmd_snapshot_cancel(args: argparse.Namespace) -> int:
 
         with remote:
             if is_active(remote.record()):
-                return _ask_node(remote, args, "cancel", "", "", None)
+                return _ask_node(remote, args, "cancel", "", "", None)[0]
             snapshot_id = cancel_saved(remote.config()[0])
         print(
             f"cancel: snapshot {snapshot_id} marked cancelled in the saved position (no relay of "
@@ -191,7 +195,7 @@ def cmd_snapshot_cancel(args: argparse.Namespace) -> int:
     status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if isinstance(pid, int) and pid_running(pid) and status.get("state") not in ("stopped", "failed"):
-        return _ask(args, "cancel")
+        return _ask(args, "cancel")[0]
     snapshot_id = cancel_saved(config)
     print(f"cancel: snapshot {snapshot_id} marked cancelled in the saved position")
     return 0
@@ -248,18 +252,32 @@ def cmd_snapshot_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(args: argparse.Namespace) -> int:
+def _follow(args: argparse.Namespace, expect: str | None = None) -> int:
     """A progress bar and line, rewritten every second, until the snapshot is done (exit status 0), or
-    failed, was cancelled, or the relay stopped before it was done (1)."""
+    failed, was cancelled, or the relay stopped before it was done (1). ``expect``: the id of the
+    snapshot just accepted — followed once the relay's status shows it, not the one it showed before."""
     from relay.ops.snapshot import progress_bar
 
     with _progress_source(args) as read:
-        return _follow_bar(read, progress_bar)
+        return _follow_bar(read, progress_bar, expect)
 
 
-def _follow_bar(read: Callable[[], dict[str, Any]], progress_bar: Callable[[float], str]) -> int:
+def _follow_bar(
+    read: Callable[[], dict[str, Any]],
+    progress_bar: Callable[[float], str],
+    expect: str | None = None,
+    show_within: float = _SHOW_WITHIN,
+) -> int:
+    deadline = time.monotonic() + show_within
     while True:
         report = read()
+        if expect is not None and report["done"] is not None and report.get("snapshot_id") != expect:
+            if time.monotonic() > deadline:  # accepted, yet the relay's status never showed it
+                print(f"\nthe relay's status does not show snapshot {expect} (relay snapshot status)")
+                return 1
+            print(f"\rwaiting for the relay's status to show snapshot {expect}\033[K", end="", flush=True)
+            time.sleep(0.5)
+            continue
         line = report["snapshot"] or "no snapshot"
         if report.get("snapshot_percent") is not None:
             line = f"{progress_bar(report['snapshot_percent'])} {line}"

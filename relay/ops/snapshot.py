@@ -94,4 +94,5 @@ def progress_of(config: RelayConfig, status: dict[str, Any], running: bool) -> d
     report["snapshot_request"] = status.get("snapshot_request")
     live = status.get("snapshot") if running else None
     report["done"] = bool(live.get("done")) if isinstance(live, dict) else None
+    report["snapshot_id"] = live.get("id") if isinstance(live, dict) else None  # the running relay's
     return report
