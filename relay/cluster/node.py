@@ -80,6 +80,7 @@ class ClusterNode:
         self._held_by = 0  # the session holding our record when it was not ours
         self._term: LeaderTerm | None = None
         self._published = 0.0
+        self._written: set[str] = set()  # the instances whose status record this node wrote
         self._since = time.time()
         self.view = ClusterView()
         self.requests = RequestDesk(self.name, self.paths, Path(config.settings().state_dir))
@@ -251,12 +252,16 @@ class ClusterNode:
             return
         self._published = now
         session = int(client.client_id[0])
-        for name in sorted(set(self.children.report()) | set(records)):
+        # every record written before too: an instance moved away whose child was already reaped
+        # would otherwise keep this node's last record ("running") and block its new node's
+        for name in sorted(set(self.children.report()) | set(records) | self._written):
             path = self.paths.status(name)
             if name not in records:
                 _delete_own(client, path, session)
+                self._written.discard(name)
                 continue
             _write_own(client, path, json.dumps(records[name], sort_keys=True).encode(), session)
+            self._written.add(name)
 
     # -- leaving and losing the session ---------------------------------------------------------
     def _handover_bound(self) -> float:

@@ -337,6 +337,11 @@ def test_three_nodes_place_move_on_sigkill_and_drain_and_lose_nothing(fleet: Fle
         assert f"{drained}: runs no instance" in done.stdout
         live.discard(drained)
         fleet.wait(lambda: _all_on(fleet, live), 90, "all on the remaining node")
+        fleet.wait(  # the drained node's last record ("running") is gone, its successor's written
+            lambda: all(i["reported_by"] == i["node"] for i in fleet.report()["instances"].values()),
+            30,
+            "every instance's status record written by its new node",
+        )
         report = fleet.report()
         assert all(i["running_on"] in live for i in report["instances"].values()), report
         assert report["nodes"][drained]["drained"] and report["nodes"][drained]["load"] == 0
