@@ -42,7 +42,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
-from relay.spark.decode import typed
+from relay.spark.decode import TXN_COLUMNS, typed
 from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, Written, file_schema
 from relay.spark.survey import Survey, survey
 from relay.spark.tables import MirrorTable, MirrorTarget, target_of
@@ -54,7 +54,7 @@ Location = str | Path | MirrorTarget
 # The columns of ``changes`` rows the merge reads: the batch is cached as this projection only.
 _USED = (
     "topic", "partition", "offset", "key", "database", "table", "type", "is_ddl", "sequence", "part",
-    "source_id", "es", "mysql_type", "before", "after", "snapshot", "instants",
+    "source_id", "es", "mysql_type", "before", "after", "snapshot", "instants", *TXN_COLUMNS,
 )  # fmt: skip
 
 

@@ -15,11 +15,13 @@ rowIndex), ``snapshot`` (true for a snapshot read: an INSERT carrying a row as t
 docs/architecture.md, "Snapshots") and ``instants`` (TIMESTAMP column → epoch microseconds, the relay's
 ``utcMicros``), ``txn_id``/``txn_order``/``txn_table_order`` (the source transaction's id and the record's
 order in it and in its table, from the ``relay.txn.*`` headers that ``kafka.transaction_topic`` adds: read
-with ``includeHeaders`` true; null otherwise). canal-json's ``old`` (the changed columns' previous values) is
-folded into ``before``. (``source_id``, ``sequence``, ``part``) is the change identity (``part`` 0 but for the
-two records of a key change and the rows of a transaction payload or a snapshot chunk, which share one
-sequence): a repeated record repeats it, and (``sequence``, ``part``) orders the changes of a key (generation,
-binlog file, offset, row; see docs/architecture.md, "Record format").
+with ``includeHeaders`` true and ``changes(df, headers=True)``; null otherwise — ``changes`` never asks the
+DataFrame for its columns, which Spark Declarative Pipelines refuse inside a query function). canal-json's
+``old`` (the changed columns' previous values) is folded into ``before``. (``source_id``, ``sequence``,
+``part``) is the change identity (``part`` 0 but for the two records of a key change and the rows of a
+transaction payload or a snapshot chunk, which share one sequence): a repeated record repeats it, and
+(``sequence``, ``part``) orders the changes of a key (generation, binlog file, offset, row; see
+docs/architecture.md, "Record format").
 
 ``typed(changes, "shop.orders")``: the row changes of that table with one column per table column, Spark
 types from ``mysqlType`` (``relay.spark.types``), plus ``_op``, ``_sequence``, ``_part``, ``_source_id``,
@@ -181,10 +183,12 @@ def _protobuf(value: Column) -> Column:
     return cast(Column, _protobuf_udf(value))
 
 
-def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
+def changes(df: DataFrame, codec: str = "auto", headers: bool = False) -> DataFrame:
     """One row per change record of ``df`` (Spark's kafka schema); tombstones (null values) dropped.
 
     ``codec``: ``auto`` (per record), ``canal-json`` or ``canal-protobuf`` (skips the other decoder).
+    ``headers``: ``df`` has the Kafka source's ``headers`` column (``includeHeaders`` true): the
+    transaction columns come from the ``relay.txn.*`` headers; else they are null.
     """
     if codec not in ("auto", "canal-json", "canal-protobuf"):
         raise SparkSourceError(f"codec: expected auto, canal-json or canal-protobuf, got {codec!r}")
@@ -194,7 +198,7 @@ def changes(df: DataFrame, codec: str = "auto") -> DataFrame:
     base = df.where(value.isNotNull()).select(
         *kafka[:4],
         F.col("key").cast("string").alias("key"),
-        *_transaction(df),
+        *_transaction(headers),
         value,
         is_json.alias("_json"),
     )
@@ -224,13 +228,12 @@ TXN_HEADERS = (
 TXN_COLUMNS = tuple(column for _, column, _ in TXN_HEADERS)
 
 
-def _transaction(df: DataFrame) -> list[Column]:
+def _transaction(headers: bool) -> list[Column]:
     """The transaction id and orders from the records' headers (the Kafka source's ``includeHeaders``);
     null without headers or without the transaction topic."""
-    has_headers = "headers" in df.columns
     out = []
     for header, column, kind in TXN_HEADERS:
-        if has_headers:
+        if headers:
             found = F.get(F.filter(F.col("headers"), _named(header)), 0)
             text = found["value"].cast("string")
         else:
@@ -339,18 +342,14 @@ def typed(changes_df: DataFrame, table: str, columns: list[tuple[str, str]] | No
         _key_of("before").alias("_old_key"),
         F.coalesce(F.col("snapshot"), F.lit(False)).alias("_snapshot"),
         F.concat_ws(".", F.col("source.database"), F.col("source.table")).alias("_source"),
-        *_txn_meta(rows),
+        *_txn_meta(),
     )
 
 
-def _txn_meta(rows: DataFrame) -> list[Column]:
-    """``_txn_id``/``_txn_order``/``_txn_table_order``: null where the change rows do not carry them (a
-    projection of ``changes`` without them, as the mirror's merge caches)."""
-    present = set(rows.columns)
-    return [
-        (F.col(column) if column in present else F.lit(None).cast(kind)).alias(f"_{column}")
-        for _, column, kind in TXN_HEADERS
-    ]
+def _txn_meta() -> list[Column]:
+    """``_txn_id``/``_txn_order``/``_txn_table_order`` from the change rows (``changes`` always has the
+    columns; the DataFrame is not asked for its columns: no analysis inside a pipeline's query function)."""
+    return [F.col(column).alias(f"_{column}") for _, column, _ in TXN_HEADERS]
 
 
 def _typed_value(text: Column, mysql_type: str, instant: Column) -> Column:

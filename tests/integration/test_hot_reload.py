@@ -63,7 +63,9 @@ def mapping_v1(prefix: str) -> dict[str, Any]:
 
 def read_topics(bootstrap: str, topics: list[str], changes: int, timeout: float = 60.0) -> list[Rec]:
     """Every record of ``topics`` from the start (one assign-based consumer), until ``changes`` distinct
-    row sequences have been read (tracked as records arrive: parsing them all again per record is slow)."""
+    row sequences have been read (tracked as records arrive: parsing them all again per record is slow).
+    A table move's copies (header ``FROM``) do not count: they repeat records of the old topic, which
+    would otherwise end the read before the old topic is read through."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -86,7 +88,8 @@ def read_topics(bootstrap: str, topics: list[str], changes: int, timeout: float 
             headers = dict(msg.headers() or [])
             rec = Rec(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers)
             out.append(rec)
-            seqs |= row_seqs([rec])
+            if FROM not in headers:
+                seqs |= row_seqs([rec])
     finally:
         consumer.close()
     return out

@@ -232,27 +232,29 @@ def test_transaction_ids_and_orders_come_from_the_headers(spark: Any, tmp_path: 
         "key binary, value binary, topic string, partition int, offset long, "
         "headers array<struct<key:string,value:binary>>",
     ).selectExpr("*", "current_timestamp() as timestamp", "0 as timestampType")
-    decoded = changes(df).orderBy("offset").collect()
+    decoded = changes(df, headers=True).orderBy("offset").collect()
     assert [(r["txn_id"], r["txn_order"], r["txn_table_order"]) for r in decoded] == [
         ("0-1-7", 1, 1),
         ("0-1-7", 2, 2),
         ("0-1-8", 1, 1),
         (None, None, None),
     ]
-    got = typed(changes(df), "d.t").orderBy("_sequence").collect()
+    got = typed(changes(df, headers=True), "d.t").orderBy("_sequence").collect()
     assert [(r["_txn_id"], r["_txn_order"], r["_txn_table_order"]) for r in got][:2] == [
         ("0-1-7", 1, 1),
         ("0-1-7", 2, 2),
     ]
     counts = {
-        r["_txn_id"]: r["count"] for r in typed(changes(df), "d.t").groupBy("_txn_id").count().collect()
+        r["_txn_id"]: r["count"]
+        for r in typed(changes(df, headers=True), "d.t").groupBy("_txn_id").count().collect()
     }
     assert counts == {"0-1-7": 2, "0-1-8": 1, None: 1}
-    # without a headers column (includeHeaders false) the columns are there, null
+    # without headers=True (or without a headers column: includeHeaders false) the columns are there, null
+    assert {r["txn_id"] for r in changes(df).collect()} == {None}
     assert {
         r["txn_id"] for r in changes(frame(spark, [('{"id":"1"}', value(10, "INSERT", row))])).collect()
     } == {None}
     # the _txn_* columns are metadata: applying the changes keeps them out of the table's columns
     out = tmp_path / "out"
-    apply_changes(changes(df), out)
+    apply_changes(changes(df, headers=True), out)
     assert not {"_txn_id", "txn_id"} & set(read_table(out, "d.t").column_names)
