@@ -376,6 +376,11 @@ class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 
 
+class JarsError(RelayError):
+    """Java artifacts (relay.common.jars) are unknown, not resolved yet, or Maven could not resolve them; the
+    message names the command that resolves them."""
+
+
 class PortInUseError(ServiceError):
     """The free port we picked was taken before the server bound it; starting again on another helps."""
 

@@ -21,7 +21,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mysql": ("mariadb-client-core", "tests: deploy/mysql/init/10-relay-user.sh runs the mysql client"),
     "mariadb": ("mariadb-client-core", "the same client under its MariaDB name (the script takes either)"),
     "mariadb-tzinfo-to-sql": ("mariadb-client", "tests: loading time zones into MariaDB"),
-    "java": ("default-jre-headless", "the embedded ZooKeeper"),
+    "java": ("default-jre-headless", "the embedded ZooKeeper and Apache Kafka"),
+    "mvn": ("maven", "resolving pinned Java artifacts from Maven Central once (relay.common.jars)"),
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
 }
 

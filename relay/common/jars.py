@@ -1,0 +1,180 @@
+"""Java artifacts from Maven Central: every pinned coordinate in one place, resolved once into a local folder.
+
+A *set* is what one Java program needs on its class path (the Apache Kafka broker, Spark's connectors, …):
+a few root coordinates, resolved with their dependencies by Maven (``mvn dependency:copy-dependencies`` on
+a small POM written here) into ``<jars dir>/<set>/``, once. After that nothing reaches the network: a
+program takes the folder's jars as its class path (``classpath``), and ``require`` says how to resolve a
+set that is missing instead of failing later in Java. ``scripts/bootstrap`` resolves the sets the tests use
+(``python -m relay.common.jars resolve NAME…``); a stamp file holds the coordinates a folder was resolved
+from, so changing a pin here resolves it again and nothing else does.
+
+The folder is ``$RELAY_JARS_DIR``, by default ``.jars/`` in the checkout. Runs on the caller's thread;
+standard library and ``relay.errors`` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from relay.errors import JarsError
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """The root coordinates (``group:artifact:version``) of one program's class path, and why it is needed.
+
+    ``excludes`` (``group:artifact``) are left out of every root's dependencies: parts a set does not run that
+    would only add jars (or conflicting versions) to the class path.
+    """
+
+    name: str
+    artifacts: tuple[str, ...]
+    why: str
+    excludes: tuple[str, ...] = ()
+
+    @property
+    def fingerprint(self) -> str:
+        text = "\n".join((*self.artifacts, "--", *self.excludes))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+KAFKA_VERSION = "4.1.1"
+
+# The one list of pinned Java artifacts. Change a version here and scripts/bootstrap resolves that set again.
+SETS: dict[str, JarSet] = {
+    "kafka": JarSet(
+        "kafka",
+        (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",),
+        "the Apache Kafka broker (KRaft) of relay dev up, the tests, the demo and relay bench",
+    ),
+}
+
+_DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".jars"
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("RELAY_JARS_DIR") or _DEFAULT_DIR)
+
+
+def folder(name: str) -> Path:
+    return jars_dir() / name
+
+
+def _stamp(name: str) -> Path:
+    return folder(name) / ".resolved"
+
+
+def jar_set(name: str) -> JarSet:
+    try:
+        return SETS[name]
+    except KeyError:
+        raise JarsError(f"no Java artifact set named {name!r} (known: {', '.join(sorted(SETS))})") from None
+
+
+def is_resolved(name: str) -> bool:
+    stamp = _stamp(name)
+    return stamp.is_file() and stamp.read_text().strip() == jar_set(name).fingerprint
+
+
+def require(name: str) -> Path:
+    """The folder of a resolved set, or a ``JarsError`` naming the command that resolves it."""
+    if not is_resolved(name):
+        raise JarsError(
+            f"the Java artifacts of {name!r} ({jar_set(name).why}) are not resolved in {folder(name)}: run "
+            f"scripts/bootstrap, or .venv/bin/python -m relay.common.jars resolve {name} (needs mvn and "
+            "Maven Central once; offline afterwards)"
+        )
+    return folder(name)
+
+
+def jars(name: str) -> list[Path]:
+    """Every jar of a resolved set, sorted by name."""
+    return sorted(require(name).glob("*.jar"))
+
+
+def classpath(name: str) -> str:
+    return os.pathsep.join(str(path) for path in jars(name))
+
+
+def pom(spec: JarSet) -> str:
+    """A POM whose dependencies are the set's roots (runtime scope, so test-only jars stay out)."""
+    exclusions = "".join(
+        f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
+        for g, a in (item.split(":", 1) for item in spec.excludes)
+    )
+    deps = []
+    for coordinate in spec.artifacts:
+        group, artifact, version = coordinate.split(":")
+        deps.append(
+            f"<dependency><groupId>{escape(group)}</groupId><artifactId>{escape(artifact)}</artifactId>"
+            f"<version>{escape(version)}</version><exclusions>{exclusions}</exclusions></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>canal-relay.jars</groupId><artifactId>{escape(spec.name)}</artifactId><version>1</version>"
+        f"<dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def resolve(name: str, *, quiet: bool = True) -> Path:
+    """Resolve a set into its folder (a no-op when the folder's stamp matches the pins)."""
+    spec = jar_set(name)
+    if is_resolved(name):
+        return folder(name)
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarsError(f"mvn is not installed: it resolves {name!r} ({spec.why}) from Maven Central once")
+    target = folder(name)
+    staging = target.with_name(f".{name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix=f"relay-jars-{name}-") as work:
+        (Path(work) / "pom.xml").write_text(pom(spec))
+        argv = [mvn, "-B", "-f", str(Path(work) / "pom.xml"), "dependency:copy-dependencies"]
+        argv += [f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+        if quiet:
+            argv.append("-q")
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise JarsError(f"mvn could not resolve {name!r} ({', '.join(spec.artifacts)}):\n{tail}")
+    (staging / ".resolved").write_text(spec.fingerprint + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def main(argv: list[str]) -> int:
+    """``resolve NAME…`` (idempotent), ``path NAME`` (the folder of a resolved set), ``list``."""
+    if len(argv) >= 1 and argv[0] == "list":
+        for spec in SETS.values():
+            state = "resolved" if is_resolved(spec.name) else "missing"
+            sys.stdout.write(f"{spec.name}\t{state}\t{' '.join(spec.artifacts)}\t{spec.why}\n")
+        return 0
+    if len(argv) >= 2 and argv[0] in ("resolve", "path"):
+        try:
+            for name in argv[1:]:
+                if argv[0] == "path":
+                    sys.stdout.write(f"{require(name)}\n")
+                elif not is_resolved(name):
+                    sys.stderr.write(f"jars: resolving {name} ({jar_set(name).why}) from Maven Central\n")
+                    resolve(name)
+        except JarsError as exc:
+            sys.stderr.write(f"jars: {exc}\n")
+            return 1
+        return 0
+    sys.stderr.write("usage: python -m relay.common.jars resolve NAME… | path NAME | list\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
