@@ -132,7 +132,13 @@ class ParserLoop:
         # transaction; what was published after it is dropped again (``_published_before``).
         start = resolve_start(self.config.source, info, saved.read_from if saved is not None else None)
         self.reading.start_point = start
-        attach_schema_history(self.reading.source, self.schema_history, self.config.schema_history, start)
+        attach_schema_history(
+            self.reading.source,
+            self.schema_history,
+            self.config.schema_history,
+            start,
+            captures=self.config.captures,
+        )
         self.reading.source.open(start)
         self.failover.track(info, start)
 
@@ -369,7 +375,14 @@ class ParserLoop:
         (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
         master = self.reading.source.schema
         carry = master.catalog.copy() if master is not None and not start.journal else None
-        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
+        attach_schema_history(
+            source,
+            self.schema_history,
+            self.config.schema_history,
+            start,
+            carry,
+            captures=self.config.captures,
+        )
 
     def _await_acked(self) -> None:
         while not self._stopping.is_set():
