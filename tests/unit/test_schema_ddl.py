@@ -123,7 +123,7 @@ def test_float_unsigned_spatial_subtypes_real_and_mariadb_types_parse() -> None:
     assert kinds["h"] == ("double", False) and kinds["r"] == ("double", False)
     assert {kinds[n][0] for n in ("p", "l", "m", "gc")} == {"geometry"}
     assert (kinds["u"], kinds["i6"], kinds["i4"]) == (("uuid", False), ("inet6", False), ("inet4", False))
-    assert kinds["z"] == ("int", False) and kinds["point"] == ("int", False)
+    assert kinds["z"] == ("int", True) and kinds["point"] == ("int", False)  # ZEROFILL: UNSIGNED
     cols = {col.name: col for col in t.columns}
     assert signature(c, cols["i6"]) == (types.STRING, 16) and signature(c, cols["i4"]) == (types.STRING, 4)
     assert signature(c, cols["p"]) == (types.GEOMETRY, 4)
@@ -178,3 +178,11 @@ def test_records_of_earlier_versions_name_the_columns_whose_signedness_to_check(
     h3 = SchemaHistory()
     h3.append(snap)
     assert h3.catalog_at(("b.000001", 4)).tables[("d", "t")].doubt == ("f",)
+
+
+def test_zerofill_makes_a_number_unsigned() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE z (a INT(5) ZEROFILL, b DECIMAL(5,2) ZEROFILL NOT NULL, f FLOAT ZEROFILL)", "d")
+    t = c.table("d", "z")
+    assert t is not None and all(col.unsigned for col in t.columns)
+    assert column_from_type("c", "tinyint(3) zerofill", None).unsigned

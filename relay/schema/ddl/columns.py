@@ -70,7 +70,10 @@ def _column_type(dtype: exp.DataType, name: str) -> ColumnDef:
 
 def column_from_type(name: str, type_text: str, collation: str | None) -> ColumnDef:
     """A column from its type text as information_schema.COLUMNS.COLUMN_TYPE says it."""
-    text = type_text.lower().replace(" zerofill", "").strip()
+    text = type_text.lower().strip()
+    if text.endswith(" zerofill") and " unsigned" not in text:
+        text = text.replace(" zerofill", " unsigned")  # ZEROFILL makes a number UNSIGNED
+    text = text.replace(" zerofill", "")
     if text in _NAMED:  # a named type alone: sqlglot builds no data type from its bare name
         col = ColumnDef(name, _NAMED[text])
     else:
@@ -111,6 +114,8 @@ def column_def(catalog: Catalog, cdef: exp.ColumnDef, table_collation: str | Non
             collate = kind.this.name.lower()
         elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
             inline_key = True
+        elif isinstance(kind, exp.ZeroFillColumnConstraint) and col.kind in NUMERIC:
+            col = replace(col, unsigned=True)  # ZEROFILL makes a number UNSIGNED (both manuals)
     if col.kind == "json" and catalog.mariadb:
         col, collate = replace(col, kind="longtext"), "utf8mb4_bin"
     if col.kind in BINARY or col.kind in FIXED_BINARY:
