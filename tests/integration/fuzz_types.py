@@ -235,11 +235,11 @@ def table_columns(rng: random.Random, flavor: str, count: int) -> list[Col]:
         name, nullable = f"c{i}", rng.random() < 0.6
         col = _json(rng, name, nullable, flavor) if family == "json" else makers[family](rng, name, nullable)
         cols.append(col)
-    # Always a YEAR right before a signed TINYINT (the case), wherever it lands.
+    # Always a YEAR right before a signed TINYINT holding -1 in every row (the reported case: 255 was
+    # published), wherever it lands.
     at = rng.randrange(len(cols) + 1)
-    year = Col(f"c{len(cols)}", "year", "year", "year", True, (0, 1901, 2155, 1970))
-    tiny = Col(f"c{len(cols) + 1}", "tinyint", "int", "tinyint", True, (-128, 127, -1, 0, 1),
-               {"low": -128, "high": 127, "zerofill": False})  # fmt: skip
+    year = Col(f"c{len(cols)}", "year", "year", "year", False, (0, 1901, 2155, 1970, 2024))
+    tiny = Col(f"c{len(cols) + 1}", "tinyint", "int", "tinyint", False, (-1,), {"low": -1, "high": -1})
     cols[at:at] = [year, tiny]
     return cols
 
