@@ -1,10 +1,11 @@
 """Snapshot rows of every column type equal the binlog's rows of the same data, text for text.
 
 The table of ``test_type_table`` (every type, limit and edge values, NULLs; its GEOMETRY column too: a
-snapshot reads the SRID + WKB bytes the binlog holds) is filled; the binlog's INSERT images are decoded with our own stream, and the
-same rows are read the way a snapshot reads them (``relay.source.snapshot_tables``: the chunk SELECT on
-a connection with decoders off, values converted to canal text). Values and column metadata must be
-equal, so a snapshot row and a live change of a row are the same text in the same record shape.
+snapshot reads the SRID + WKB bytes the binlog holds) is filled; the binlog's INSERT images are decoded with
+our own stream, and the same rows are read the way a snapshot reads them (``relay.source.snapshot_tables``:
+the chunk SELECT on a connection with decoders off, values converted to canal text). Values and column
+metadata must be equal, so a snapshot row and a live change of a row are the same text in the same record
+shape.
 """
 
 from __future__ import annotations

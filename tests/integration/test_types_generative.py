@@ -37,6 +37,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from relay.binlog.events import TableMapEvent
@@ -168,7 +169,7 @@ def _uncaptured(cur: Any, run: Run) -> None:
 def _server_has(cur: Any, kind: str) -> bool:
     try:
         cur.execute(f"CREATE TEMPORARY TABLE probe_{kind} (c {kind})")
-    except Exception:
+    except pymysql.err.MySQLError:
         return False
     cur.execute(f"DROP TEMPORARY TABLE probe_{kind}")
     return True
@@ -231,7 +232,11 @@ def _row_metadata(conn: Any, mode: str) -> Any:
 
 
 def _status(cur: Any) -> tuple[str, int]:
-    cur.execute("SHOW MASTER STATUS")
+    """The binlog end (MySQL 8.4 and later call it SHOW BINARY LOG STATUS)."""
+    try:
+        cur.execute("SHOW BINARY LOG STATUS")
+    except pymysql.err.MySQLError:
+        cur.execute("SHOW MASTER STATUS")
     row = cur.fetchone()
     return str(row[0]), int(row[1])
 

@@ -182,7 +182,7 @@ def test_records_of_earlier_versions_name_the_columns_whose_signedness_to_check(
 
 def test_zerofill_makes_a_number_unsigned() -> None:
     c = catalog()
-    apply_ddl(c, "CREATE TABLE z (a INT(5) ZEROFILL, b DECIMAL(5,2) ZEROFILL NOT NULL, f FLOAT ZEROFILL)", "d")
+    apply_ddl(c, "CREATE TABLE z (a INT(5) ZEROFILL, b DECIMAL(5,2) ZEROFILL, f FLOAT ZEROFILL)", "d")
     t = c.table("d", "z")
     assert t is not None and all(col.unsigned for col in t.columns)
     assert column_from_type("c", "tinyint(3) zerofill", None).unsigned
