@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from relay.errors import UnappliedDdlError
 from relay.schema.ddl import apply_ddl, column_from_type
 from relay.schema.history import FileSchemaHistory, Record, SchemaHistory
 from relay.schema.model import Catalog, Collation, ColumnDef, TableDef, signature
+from relay.schema.server import read_catalog
 
 COLLATIONS = {
     n: Collation(n, cs, i, d)
@@ -186,3 +188,47 @@ def test_zerofill_makes_a_number_unsigned() -> None:
     t = c.table("d", "z")
     assert t is not None and all(col.unsigned for col in t.columns)
     assert column_from_type("c", "tinyint(3) zerofill", None).unsigned
+
+
+class _Cursor:
+    """What ``relay.schema.server`` asks information_schema, answered from canned rows."""
+
+    def __init__(self, answers: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.answers, self.rows = answers, []
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, args: Any = None) -> None:
+        self.rows = next(rows for key, rows in self.answers.items() if key in sql)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+class _Conn:
+    def __init__(self, answers: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.answers = answers
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self.answers)
+
+
+def test_a_type_the_history_does_not_model_marks_its_table_broken_instead_of_failing_the_start() -> None:
+    conn = _Conn({
+        "COLLATIONS": [("utf8mb4_general_ci", "utf8mb4", 45, "Yes")],
+        "SCHEMATA": [("app", "utf8mb4_general_ci"), ("other", "utf8mb4_general_ci")],
+        "collation_server": [("utf8mb4_general_ci",)],
+        "TABLES": [("app", "t", "utf8mb4_general_ci"), ("other", "v", "utf8mb4_general_ci")],
+        "COLUMNS": [("app", "t", "id", "int", "int(11)", None), ("app", "t", "u", "uuid", "uuid", None),
+                    ("other", "v", "id", "int", "int(11)", None),
+                    ("other", "v", "e", "vector", "vector(3)", None)],
+        "STATISTICS": [("app", "t", "id"), ("other", "v", "id")],
+    })  # fmt: skip
+    catalog = read_catalog(conn, mariadb=True)
+    app, other = catalog.tables[("app", "t")], catalog.tables[("other", "v")]
+    assert not app.broken and app.columns[1].kind == "uuid"
+    assert other.broken.startswith("read from the server: column e:") and "VECTOR(3)" in other.broken
