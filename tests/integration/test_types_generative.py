@@ -1,6 +1,7 @@
 """Every published value equals SELECT, in every codec and metadata mode: a generative differential test.
 
-Per seed and ``binlog_row_metadata`` mode (FULL, MINIMAL, and NO_LOG on MariaDB), random tables are drawn by
+Per seed and ``binlog_row_metadata`` mode (FULL, MINIMAL, and NO_LOG on MariaDB; each with its own server
+``time_zone``, for TIMESTAMP text), random tables are drawn by
 ``fuzz_types`` (every type of the README's type table, random order and nullability, several of each) in
 three copies, one per codec (canal-json, canal-protobuf, debezium-json), each its own logical table and
 topic. Rows are written before the relay starts (set A: the relay starts at a binlog place before them, so
@@ -49,6 +50,7 @@ from tests.integration.relay_harness import RelayProcess, read_topic, write_conf
 
 SEEDS = {"FULL": (3801,), "MINIMAL": (3802,), "NO_LOG": (3803,)}  # the fixed set scripts/test runs
 CODECS = {"cj": "canal-json", "pb": "canal-protobuf", "dz": "debezium-json"}
+ZONES = {"FULL": "", "MINIMAL": "+05:30", "NO_LOG": "-03:00"}  # the server's time_zone per run ("": as it is)
 DEFAULT_ROWS = 120  # rows generated per run (both sets), as RELAY_FUZZ_ROWS counts them
 COLUMNS = 30
 
@@ -219,16 +221,23 @@ def _mapping(run: Run) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _row_metadata(conn: Any, mode: str) -> Any:
+def _server_settings(conn: Any, mode: str) -> Any:
+    """The server's ``binlog_row_metadata`` set to ``mode`` and its ``time_zone`` to the mode's zone
+    (TIMESTAMP text is the server zone's: as it is, east and west of UTC), both restored after; this
+    session's zone too."""
+    zone = ZONES[mode]
     with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.binlog_row_metadata")
-        before = str(cur.fetchone()[0])
+        cur.execute("SELECT @@GLOBAL.binlog_row_metadata, @@GLOBAL.time_zone")
+        metadata, before_zone = (str(v) for v in cur.fetchone())
         cur.execute(f"SET GLOBAL binlog_row_metadata = '{mode}'")
+        cur.execute(f"SET GLOBAL time_zone = '{zone or before_zone}'")
+        cur.execute(f"SET SESSION time_zone = '{zone or before_zone}'")
     try:
         yield
     finally:
         with conn.cursor() as cur:
-            cur.execute(f"SET GLOBAL binlog_row_metadata = '{before}'")
+            cur.execute(f"SET GLOBAL binlog_row_metadata = '{metadata}'")
+            cur.execute(f"SET GLOBAL time_zone = '{before_zone}'")
 
 
 def _status(cur: Any) -> tuple[str, int]:
@@ -259,7 +268,7 @@ def run_case(
     conn = mysql.connect()
     conn.autocommit(True)
     try:
-        with _row_metadata(conn, mode), conn.cursor() as cur:
+        with _server_settings(conn, mode), conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = ''")
             cur.execute(f"CREATE DATABASE `{run.schema}`")
             cur.execute(f"USE `{run.schema}`")
