@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from relay.console.audit import AuditLog
 from relay.console.fleet import open_fleet
@@ -135,8 +137,17 @@ def _run(parts: Console, sock: socket.socket, options: ServeOptions) -> int:
         timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
+    # uvicorn stops gracefully on SIGTERM / SIGINT, then raises the signal again to the handler it found:
+    # let that be a no-op, so a console stopped that way exits 0 (the CLI's own handler would make it 130)
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.run(sockets=[sock])
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sock.close()
     return 0
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    log.info("relay console: stopped by signal %d", signum)

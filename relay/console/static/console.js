@@ -16,6 +16,12 @@
     return String(value);
   }
 
+  function span(seconds) {
+    if (seconds >= 3600) return `${(seconds / 3600).toFixed(1)} h`;
+    if (seconds >= 60) return `${(seconds / 60).toFixed(1)} min`;
+    return `${Math.round(seconds)} s`;
+  }
+
   function drawChart(svg, samples) {
     const series = Number(svg.dataset.series);
     while (svg.firstChild) svg.removeChild(svg.firstChild);
@@ -25,7 +31,9 @@
     svg.dataset.last = last === null ? "" : String(last);
     if (points.length === 0) return;
     const t0 = points[0][0], t1 = points[points.length - 1][0];
-    const top = Math.max(...points.map((s) => s[series]), 1e-9);
+    const peak = Math.max(...points.map((s) => s[series]));
+    svg.dataset.max = String(peak);
+    const top = Math.max(peak, 1e-9);
     const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * 396 + 2 : 200);
     const y = (v) => 110 - (v / top) * 100;
     const line = document.createElementNS(SVG, "polyline");
@@ -36,7 +44,7 @@
     label.setAttribute("x", "4");
     label.setAttribute("y", "12");
     label.setAttribute("class", "label");
-    label.textContent = `max ${show(top)} · now ${show(last)}`;
+    label.textContent = `max ${show(peak)} · now ${show(last)} · over ${span(t1 - t0)}`;
     svg.appendChild(label);
   }
 
