@@ -50,8 +50,8 @@ def users_file(path: Path) -> Path:
 class ConsoleProcess:
     """``relay console ARGS --port 0`` as a child process; ``url`` once it says where it listens."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.args, self.log = args, log
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args, self.log, self.env = args, log, env
         self.popen: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -63,6 +63,7 @@ class ConsoleProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=self.env,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
