@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -74,6 +75,7 @@ def build_app(parts: Console) -> Guard:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         parts.sampler.start()
+        await run_in_threadpool(parts.sampler.wait_first, 15.0)  # the first page already shows the fleet
         try:
             yield
         finally:
