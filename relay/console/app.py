@@ -38,7 +38,7 @@ def _next(target: str) -> str:
 def login_page(request: Request) -> Response:
     if console(request).auth.header is not None:
         return render(
-            request, "done.html", status=404, title="Login", lines=["logins go through the proxy"], ok=False
+            request, "done.html", code=404, title="Login", lines=["logins go through the proxy"], ok=False
         )
     return render(request, "login.html", next=_next(request.query_params.get("next", "/")), error="")
 
@@ -65,6 +65,11 @@ async def logout(request: Request) -> Response:
     return response
 
 
+def no_icon(request: Request) -> Response:
+    """Browsers ask for it (a JSON answer shown as a page has no icon link): there is none."""
+    return Response(status_code=204)
+
+
 def audit_page(request: Request) -> Response:
     return render(request, "audit.html", entries=console(request).audit.entries())
 
@@ -87,6 +92,7 @@ def build_app(parts: Console) -> Guard:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/audit", audit_page),
+        Route("/favicon.ico", no_icon),
         *pages_fleet.ROUTES,
         *pages_mappings.ROUTES,
         *pages_data.ROUTES,

@@ -5,8 +5,8 @@ a session, or a reverse proxy's authenticated header (``--auth-header``), truste
 addresses (``--trusted-proxy``) and only for users the file names — and ``Guard``, the ASGI middleware
 every request passes before any page runs:
 
-- ``/static/*`` and ``/login`` are the only paths open without an identity; any other request without
-  one gets the login page (a redirect; 401 for the JSON API);
+- ``/static/*``, ``/login`` and ``/favicon.ico`` (none) are the only paths open without an identity; any
+  other request without one gets the login page (a redirect; 401 for the JSON API);
 - every request that is not GET/HEAD must come from the console's own origin (``Origin`` /
   ``Sec-Fetch-Site``: a cross-site POST is refused before its body is read), carry the identity's CSRF
   token (form field ``csrf`` or header ``X-CSRF-Token``) and, except a logout, the ``operator`` role;
@@ -44,7 +44,7 @@ SESSION_SECONDS = 8 * 3600
 BODY_LIMIT = 4 * 1024 * 1024  # a mapping edit is the largest form
 _FAILURES, _LOCKOUT_SECONDS = 5, 60.0
 _SAFE = ("GET", "HEAD")
-_OPEN = ("/login", "/static/")
+_OPEN = ("/login", "/static/", "/favicon.ico")
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"

@@ -207,6 +207,13 @@ def _page(context: BrowserContext) -> Page:
 
     page.on("dialog", dialog)
     page.dialogs = dialogs  # type: ignore[attr-defined]
+    # a script error or a blocked resource (the Content-Security-Policy refusing something) is a bug
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on(
+        "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+    )
+    page.problems = problems  # type: ignore[attr-defined]
     return page
 
 
@@ -418,7 +425,30 @@ def test_a_snapshot_and_a_verify_from_the_page(operator: Page, site: Site) -> No
     page.click(f'tr[data-job="{started}"] a')
     report = page.inner_text("#report")
     assert report.startswith("Equal: ") and f"{site.prefix}_01.orders_01" in report
+    # a key deleted from the topic behind the relay's back: the report names it, as `relay verify` does
+    _forge(site, table, b'{"id":"7"}')
+    page.goto(site.url + "/jobs")
+    page.fill("#verify-form input[name=table]", table)
+    page.click("#verify")
+    started = page.url.split("started=")[1]
+    state = f'tr[data-job="{started}"] td[data-field="state"]'
+    wait_page(page, lambda: page.inner_text(state) != "running", 180, "the second verify ending")
+    assert page.inner_text(state) == "differences", page.inner_text("#jobs")
+    page.click(f'tr[data-job="{started}"] a')
+    differences = page.inner_text("#differences")
+    assert differences.count("missing") == 1 and '{"id": "7"}' in differences, differences
     site.shots.take(page, "verify-report")
+
+
+def _forge(site: Site, topic: str, key: bytes) -> None:
+    """Delete ``key`` from the topic behind the relay's back: a tombstone of our own producer, in the key's
+    partition (compaction would drop the key's records)."""
+    from confluent_kafka import Producer
+
+    last = [r for r in read_to_end(site.bootstrap, topic) if r.key == key][-1]
+    producer = Producer({"bootstrap.servers": site.bootstrap})
+    producer.produce(topic, None, key, partition=last.partition)
+    assert producer.flush(30) == 0
 
 
 def test_the_ddl_audit_shows_every_ddl_per_logical_table(operator: Page, site: Site) -> None:
@@ -459,6 +489,30 @@ def test_names_and_values_from_the_source_are_shown_as_text(operator: Page, site
     assert "<b>note</b>" in seen
     assert page.dialogs == []  # type: ignore[attr-defined]
     site.shots.take(page, "escaped")
+
+
+def test_no_secret_in_any_page_or_the_log_and_no_script_error(operator: Page, site: Site) -> None:
+    page = operator
+    secret = site.mysql.replication_password
+    assert secret and len(secret) >= 6
+    for path in (
+        "/",
+        "/api/fleet",
+        "/mappings",
+        f"/mappings/{INSTANCE}",
+        f"/topics?instance={INSTANCE}",
+        "/jobs",
+        "/api/jobs",
+        f"/ddl?instance={INSTANCE}",
+        "/audit",
+    ):
+        page.goto(site.url + path)
+        assert secret not in page.content(), path
+    for job in page.request.get(site.url + "/api/jobs").json():
+        page.goto(f"{site.url}/jobs/{job['id']}")
+        assert secret not in page.content()
+    assert secret not in site.console.text()
+    assert page.problems == []  # type: ignore[attr-defined]
 
 
 def test_a_viewer_reads_but_cannot_apply(new_context: Any, site: Site) -> None:
@@ -506,3 +560,32 @@ def test_a_post_from_another_site_is_refused(operator: Page, site: Site) -> None
     )
     assert answer.status == 403 and "CSRF token missing or wrong" in answer.text()
     assert site.mapping_version() == before
+
+
+def test_a_proxys_header_logs_in_only_from_the_proxy(site: Site, tmp_path: Path) -> None:
+    """``--auth-header``: the user comes from the header, believed from the trusted proxy only, for users of
+    the file only; the role is the file's."""
+    import urllib.error
+    import urllib.request
+
+    def get(url: str, user: str | None) -> tuple[int, str]:
+        headers = {"X-Remote-User": user} if user else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    base = ["-c", str(site.config), "--users", str(users_file(tmp_path / "users.yaml"))]
+    base += ["--state-dir", str(tmp_path / "state"), "--auth-header", "X-Remote-User"]
+    trusted = ConsoleProcess(base, tmp_path / "trusted.log").start()
+    elsewhere = ConsoleProcess([*base, "--trusted-proxy", "10.9.9.9"], tmp_path / "elsewhere.log").start()
+    try:
+        status, page = get(trusted.url + "/", "viewer")
+        assert status == 200 and '<span id="who">viewer</span>' in page and "role-viewer" in page
+        assert get(trusted.url + "/", None)[0] == 401
+        assert get(trusted.url + "/", "mallory")[0] == 401  # not in the users file
+        assert get(trusted.url + "/login", None)[0] == 404  # no password logins then
+        assert get(elsewhere.url + "/", "admin")[0] == 401  # a header from outside the proxy: ignored
+    finally:
+        assert trusted.stop() == 0 and elsewhere.stop() == 0

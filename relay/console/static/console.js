@@ -66,6 +66,8 @@
       for (const svg of document.querySelectorAll(`svg.chart[data-instance="${CSS.escape(name)}"]`)) {
         drawChart(svg, data.samples[name] || []);
       }
+      const count = document.querySelector(`span.sample-count[data-instance="${CSS.escape(name)}"]`);
+      if (count) count.textContent = String((data.samples[name] || []).length);
     }
     const stamp = document.getElementById("updated");
     if (stamp) {
