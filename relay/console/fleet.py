@@ -39,7 +39,9 @@ class Fleet(Protocol):
 
     def names(self) -> list[str]: ...
 
-    def config(self, name: str) -> RelayConfig: ...
+    def config(self, name: str, need: str = "") -> RelayConfig:
+        """The instance's config; ``need``: a section whose secrets must resolve here (``source.``)."""
+        ...
 
     def status(self, name: str) -> dict[str, Any]: ...
 
@@ -79,7 +81,7 @@ class LocalFleet:
     def names(self) -> list[str]:
         return list(self._relays)
 
-    def config(self, name: str) -> RelayConfig:
+    def config(self, name: str, need: str = "") -> RelayConfig:
         try:
             return self._relays[name].config
         except KeyError:
@@ -142,9 +144,11 @@ class ClusterFleet:
 
         return RemoteInstance(self.address, name)
 
-    def config(self, name: str) -> RelayConfig:
+    def config(self, name: str, need: str = "") -> RelayConfig:
         with self._remote(name) as remote:
-            config, _missing = remote.config()
+            config, missing = remote.config()
+            if need:
+                remote.require(missing, need, f"the console reads {need.rstrip('.')} here")
             return config  # type: ignore[no-any-return]
 
     def status(self, name: str) -> dict[str, Any]:

@@ -170,7 +170,7 @@ class Jobs:
         from relay.ops.verify.setup import plan_shards, session, topic_target, verify
         from relay.wiring import mapping_store
 
-        config = self.fleet.config(job["instance"])
+        config = self.fleet.config(job["instance"], "source.")
         store = mapping_store(config)
         try:
             mapping = store.read()

@@ -38,7 +38,12 @@ def fleet_page(request: Request) -> Response:
 
 
 def fleet_json(request: Request) -> Response:
-    view = console(request).sampler.view()
+    """The fleet as JSON; ``since``: only the samples taken after that time (the page keeps the rest)."""
+    try:
+        since = float(request.query_params.get("since", "0"))
+    except ValueError:
+        since = 0.0
+    view = console(request).sampler.view(since)
     instances = {
         name: {field: status.get(field) for field, _ in FIELDS} | {"running": status.get("running")}
         for name, status in view["instances"].items()
@@ -51,6 +56,7 @@ def fleet_json(request: Request) -> Response:
             "placement": {name: _where(placement, name) for name in instances},
             "errors": view["errors"],
             "passes": view["passes"],
+            "window": view["window"],
         }
     )
 

@@ -109,15 +109,20 @@ class Sampler:
                 del self._rings[gone]
             self.passes += 1
 
-    def view(self) -> dict[str, Any]:
-        """The latest statuses, the placement, the errors met and every instance's samples."""
+    def view(self, since: float = 0.0) -> dict[str, Any]:
+        """The latest statuses, the placement, the errors met and every instance's samples taken after
+        ``since`` (epoch seconds: a page that has the earlier ones asks only for the new ones)."""
         with self._lock:
             return {
                 "instances": dict(self._latest),
                 "placement": dict(self._placement),
                 "errors": dict(self._errors),
-                "samples": {name: [s.as_list() for s in ring] for name, ring in self._rings.items()},
+                "samples": {
+                    name: [s.as_list() for s in ring if round(s.at, 1) > since]
+                    for name, ring in self._rings.items()
+                },
                 "interval": self.interval,
+                "window": self.size * self.interval,
                 "passes": self.passes,
             }
 

@@ -48,7 +48,22 @@
     svg.appendChild(label);
   }
 
+  // Each instance's samples, kept here: the server sends only those taken after the newest one held.
+  const held = {};
+  let newest = 0;
+
+  function keep(data) {
+    for (const [name, fresh] of Object.entries(data.samples)) {
+      const all = (held[name] || []).concat(fresh);
+      const last = all.length ? all[all.length - 1][0] : 0;
+      held[name] = all.filter((s) => s[0] >= last - data.window);
+      for (const s of fresh) newest = Math.max(newest, s[0]);
+    }
+    for (const name of Object.keys(held)) if (!(name in data.samples)) delete held[name];
+  }
+
   function refreshFleet(data) {
+    keep(data);
     for (const [name, fields] of Object.entries(data.instances)) {
       const row = document.querySelector(`tr[data-instance="${CSS.escape(name)}"]`);
       if (row) {
@@ -64,10 +79,10 @@
         }
       }
       for (const svg of document.querySelectorAll(`svg.chart[data-instance="${CSS.escape(name)}"]`)) {
-        drawChart(svg, data.samples[name] || []);
+        drawChart(svg, held[name] || []);
       }
       const count = document.querySelector(`span.sample-count[data-instance="${CSS.escape(name)}"]`);
-      if (count) count.textContent = String((data.samples[name] || []).length);
+      if (count) count.textContent = String((held[name] || []).length);
     }
     const stamp = document.getElementById("updated");
     if (stamp) {
@@ -76,9 +91,10 @@
     }
   }
 
-  async function poll(url, apply, every) {
+  async function poll(where, apply, every) {
     for (;;) {
       try {
+        const url = typeof where === "function" ? where() : where;
         const answer = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
         if (answer.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(location.pathname)); return; }
         if (answer.ok) apply(await answer.json());
@@ -103,7 +119,7 @@
       select.addEventListener("change", () => select.form.submit());
     }
     const stamp = document.getElementById("updated");
-    if (stamp) poll("/api/fleet", refreshFleet, Math.max(1000, Number(stamp.dataset.interval) * 1000));
+    if (stamp) poll(() => `/api/fleet?since=${newest}`, refreshFleet, Math.max(1000, Number(stamp.dataset.interval) * 1000));
     const jobs = document.getElementById("jobs");
     if (jobs && jobs.dataset.live) poll(jobs.dataset.live, refreshJobs, 1000);
   });
