@@ -60,6 +60,7 @@ async def show(request: Request) -> Response:
         shown=shown,
         shown_text=shown_text,
         applied=request.query_params.get("applied", ""),
+        moved=request.query_params.get("moved", "0"),
         status=c.sampler.view()["instances"].get(instance, {}),
     )
 
@@ -116,7 +117,8 @@ async def apply(request: Request) -> Response:
         who, action, instance, mappings.summary(result), f"stored version {result.mapping.version}"
     )
     c.sampler.refresh()
-    return back(f"/mappings/{instance}?applied={result.mapping.version}")
+    moved = sum(len(m.tables) for m in result.moves if m.topic_changes)
+    return back(f"/mappings/{instance}?applied={result.mapping.version}&moved={moved}")
 
 
 ROUTES = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import re
 import signal
 import subprocess
@@ -118,6 +119,12 @@ def number(text: str) -> float:
     """A cell's number as the page shows it (``1,234``, ``0.0``; ``-``: none)."""
     cleaned = text.strip().replace(",", "")
     return float(cleaned) if cleaned not in ("", "-") else -1.0
+
+
+def screenshots() -> Path:
+    """Where the tests photograph the pages: ``$RELAY_TEST_SCREENSHOTS``, else ``test-screenshots/console``
+    in the checkout (not pytest-playwright's ``test-results/``, which every pytest session empties)."""
+    return Path(os.environ.get("RELAY_TEST_SCREENSHOTS") or REPO_ROOT / "test-screenshots") / "console"
 
 
 class Shots:

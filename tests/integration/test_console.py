@@ -10,7 +10,7 @@ independent consumer; browse the topics (latest records, a key's records, compar
 read of the partition); snapshot and verify a table; and the security cases: no session gets the login
 page, a viewer cannot apply (the form is not there, and a forged POST is refused), a POST from another
 origin is refused, names from the source are shown as text. Every page is photographed into
-``test-results/console/`` (two of the shots are docs/console-*.png).
+``test-screenshots/console/`` (two of the shots are docs/console-*.png).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tests.integration.console_harness import (
     login,
     number,
     other_site,
+    screenshots,
     users_file,
     wait_page,
 )
@@ -111,9 +112,7 @@ def _mapping(prefix: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def site(
-    mysql_service: Any, kafka_service: Any, tmp_path_factory: pytest.TempPathFactory, pytestconfig: Any
-) -> Iterator[Site]:
+def site(mysql_service: Any, kafka_service: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("console")
     prefix = f"cons{time.monotonic_ns() % 10**7}"
     conn = mysql_service.connect()
@@ -165,7 +164,7 @@ def site(
         ],
         tmp / "console.log",
     ).start()
-    shots = Shots(Path(pytestconfig.getoption("--output")) / "console")
+    shots = Shots(screenshots())
     made = Site(prefix, config, relay, console, mysql_service, kafka_service.bootstrap_servers, shots)
     try:
         yield made

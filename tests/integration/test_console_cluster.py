@@ -23,7 +23,7 @@ from playwright.sync_api import Page
 
 from relay.cluster.definition import parse_definition
 from relay.cluster.store import ZooKeeperInstanceStore
-from tests.integration.console_harness import ConsoleProcess, Shots, login, users_file, wait_page
+from tests.integration.console_harness import ConsoleProcess, Shots, login, screenshots, users_file, wait_page
 from tests.integration.relay_harness import create_shards, drop_shards, master_position, read_topic
 from tests.integration.test_cluster_nodes import PASSWORD_ENV, SHARDS, TABLES, Fleet, _kill_children
 
@@ -85,9 +85,7 @@ def _confirm(page: Page, form: str, expect: str) -> None:
     assert expect in page.inner_text("#result"), page.inner_text("main")
 
 
-def test_the_console_moves_an_instance_and_drains_a_node(
-    cluster: Fleet, new_context: Any, pytestconfig: Any
-) -> None:
+def test_the_console_moves_an_instance_and_drains_a_node(cluster: Fleet, new_context: Any) -> None:
     for name in ("a", "b"):
         cluster.node(name)
     cluster.wait(lambda: sorted(n for n, _ in _where(cluster).values() if n) == ["a", "b"], 120, "one each")
@@ -112,7 +110,7 @@ def test_the_console_moves_an_instance_and_drains_a_node(
         cluster.tmp / "console.log",
         env,
     ).start()
-    shots = Shots(Path(pytestconfig.getoption("--output")) / "console")
+    shots = Shots(screenshots())
     try:
         page = new_context().new_page()
         page.set_viewport_size({"width": 1400, "height": 900})
