@@ -65,6 +65,7 @@ class Record:
     sql: str = ""
     broken: str = ""
     server: str = ""  # whose binlog ``at`` is a place in (``server_key``); "" in records written before
+    when: int = 0  # ddl: the binlog time of its event (epoch seconds); 0 in records written before
     version: int = RECORD_VERSION  # 1: written by a relay before ``RECORD_VERSION`` existed
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +81,8 @@ class Record:
             out["sql"] = self.sql
         if self.broken:
             out["broken"] = self.broken
+        if self.when:
+            out["when"] = self.when
         return out
 
     @classmethod
@@ -97,6 +100,7 @@ class Record:
             data.get("sql", ""),
             data.get("broken", ""),
             str(data.get("server", "")),
+            int(data.get("when", 0)),
             int(data.get("v", 1)),
         )
 
