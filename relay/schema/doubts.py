@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from relay.binlog.events import TableMapEvent
 from relay.errors import SchemaError
-from relay.schema.history import Place, Record, SchemaHistory
+from relay.schema.history import RECORD_VERSION, Place, Record, SchemaHistory
 from relay.schema.model import FIXED_BINARY, Catalog, TableDef
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,10 @@ def settle_doubt(
     settled = replace(table, columns=tuple(columns), doubt=())
     if not write:
         return settled
-    if changed:
-        at: Place = (event.header.log_file, event.header.start)
+    at: Place = (event.header.log_file, event.header.start)
+    again = any(r.kind == "learned" and r.version >= RECORD_VERSION and dict(r.changes).get(key) == settled
+                for r in history.records_at(at, server))  # fmt: skip
+    if changed and not again:  # a replay of the same TABLE_MAP finds its record: not appended twice
         history.append(Record("learned", at, ((key, settled),), server=server))
         log.warning(
             "schema history: %s: the signedness an earlier version recorded is corrected from the binlog's "

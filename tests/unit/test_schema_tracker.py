@@ -284,6 +284,9 @@ def test_an_earlier_versions_learned_signedness_is_corrected_from_the_binlog(
     assert fixed.kind == "learned" and fixed.version == 2
     table = h.catalog_at((FILE, 10**6)).table("shop", "yt")
     assert table is not None and not table.columns[2].unsigned and table.doubt == ()
+    # Read again from the same start (a restart, a replay): the correction is found, not appended twice.
+    resolve_mariadb(SchemaTracker(h, AFTER, "always"), yt_map(YT_MINIMAL))
+    assert len([r for r in h.records if r.kind == "learned"]) == 2
     # Without SIGNEDNESS (NO_LOG) nothing can settle it: the relay stops naming the step.
     h2 = mariadb_history(Record("learned", (FILE, 100), ((("shop", "yt"), wrong),), version=1))
     with pytest.raises(SchemaError, match=r"relay schema resync -c CONFIG --table shop\.yt --yes"):
