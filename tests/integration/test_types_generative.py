@@ -43,6 +43,7 @@ import pytest
 
 from relay.binlog.events import TableMapEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.mysql import binlog_status
 from relay.dev.services import KafkaService, MySQLService
 from tests.integration import fuzz_types as fz
 from tests.integration.fuzz_check import Check, decode_record
@@ -242,11 +243,8 @@ def _server_settings(conn: Any, mode: str) -> Any:
 
 def _status(cur: Any) -> tuple[str, int]:
     """The binlog end (MySQL 8.4 and later call it SHOW BINARY LOG STATUS)."""
-    try:
-        cur.execute("SHOW BINARY LOG STATUS")
-    except pymysql.err.MySQLError:
-        cur.execute("SHOW MASTER STATUS")
-    row = cur.fetchone()
+    row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 
