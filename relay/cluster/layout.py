@@ -8,6 +8,7 @@ status|rebalance|drain`` print. Under the cluster root::
     <root>/drained/<node>         persistent: `relay cluster drain NODE` (kept across the node's restarts)
     <root>/leader                 ephemeral: the node that places instances (its name)
     <root>/assignments/<name>     persistent: the node an instance is placed on, the plan's generation
+    <root>/placement-generation   persistent: the last plan's generation (bumped by every plan written)
     <root>/destinations/<name>/status
                                   ephemeral, written by the node running the instance: its state, lag,
                                   last error, restarts, and the relay's whole status record (next to
@@ -70,6 +71,10 @@ class Paths:
     @property
     def assignments(self) -> str:
         return self._at("assignments")
+
+    @property
+    def generation(self) -> str:
+        return self._at("placement-generation")
 
     def node(self, name: str) -> str:
         return self._at("nodes", name)
