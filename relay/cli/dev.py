@@ -279,6 +279,14 @@ def add_dev_parser(subparsers: Any) -> None:
     status.set_defaults(func=cmd_dev_status)
     for sub in (up, down, status):
         sub.add_argument("--json", action="store_true", help="print one machine-readable JSON object")
+        # also after the action (`relay dev up --state-dir DIR`), where an operator puts it; SUPPRESS
+        # keeps a value given before the action (`relay dev --state-dir DIR up`)
+        sub.add_argument(
+            "--state-dir",
+            metavar="DIR",
+            default=argparse.SUPPRESS,
+            help="state directory (default: $RELAY_DEV_DIR, else ./.relay-dev)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
