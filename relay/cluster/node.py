@@ -312,6 +312,9 @@ def _status_record(node: str, process: dict[str, Any], state_dir: Path) -> dict[
     and ``relay``, the relay's whole status record (``relay status --instance`` shows it as the local
     command shows the status file)."""
     status = read_status(state_dir / STATUS_FILE) or {}
+    # the relay's own lag (relay.daemon.status.lag_seconds: 0 when caught up), only while the process that
+    # wrote it runs — as `relay status --instance` shows it (relay.cluster.operate)
+    alive = process.get("process") == "running" and status.get("pid") == process.get("pid")
     return {
         "node": node,
         "process": process.get("process", "waiting"),
@@ -321,7 +324,7 @@ def _status_record(node: str, process: dict[str, Any], state_dir: Path) -> dict[
         "last_error": status.get("error") or process.get("last_error"),
         "definition_version": process.get("definition_version"),
         "state": status.get("state") if process.get("pid") else None,
-        "lag_seconds": status.get("lag_seconds"),
+        "lag_seconds": status.get("lag_seconds") if alive else None,
         "ha_role": status.get("ha_role"),
         "published_at": time.time(),
         "state_dir": str(state_dir),

@@ -290,6 +290,13 @@ class AckPath:
         put, got, _ = self.store.sequences
         return put == got
 
+    def caught_up(self) -> bool:
+        """Whether everything read is published and acknowledged: the parser waits at the binlog end,
+        the store holds nothing not taken, no batch is outstanding (any thread: the status file, the
+        metrics, ``relay status``'s lag of 0)."""
+        with self._locks.state():
+            return self._caught_up()
+
     def at_binlog_end(self) -> None:
         """The parser reached the binlog end (parser thread): the writer may now write the last point."""
         self.idle = True

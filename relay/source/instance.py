@@ -171,6 +171,11 @@ class CanalInstance:
         the first (heartbeats report it as the source time, ``relay.daemon.heartbeats``)."""
         return self.parser.last_event_ms
 
+    def caught_up(self) -> bool:
+        """Everything read is published and acknowledged, the parser waits at the binlog end
+        (``AckPath.caught_up``): the lag is 0, however old the last change."""
+        return self.acks.caught_up()
+
     @property
     def save_failure(self) -> BaseException | None:
         return self.acks.save_failure
