@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from relay.errors import VerifyError
+
 
 def add_verify_parser(sub: Any) -> None:
     verify = sub.add_parser(
@@ -135,10 +137,24 @@ def _mirror_target(args: argparse.Namespace, config: Any, shards: list[Any], loc
         config.source_id,
         shards,
         parse_values=False,
+        connect_timeout=config.kafka.connect_timeout_seconds,
     )
     target = MirrorTarget(reader, index, args.table, config.source_id, config.source.timezone)
     target.use(shards)
     return target
+
+
+def _check_mirror(args: argparse.Namespace, location: str, timeout: float) -> None:
+    """The mirror's location, catalog and object store, before the source is read."""
+    from relay.cli.spark import _catalog
+    from relay.cli.spark_checks import check_storage
+    from relay.spark.storage import Storage, parse_options
+
+    if not location:
+        raise VerifyError("--against mirror:PATH: give the mirror table's PATH (local or s3://…)")
+    storage = Storage(location, parse_options(args.storage_option, "--storage-option"))
+    catalog = _catalog(args) if args.format == "iceberg" else {}
+    check_storage(storage, "--against", args.format, catalog, timeout, read_only=True)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -156,6 +172,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if against != "topic" and not against.startswith("mirror:"):
         raise VerifyError(f"--against must be topic or mirror:PATH, got {against!r}")
     config = load_config(args.config)
+    if against.startswith("mirror:"):
+        _check_mirror(args, against[7:], config.kafka.connect_timeout_seconds)
     store = mapping_store(config)
     try:
         mapping = store.read()

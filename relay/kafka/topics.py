@@ -81,7 +81,10 @@ class TopicCatalog:
         try:
             meta = self._admin.list_topics(timeout=self._config.admin_timeout_s)
         except KafkaException as exc:
-            raise PublishError(f"cannot list topics: {describe(exc.args[0])}") from exc
+            raise PublishError(
+                f"kafka {self._config.bootstrap_servers} (kafka.bootstrap_servers) did not answer within "
+                f"{self._config.admin_timeout_s:g} s: {describe(exc.args[0])}"
+            ) from exc
         return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
 
     def _create_topics(self, names: list[str]) -> None:

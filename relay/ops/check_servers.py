@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from mapping.model import Mapping
 from relay.canal.sink import NameFilter
 from relay.common import mysql
+from relay.common.kafka_log import quiet
 from relay.config.load import RelayConfig
 from relay.config.sections import SinkConfig
 from relay.errors import RelayError
@@ -174,11 +175,13 @@ def kafka_checks(config: RelayConfig, mapping: Mapping | None, live: set[str], o
     producer_only = ("linger", "compression", "batch", "queue")
     client: dict[str, str | int | float | bool] = {"bootstrap.servers": k.bootstrap_servers, "log_level": 0}
     client.update({key: str(v) for key, v in k.settings.items() if not key.startswith(producer_only)})
-    admin = AdminClient(client)
+    admin = AdminClient(quiet(client))
     try:
-        meta = admin.list_topics(timeout=min(k.delivery_timeout_seconds, 10.0))  # all topics: creates none
+        meta = admin.list_topics(timeout=k.connect_timeout_seconds)  # all topics: creates none
     except KafkaException as exc:
-        out(Check(FAIL, f"kafka {k.bootstrap_servers}", f"unreachable: {exc.args[0].str()}"))
+        why = f"unreachable within {k.connect_timeout_seconds:g} s: {exc.args[0].str()}"
+        why += " (kafka.bootstrap_servers)"
+        out(Check(FAIL, f"kafka {k.bootstrap_servers}", why))
         return
     out(Check(OK, f"kafka {k.bootstrap_servers}", f"reachable, {len(meta.brokers)} broker(s)"))
     existing = {name: t for name, t in meta.topics.items() if t.error is None}

@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from relay.canal.proto.convert import decode_messages_packet
+from relay.common.kafka_log import quiet
 from relay.errors import ProtoDecodeError, VerifyError
 from relay.kafka.codec import (
     H_DB,
@@ -148,8 +149,10 @@ class TopicIndex:
         shards: Sequence[Shard],
         *,
         parse_values: bool = True,
+        connect_timeout: float = 10.0,
     ) -> None:
         self.settings = dict(settings)
+        self.connect_timeout = connect_timeout
         self.topics = list(topics)
         db, _, table = logical.partition(".")
         self._db, self._table = db.encode(), table.encode()
@@ -166,23 +169,28 @@ class TopicIndex:
     # -- reading -------------------------------------------------------------------------------------
     def _consumer(self) -> Any:
         return Consumer(
-            {
-                **self.settings,
-                "group.id": f"relay-verify-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
-            }
+            quiet(
+                {
+                    **self.settings,
+                    "group.id": f"relay-verify-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
+                }
+            )
         )
 
     def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
+        try:  # every topic: naming one auto-creates it on some brokers
+            meta = consumer.list_topics(timeout=self.connect_timeout)
+        except KafkaException as exc:
+            raise VerifyError(
+                f"kafka {self.settings.get('bootstrap.servers')} (kafka.bootstrap_servers) did not answer "
+                f"within {self.connect_timeout:g} s: {exc.args[0].str()}"
+            ) from exc
         for topic in self.topics:
-            try:
-                meta = consumer.list_topics(topic, timeout=10)
-            except KafkaException as exc:
-                raise VerifyError(f"cannot read the metadata of topic {topic}: {exc.args[0]}") from exc
             info = meta.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 raise VerifyError(f"topic {topic} does not exist (has the relay published this table?)")
