@@ -85,6 +85,14 @@ def add_spark_parser(subparsers: Any) -> None:
     )
     mirror.add_argument("--available-now", action="store_true", help="stop once caught up")
     mirror.add_argument(
+        "--connect-timeout",
+        type=values.positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the checks made before Spark starts wait for the brokers and the object store "
+        "(default 10)",
+    )
+    mirror.add_argument(
         "--trigger-seconds", type=values.positive_float, default=5.0, help="micro-batch interval (default 5)"
     )
     mirror.add_argument(
@@ -149,6 +157,7 @@ def _catalog(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.cli.spark_checks import mirror_preflight
     from relay.errors import OptionError
     from relay.spark.guide import how_to_read
     from relay.spark.mirror import MirrorConfig, local_session, start
@@ -178,7 +187,18 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         retention_hours=args.retention_hours,
         maintain_every=args.maintain_every,
     )
-    target = config.target()  # checks the format and the catalog settings before Spark starts
+    target = config.target()
+    # Before Spark starts (its start and retries took ~40 s, then a traceback): the programs, the catalog
+    # settings, the object store's endpoint, the brokers, the topics.
+    mirror_preflight(
+        bootstrap_servers=args.bootstrap_servers,
+        topics=config.topics,
+        kafka_options=extra,
+        storage=storage,
+        format=args.format,
+        catalog=config.catalog,
+        timeout=args.connect_timeout,
+    )
 
     def announce(table: str) -> None:  # Spark's stream thread, once per table: where it is, how to read it
         kinds = ("latest", "history") if config.history else ("latest",)
@@ -203,8 +223,10 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 
 def cmd_spark_bench(args: argparse.Namespace) -> int:
+    from relay.cli.spark_checks import check_programs
     from relay.spark.bench import main as bench_main
 
+    check_programs()  # before Spark starts
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]
