@@ -91,9 +91,7 @@ def test_cluster_status_and_the_metrics_agree_with_relay_status_of_each_instance
         writer.start()
         report = fleet.report()
         nodes = {p: report["instances"][p]["node"] for p in (idle, busy)}
-        fleet.wait(
-            lambda: all(p in _lags(fleet, nodes[p]) for p in (idle, busy)), 60, "each relay's metrics"
-        )
+        fleet.wait(lambda: all(p in _lags(fleet, nodes[p]) for p in (idle, busy)), 60, "each relay's metrics")
         fleet.wait(lambda: _lags(fleet, nodes[busy])[busy] > 1.0, 60, "the busy instance behind")
         checked = 0
         deadline = time.monotonic() + 90
