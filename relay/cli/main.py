@@ -42,14 +42,18 @@ EXIT_PIPE_CLOSED = 141  # the reader of the output went away (128 + SIGPIPE); no
 
 EXIT_STATUSES = """\
 exit status:
-  0    success (status: the relay is running; check: every check passed; verify: equal)
+  0    success (status: the relay is running; check: every check passed; verify: equal, every key
+       compared)
   1    the answer is no: status: the relay is not running; check: a check failed; verify: differences;
        mapping resolve --all: an ambiguous table; snapshot --follow: the snapshot failed or was
        cancelled; schema resync without --yes: nothing written; dev status: a service is not answering
   2    an error, in one line on stderr: a bad option or value, a bad config or mapping (every problem,
        one line each), a refused edit or request, a server that refused, a relay that stopped on an error
   3    relay run: HA leadership lost or the producer fenced (let the supervisor restart it: it stands by);
-       dev status: no development service recorded
+       dev status: no development service recorded; verify: not verified (no difference found, but keys
+       not compared: changing in every pass, or a target that did not apply them within --wait)
+  4    cluster child (a node's instance process): its node went away, it stopped itself
+  5    cluster child: stopped on a schema error (held until relay schema resync --instance)
   70   an internal error (a bug), in one line on stderr; run again with --debug for the traceback
   130  interrupted (SIGINT, or SIGTERM outside relay run)
   141  the output's reader went away (relay mapping show | head -1): the command stopped quietly

@@ -156,11 +156,13 @@ def _catalog(args: argparse.Namespace) -> dict[str, str]:
     return {**catalog, **{k: v for k, v in named.items() if v}}
 
 
-def cmd_mirror(args: argparse.Namespace) -> int:
+def _mirror_config(args: argparse.Namespace) -> Any:
+    """The mirror's config from the options, checked — before Spark starts (its start and retries took
+    ~40 s, then a traceback): the programs, the catalog settings, the object store's endpoint, the
+    brokers, the topics (``relay.cli.spark_checks``)."""
     from relay.cli.spark_checks import mirror_preflight
     from relay.errors import OptionError
-    from relay.spark.guide import how_to_read
-    from relay.spark.mirror import MirrorConfig, local_session, start
+    from relay.spark.mirror import MirrorConfig
     from relay.spark.storage import Storage, parse_options
 
     extra = parse_options(args.kafka_option, "--kafka-option")
@@ -187,9 +189,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         retention_hours=args.retention_hours,
         maintain_every=args.maintain_every,
     )
-    target = config.target()
-    # Before Spark starts (its start and retries took ~40 s, then a traceback): the programs, the catalog
-    # settings, the object store's endpoint, the brokers, the topics.
+    config.target()
     mirror_preflight(
         bootstrap_servers=args.bootstrap_servers,
         topics=config.topics,
@@ -199,6 +199,15 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         catalog=config.catalog,
         timeout=args.connect_timeout,
     )
+    return config
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.spark.guide import how_to_read
+    from relay.spark.mirror import local_session, start
+
+    config = _mirror_config(args)
+    target = config.target()
 
     def announce(table: str) -> None:  # Spark's stream thread, once per table: where it is, how to read it
         kinds = ("latest", "history") if config.history else ("latest",)

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from relay.errors import VerifyError
+from relay.kafka.codec import sequence
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.source import ChunkKey, Place, SourceReader
-from relay.ops.verify.target import Target
+from relay.ops.verify.target import Identity, Target
 from relay.positions.store import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ class TargetSync:
         self.tables, self.wait_seconds, self.stop = tables, wait_seconds, stop
         self.on_read = on_read  # called after each read of the target
         self.generation = 0
+        # The identity no record the relay published by the last target read can reach: the binlog end
+        # read after that read, in the relay's generation then. A target record at or beyond it is not
+        # the relay's (forged, or another source's under this source id): a difference, never "in flight".
+        self.horizon: Identity = (0, -1)
         self._covered: Place | None = None  # the relay's saved position read before the first target read
         self._prefetch: threading.Thread | None = None
         self._prefetch_error: BaseException | None = None
@@ -74,9 +79,16 @@ class TargetSync:
         if self._prefetch is not None:
             self._prefetch.join()
             self._prefetch = None
-            self.on_read()
+            self._read_done()
             if self._prefetch_error is not None:
                 raise self._prefetch_error
+
+    def _read_done(self) -> None:
+        """After a read of the target: the horizon (read after it, so it bounds what it holds)."""
+        end = self.reader.binlog_end()
+        self._saved()
+        self.horizon = (sequence(end.journal, end.offset, 0, self.generation), -1)
+        self.on_read()
 
     def _covers(self, at: Place | None, high: Place, most: int) -> bool:
         """Whether a target read at the relay's position ``at`` holds all of these tables up to ``high``."""
@@ -119,7 +131,7 @@ class TargetSync:
             delay = min(delay * 2, 0.5)
         waited = time.monotonic()
         self.target.refresh()
-        self.on_read()
+        self._read_done()
         log.info(
             "target caught up with %s: waited %.2f s for the relay, read the target in %.2f s",
             high, waited - began, time.monotonic() - waited,
@@ -157,13 +169,23 @@ class KeyRanges:
         return keys[i:j]
 
     def chunk_equal(
-        self, shard: Shard, lo: ChunkKey | None, hi: ChunkKey | None, count: int, total: int
+        self,
+        shard: Shard,
+        lo: ChunkKey | None,
+        hi: ChunkKey | None,
+        count: int,
+        total: int,
+        horizon: Identity,
     ) -> bool:
-        """Whether the target's rows in the chunk have the source's row count and digest sum."""
+        """Whether the target's rows in the chunk have the source's row count and digest sum, and none
+        holds a change beyond ``horizon`` (not the relay's)."""
         t_count = t_total = 0
         for key in self.in_range(shard, lo, hi):
             held = self.target.held(key)
-            if held is not None and not held.deleted:
-                t_count += 1
-                t_total += held.digest
+            if held is not None:
+                if held.identity >= horizon:
+                    return False
+                if not held.deleted:
+                    t_count += 1
+                    t_total += held.digest
         return (t_count, t_total) == (count, total)
