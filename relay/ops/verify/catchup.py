@@ -63,12 +63,16 @@ class TargetSync:
         return Place(point.journal, point.offset)
 
     def start_prefetch(self) -> None:
-        """The first read of the target, on a helper thread (joined by the first ``sync``)."""
+        """The first read of the target, on a helper thread (joined by the first ``sync``). A topic's is
+        split over forked processes, forked here, before the helper thread starts
+        (``relay.ops.verify.topic_fork``)."""
         self._covered = self._saved()  # read BEFORE the target: all the relay published is in what is read
+        begin = getattr(self.target, "begin_refresh", None)
+        finish: Callable[[], object] = begin() if begin is not None else self.target.refresh
 
         def read() -> None:
             try:
-                self.target.refresh()
+                finish()
             except BaseException as exc:
                 self._prefetch_error = exc
 
@@ -154,9 +158,11 @@ class KeyRanges:
         found = self._sorted.get(shard.name)
         if found is None:
             order = shard.sort_key()
-            pairs = [(order(shard.key_values(k)), k) for k in self.target.keys_of(shard.name)]
-            pairs.sort(key=lambda pair: pair[0])
-            found = ([p[0] for p in pairs], [p[1] for p in pairs])
+            keys = list(self.target.keys_of(shard.name))
+            values = keys if shard.shard_value is None else [k[1:] for k in keys]
+            sorts = list(map(order, values))
+            ranked = sorted(range(len(keys)), key=sorts.__getitem__)
+            found = ([sorts[i] for i in ranked], [keys[i] for i in ranked])
             self._sorted[shard.name] = found
         return found
 
