@@ -27,5 +27,11 @@ def hosts_problem(text: object, *, chroot: bool = False, example: str = "10.0.0.
     if pattern.fullmatch(text.strip()):
         return None
     shape = "host:port[,host:port...][/chroot]" if chroot else "host:port[,host:port...]"
-    hint = " (not a URL: no scheme but a listener's PLAINTEXT:// or SSL://)" if "://" in text else ""
+    hint = ""
+    if "://" in text:
+        hint = (
+            " (no URL: plain host:port pairs)"
+            if chroot
+            else " (no URL: a listener's PLAINTEXT:// or SSL:// at most)"
+        )
     return f"{text!r} is not {shape}{hint} (e.g. {example})"

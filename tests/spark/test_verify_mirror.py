@@ -195,6 +195,7 @@ def test_iceberg_mirror_equal(spark_with_broker: Any, relayed: tuple[str, Path],
         assert report["target"].startswith("mirror")
 
 
+@pytest.mark.timeout(900)  # Spark's start, a mirror run, a job catching up: on a loaded 2-core machine
 def test_a_stopped_mirror_is_waited_for_then_reported_not_verified(
     spark_with_broker: Any, relayed: tuple[str, Path], tmp_path: Path, mysql_service: Any
 ) -> None:
@@ -206,10 +207,10 @@ def test_a_stopped_mirror_is_waited_for_then_reported_not_verified(
     assert code == 0 and report["equal"], report["differences"]
 
     conn = mysql_service.connect()  # the relay publishes these; the stopped mirror never applies them
-    later = {1003, 1009, 2004}
+    later = {3, 9, 1004}  # shard d holds ids d * 1000 + 1..60 (_write)
     with conn.cursor() as cur:
-        cur.execute(f"UPDATE {prefix}_00.orders_00 SET status = 'LATER' WHERE id IN (1003, 1009)")
-        cur.execute(f"UPDATE {prefix}_01.orders_00 SET status = 'LATER' WHERE id = 2004")
+        assert cur.execute(f"UPDATE {prefix}_00.orders_00 SET status = 'LATER' WHERE id IN (3, 9)") == 2
+        assert cur.execute(f"UPDATE {prefix}_01.orders_00 SET status = 'LATER' WHERE id = 1004") == 1
     wait = 8.0
     began = time.monotonic()
     code, report = _verify(cfg, f"{prefix}.orders", out, "--wait", str(wait))
