@@ -186,8 +186,9 @@ class KeyRanges:
         """Whether the target's rows in the chunk have the source's row count and digest sum, and none
         holds a change beyond ``horizon`` (not the relay's)."""
         t_count = t_total = 0
+        of = self.target.held
         for key in self.in_range(shard, lo, hi):
-            held = self.target.held(key)
+            held = of(key)
             if held is not None:
                 if held.identity >= horizon:
                     return False

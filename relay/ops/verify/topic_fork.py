@@ -13,7 +13,8 @@ partitions were changed) the higher change identity wins, as in one read.
 A child touches nothing of the parent's but memory: no inherited connection is used (its sockets are left
 alone and ``os._exit`` skips every finaliser), no librdkafka instance is open at the fork (the metadata
 consumer is closed first), and it logs nothing. A child that fails sends its error, which the parent raises.
-Without ``os.fork``, with one partition, or with ``RELAY_VERIFY_PROCESSES=1``, the index reads in-process.
+Without ``os.fork``, with one partition, on a machine whose cores are all busy (the load average at or
+above their number), or with ``RELAY_VERIFY_PROCESSES=1``, the index reads in-process.
 """
 
 from __future__ import annotations
@@ -37,13 +38,18 @@ MAX_PROCESSES = 4
 
 
 def processes(partitions: int) -> int:
-    """How many children read ``partitions`` partitions (1: read in-process)."""
+    """How many children read ``partitions`` partitions (1: read in-process). More processes help only
+    where cores are idle: with the load average at or above the cores (measured: no gain there, the
+    pickling its cost) the read stays in-process unless ``RELAY_VERIFY_PROCESSES`` asks for more."""
     if not hasattr(os, "fork"):
         return 1
+    asked = os.environ.get(PROCESSES_ENV)
     try:
-        most = int(os.environ.get(PROCESSES_ENV) or MAX_PROCESSES)
+        most = int(asked or MAX_PROCESSES)
     except ValueError:
         most = MAX_PROCESSES
+    if not asked and os.getloadavg()[0] >= (os.cpu_count() or 1):
+        return 1
     return max(1, min(most, partitions, MAX_PROCESSES))
 
 
