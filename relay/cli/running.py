@@ -119,7 +119,8 @@ def run_relay(config: RelayConfig, verbose: int, started: Callable[[Relay], None
             point = relay.run()
         except LeadershipError as exc:
             if isinstance(exc, LeadershipUnavailableError) and not _published(relay):
-                _not_yet(config, exc, backoff)
+                if not stopping.is_set():
+                    _not_yet(config, exc, backoff)
                 continue
             # HA: the term is over (session suspended or lost, lease expired). Nothing was acked after the
             # fence; a supervisor restarts the process, which then stands by (``relay.ha.leadership``).
@@ -128,7 +129,8 @@ def run_relay(config: RelayConfig, verbose: int, started: Callable[[Relay], None
         except RelayError as exc:
             if not exc.retriable or isinstance(exc, MissingTopicError) or _published(relay):
                 raise
-            _not_yet(config, exc, backoff)
+            if not stopping.is_set():
+                _not_yet(config, exc, backoff)
             continue
         log.info("relay %s exited; saved position %s", config.instance, point)
         return 0
@@ -138,7 +140,8 @@ def run_relay(config: RelayConfig, verbose: int, started: Callable[[Relay], None
 
 def _build(config: RelayConfig) -> Relay:
     from mapping.store import keep_version
-    from relay.wiring import build_relay, mapping_store
+    from relay.kafka.topics import probe_brokers
+    from relay.wiring import build_relay, mapping_store, publisher_config
 
     store = mapping_store(config)  # mapping.store: the file or the ZooKeeper node
     try:
@@ -146,6 +149,8 @@ def _build(config: RelayConfig) -> Relay:
         keep_version(store, mapping, f"read by relay {config.instance}")  # a restart may resume under it
     finally:
         store.close()
+    # the brokers first: a start that cannot publish opens no source, starts no snapshot
+    probe_brokers(publisher_config(config, mapping).admin_settings(), config.kafka.connect_timeout_seconds)
     return build_relay(config, mapping)
 
 
