@@ -93,7 +93,11 @@ def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -
             above = request.get("above_generation")
             try:
                 reason = instance.request_snapshot(
-                    only, str(request.get("id")), where, keys, above if isinstance(above, int) else None
+                    only,
+                    str(request.get("id")),
+                    where,
+                    keys,
+                    above_generation=above if isinstance(above, int) else None,
                 )
             except RelayError as exc:
                 reason = str(exc)
