@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from relay.cli import values
+
+EXIT_INTERRUPTED = 130  # relay.cli.main's: stopped by SIGTERM/SIGINT
 
 
 def add_spark_parser(subparsers: Any) -> None:
@@ -203,6 +207,7 @@ def _mirror_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.errors import SparkSourceError
     from relay.spark.guide import how_to_read
     from relay.spark.mirror import local_session, start
 
@@ -213,22 +218,35 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         kinds = ("latest", "history") if config.history else ("latest",)
         print("\n".join(how_to_read(target, table, kind) for kind in kinds), flush=True)
 
+    # SIGTERM/SIGINT only ask to stop: raised inside a call into the JVM (Spark's start takes seconds) a
+    # KeyboardInterrupt printed py4j's traceback; the query is stopped between micro-batches instead.
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopping.set())
     spark = local_session(args.master, driver_memory=args.driver_memory)
-    query = start(spark, config, announce)
+    query = None if stopping.is_set() else start(spark, config, announce)
+    if query is None:
+        return EXIT_INTERRUPTED
     print(
         f"relay spark mirror: query {query.id} running; {args.format} tables under {config.out} "
         f"(checkpoint {config.checkpoint}); each table is listed with how to read it once it is written",
         flush=True,
     )
     try:
-        query.awaitTermination()
+        while not stopping.is_set() and not query.awaitTermination(1.0):
+            pass
+    except Exception as exc:  # the query failed (pyspark's StreamingQueryException): its first line
+        if type(exc).__name__ != "StreamingQueryException":
+            raise
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise SparkSourceError(f"the mirror query stopped: {first.strip()}") from exc
     finally:
         if query.isActive:
             query.stop()
         progress = query.lastProgress
         if progress:
             print(json.dumps({"batchId": progress["batchId"], "sources": progress["sources"]}), flush=True)
-    return 0
+    return EXIT_INTERRUPTED if stopping.is_set() else 0
 
 
 def cmd_spark_bench(args: argparse.Namespace) -> int:

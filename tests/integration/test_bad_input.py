@@ -46,7 +46,11 @@ TERM_AFTER = 14.0  # a long-running command is stopped with SIGTERM after this
 WORKERS, PARALLEL = 2, 10
 DOCUMENTED = {int(m) for m in re.findall(r"^  (\d+) ", EXIT_STATUSES, re.M)}
 PROGRESS = re.compile(r"^\[\s*\d+(\.\d+)?s\] ")  # relay bench's progress: "[  12.3s] starting MariaDB …"
-JVM_LINE = re.compile(r"^WARNING: Using incubator modules")  # the JVM's, when Spark starts it
+# the JVM's and Spark's own lines when a long-running command starts Spark (its log, like a relay's)
+JVM_LINE = re.compile(
+    r"^(WARNING: Using incubator modules|Using Spark's default log4j profile|Setting default log level"
+    r"|To adjust logging level use|\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO) )"
+)
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|^\{\"")  # a long-running command's log lines
 
 
