@@ -15,8 +15,9 @@ start changed while it was read — pending again; a mirror that has not applied
 by two such reads in a row (the same finding) before it is reported, so a change in flight (logged but
 not yet visible to a SELECT, as group commit allows) cannot make one. Keys the target has not applied
 keep the passes going until ``--wait`` has passed since the first was found (a mirror job catching up).
-Pending keys left after the last pass are reported as skipped: not verified, and the run is not equal. Nothing is locked or written on the source. Runs on the caller's thread
-(one helper thread reads the target during the first source reads).
+Pending keys left after the last pass are reported as skipped: not verified, and the run is not equal.
+Nothing is locked or written on the source. Runs on the caller's thread (one helper thread reads the
+target during the first source reads).
 """
 
 from __future__ import annotations
