@@ -83,7 +83,9 @@ class RelayThread:
         from relay.wiring import build_relay
 
         config = load_config(config_path)
-        self.relay: Relay | None = build_relay(config, load_mapping(config.config_path(config.mapping.file)))
+        self.relay: Relay | None = build_relay(
+            config, load_mapping(config.config_path(config.mapping.file), "mapping.file")
+        )
         self.pid = os.getpid()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="relay-demo", daemon=True)
