@@ -31,7 +31,7 @@ def add_bench_parser(subparsers: Any) -> None:
     bench = subparsers.add_parser(
         "bench",
         help="measure the relay end to end against the stock python-mysql-replication reader",
-        description="Starts MariaDB and a Kafka-protocol broker (or uses --mysql/--kafka), writes each "
+        description="Starts MariaDB and Apache Kafka (or uses --mysql/--kafka), writes each "
         "workload's binlog backlog once (W1 single-row INSERT/UPDATE/DELETE, W2 100-row INSERT "
         "transactions, W3 1,000-row UPDATEs, W4 ~4 KB rows, W5 ONE transaction: an INSERT ... SELECT of N "
         "rows and an UPDATE of 40 % of them), and on that same binlog measures: the relay "
@@ -42,8 +42,9 @@ def add_bench_parser(subparsers: Any) -> None:
         "memory); then latency commit -> Kafka ack at a fixed offered rate (W1-W4), the relay's peak RSS "
         "against its bound (store budget + 200 MB; a target for W5), and the relay's peak RSS while a "
         "dedicated broker is SIGSTOPped under a large backlog. The "
-        "embedded broker is restarted empty before every measured Kafka run (it slows as it holds "
-        "more); a --kafka broker is used as it is. Cleans up everything it started.",
+        "embedded broker's topics are emptied before every measured Kafka run (DeleteRecords; Tansu, "
+        "which slows as it holds more, is restarted empty); a --kafka broker is used as it is. Cleans up "
+        "everything it started.",
     )
     bench.add_argument(
         "--quick", action="store_true", help="small backlogs, 1 repetition, 128 MB stall (~1 min)"
@@ -93,7 +94,16 @@ def add_bench_parser(subparsers: Any) -> None:
         type=values.mysql_url,
         help="mysql://user:password@host:port with REPLICATION SLAVE (default: embedded MariaDB)",
     )
-    bench.add_argument("--kafka", help="bootstrap host:port (default: an embedded Tansu broker)")
+    bench.add_argument(
+        "--kafka", help="bootstrap host:port of a Kafka cluster to use (default: an embedded one, --broker)"
+    )
+    bench.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="the embedded broker: kafka (Apache Kafka, one KRaft broker from the jars scripts/bootstrap "
+        "resolved; the default) or tansu (the Tansu broker, Kafka protocol, memory storage)",
+    )
     bench.add_argument(
         "--set",
         type=values.dotted_setting,
@@ -187,7 +197,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if kw.get("repeat", base.repeat) < 1:
         raise ArgumentError("--repeat", "must be at least 1")
     kw["profile"] = str(Path(args.profile).resolve()) if args.profile else None
-    return BenchOptions(**{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka})
+    return BenchOptions(
+        **{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka, "broker": args.broker}
+    )
 
 
 def check_servers(options: BenchOptions, timeout: float = 10.0) -> None:

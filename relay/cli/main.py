@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the whole relay on throwaway local services: sharded MySQL in, logical Kafka topics out",
-        description="Starts MariaDB and a Kafka-protocol broker (Tansu) in a temp dir, writes a sharded "
+        description="Starts MariaDB and Apache Kafka (one KRaft broker) in a temp dir, writes a sharded "
         "sample (shop_00..03 x orders_00..03 -> shop.orders, plus shop_00.customers -> shop: inserts, "
         "updates, deletes, one ALTER), runs the relay with the demo's relay.yaml and mapping.yaml until "
         "its saved position reaches the binlog end, shows what landed in each topic, checks that the "

@@ -1,6 +1,6 @@
 """The demo's read-back: every record of the logical topics, shown per topic and checked against MySQL.
 
-Owns reading the topics with ``assign`` from offset 0 (no consumer-group join, which is slow on Tansu), until
+Owns reading the topics with ``assign`` from offset 0 (no consumer-group join: nothing to commit), until
 every change the sample wrote is there or a deadline passes (a broker's high watermark is not trusted); the
 one-line rendering of a canal-json record; and the demo's promise — the latest state rebuilt from a topic
 equals SELECT over its physical tables. Runs on the CLI's thread and prints (this is CLI code).

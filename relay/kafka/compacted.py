@@ -147,9 +147,11 @@ class CompactedTopic:
         undelivered within ``timeout_s``). ``KafkaException`` and ``BufferError`` are the caller's."""
         errors: list[KafkaError] = []
 
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
+        def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
                 errors.append(err)
+            elif msg.offset() is None:  # acked implicitly: its landing is unknown (relay.kafka.delivery)
+                errors.append(KafkaError(KafkaError._FAIL, "acknowledged without an offset: landing unknown"))
 
         for key, value in records:
             producer.produce(self.topic, value=value, key=key, partition=PARTITION, on_delivery=delivered)

@@ -189,7 +189,7 @@ def _probe_transaction(
     producer.begin_transaction()
 
     def delivered(err: KafkaError | None, msg: Any) -> None:
-        if err is None:
+        if err is None and msg.offset() is not None:  # None: acked implicitly, landing unknown
             offset(msg.offset())
 
     producer.produce(topic, value=value, partition=PARTITION, on_delivery=delivered)
