@@ -22,6 +22,8 @@ from tests.docs import tutorials
 PAGES = [p for p in tutorials.pages() if any(b.runnable for b in tutorials.blocks(p))]
 SKIPPED = [b for p in tutorials.pages() for b in tutorials.blocks(p) if b.skip_reason]
 TIMEOUT_SECONDS = 420
+# Run by scripts/test-long only: the rest keep scripts/test's time (about a minute each on 2 busy cores).
+LONG = {"move-a-table.md"}
 
 
 def test_every_shell_block_is_run_or_says_why() -> None:
@@ -48,7 +50,9 @@ def test_block_not_run(block: tutorials.Block) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, id=p.name, marks=[pytest.mark.long] if p.name in LONG else []) for p in PAGES]
+)
 def test_tutorial_runs_as_written(
     page: Path, mysql_service: MySQLService, kafka_service: KafkaService, tmp_path: Path
 ) -> None:
