@@ -97,3 +97,20 @@ def test_yaml_comments_follow_keys_continuations_and_blocks() -> None:
     assert got[("a", "b")] == "first and more"
     assert got[("a", "c")] == "about c"
     assert got[("a", "d")] == "commented out"
+
+
+def test_the_grafana_dashboard_names_only_metrics_the_code_defines() -> None:
+    import json
+    import re
+
+    dashboard = json.loads((gen.ROOT / "deploy/grafana/canal-relay.json").read_text())
+    defined = {
+        m[0] for path, _ in gen.METRIC_SOURCES for m in gen.metric_definitions((gen.ROOT / path).read_text())
+    }
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"\brelay_\w+", target["expr"]):
+                used.add(re.sub(r"_(total|bucket|sum|count)$", "", name))
+    assert len(used) > 10
+    assert used <= defined, sorted(used - defined)
