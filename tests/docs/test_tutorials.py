@@ -1,6 +1,6 @@
 """Every tutorial runs as written: its runnable blocks (tests/docs/tutorials.py) are executed in order in one
-bash, against the test session's MariaDB and Kafka, given in the two variables ``relay dev up`` prints
-(``RELAY_TEST_MYSQL``, ``RELAY_TEST_KAFKA``), with the checkout's ``relay`` first on ``PATH`` — what a
+bash, against the test session's MariaDB, Kafka (and ZooKeeper, for a tutorial that names it), given in the
+variables ``relay dev up`` prints (``RELAY_TEST_MYSQL``, ``RELAY_TEST_KAFKA``, ``RELAY_TEST_ZK``), with the checkout's ``relay`` first on ``PATH`` — what a
 reader has after ``source .venv/bin/activate``. A block the test does not run is listed as a skipped test,
 with its reason."""
 
@@ -23,7 +23,7 @@ PAGES = [p for p in tutorials.pages() if any(b.runnable for b in tutorials.block
 SKIPPED = [b for p in tutorials.pages() for b in tutorials.blocks(p) if b.skip_reason]
 TIMEOUT_SECONDS = 420
 # Run by scripts/test-long only: the rest keep scripts/test's time (about a minute each on 2 busy cores).
-LONG = {"move-a-table.md"}
+LONG = {"move-a-table.md", "cluster.md"}
 
 
 def test_every_shell_block_is_run_or_says_why() -> None:
@@ -54,7 +54,11 @@ def test_block_not_run(block: tutorials.Block) -> None:
     "page", [pytest.param(p, id=p.name, marks=[pytest.mark.long] if p.name in LONG else []) for p in PAGES]
 )
 def test_tutorial_runs_as_written(
-    page: Path, mysql_service: MySQLService, kafka_service: KafkaService, tmp_path: Path
+    page: Path,
+    mysql_service: MySQLService,
+    kafka_service: KafkaService,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     bin_dir = str(Path(sys.executable).parent)
     env = {
@@ -64,6 +68,8 @@ def test_tutorial_runs_as_written(
         "RELAY_TEST_KAFKA": kafka_service.bootstrap_servers,
         "TMPDIR": str(tmp_path),  # the tutorial's `mktemp -d`
     }
+    if "RELAY_TEST_ZK" in page.read_text(encoding="utf-8"):  # ZooKeeper only for the tutorials that use it
+        env["RELAY_TEST_ZK"] = request.getfixturevalue("zk_service").hosts
     proc = subprocess.Popen(
         ["bash", "-c", tutorials.script(page)],
         cwd=tmp_path,
