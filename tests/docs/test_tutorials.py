@@ -1,8 +1,8 @@
 """Every tutorial runs as written: its runnable blocks (tests/docs/tutorials.py) are executed in order in one
 bash, against the test session's MariaDB, Kafka (and ZooKeeper, for a tutorial that names it), given in the
-variables ``relay dev up`` prints (``RELAY_TEST_MYSQL``, ``RELAY_TEST_KAFKA``, ``RELAY_TEST_ZK``), with the checkout's ``relay`` first on ``PATH`` — what a
-reader has after ``source .venv/bin/activate``. A block the test does not run is listed as a skipped test,
-with its reason."""
+variables ``relay dev up`` prints (``RELAY_TEST_MYSQL``, ``RELAY_TEST_KAFKA``, ``RELAY_TEST_ZK``), with the
+checkout's ``relay`` first on ``PATH`` — what a reader has after ``source .venv/bin/activate``. A block the
+test does not run is listed as a skipped test, with its reason."""
 
 from __future__ import annotations
 
