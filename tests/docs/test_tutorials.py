@@ -23,7 +23,7 @@ PAGES = [p for p in tutorials.pages() if any(b.runnable for b in tutorials.block
 SKIPPED = [b for p in tutorials.pages() for b in tutorials.blocks(p) if b.skip_reason]
 TIMEOUT_SECONDS = 420
 # Run by scripts/test-long only: the rest keep scripts/test's time (about a minute each on 2 busy cores).
-LONG = {"move-a-table.md", "cluster.md"}
+LONG = {"move-a-table.md", "cluster.md", "mirror-s3-duckdb.md"}
 
 
 def test_every_shell_block_is_run_or_says_why() -> None:
