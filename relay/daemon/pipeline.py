@@ -55,6 +55,7 @@ from relay.daemon.transactions import Transactions
 from relay.daemon.txn_topic import TransactionTopic
 from relay.errors import LeadershipError, PublishError
 from relay.ha.leadership import Leadership
+from relay.kafka.commit_intent import Settler
 from relay.kafka.history import MovePlan, TableMove
 from relay.kafka.positions import KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
@@ -94,12 +95,13 @@ class RelayParts:
     """A relay's collaborators, built by ``relay.wiring`` from the config.
 
     ``leadership`` None: no HA. ``lock``: held while running (a file position: one relay per file).
-    ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no
-    hot reload). ``exactly_once``: the Kafka position store whose records go into the publisher's
-    transactions (None: not exactly-once mode). ``read_mapping``: reads the mapping store's current
-    mapping (None) or a version of its history (a number); None: the relay keeps the mapping it was given
-    and cannot resume another. ``open_move``: starts the history copy of a switch that moves tables to
-    another topic (None: ``mapping.move: switch``, the history stays where it is).
+    ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no hot
+    reload). ``exactly_once``: the Kafka position store whose records go into the publisher's transactions
+    (None: not exactly-once mode). ``commit_intents``: how transactional mode settles a commit intent left by
+    a predecessor (``relay.kafka.commit_intent``; None: no intents). ``read_mapping``: reads the mapping
+    store's current mapping (None) or a version of its history (a number); None: the relay keeps the mapping
+    it was given and cannot resume another. ``open_move``: starts the history copy of a switch that moves
+    tables to another topic (None: ``mapping.move: switch``, the history stays where it is).
     """
 
     instance: CanalInstance
@@ -109,6 +111,7 @@ class RelayParts:
     lock: InstanceLock | None = None
     open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
     exactly_once: KafkaPositionStore | None = None
+    commit_intents: Settler | None = None
     read_mapping: Callable[[int | None], Mapping] | None = None
     open_move: Callable[[MovePlan], TableMove] | None = None
 
@@ -240,7 +243,8 @@ class RelayRooms:
             open_move=parts.open_move,
             on_switch=desk.mapping_switched,
         )
-        transactions = Transactions(config, instance, publisher, fence, parts.exactly_once)
+        intents = None if parts.commit_intents is None else (parts.positions, parts.commit_intents)
+        transactions = Transactions(config, instance, publisher, fence, parts.exactly_once, intents)
         txn = None
         if config.kafka.transaction_topic:
             txn = TransactionTopic(

@@ -44,7 +44,7 @@ from mypy_extensions import mypyc_attr
 from relay.errors import ConfigError, PublishError
 from relay.kafka.delivery import FailedDeliveries, RecordReport
 from relay.kafka.records import BatchHandle, Record
-from relay.kafka.session import IdempotentSession, ProducerSession
+from relay.kafka.session import BeforeEnd, IdempotentSession, ProducerSession
 from relay.kafka.settings import PublisherConfig
 from relay.kafka.topics import TopicCatalog
 from relay.kafka.transaction import TransactionalSession
@@ -170,13 +170,14 @@ class KafkaPublisher:
         """The ids of the batches in flight, in send order (in transactional mode: the open transaction's)."""
         return self._window.ids()
 
-    def commit(self, extra: Sequence[Record] = ()) -> bool:
+    def commit(self, extra: Sequence[Record] = (), before_end: BeforeEnd | None = None) -> bool:
         """Commit the open transaction after every record of it was delivered; True when it committed.
 
-        ``extra`` (the exactly-once position record) is produced into the transaction first. False: a
-        record failed or the commit did — ``failed()`` says why, and the caller calls ``abort_inflight()``
-        (always False in idempotent mode: nothing is open). Raises the producer's fatal error
-        (``ProducerFencedError`` when fenced).
+        ``extra`` (the exactly-once position record) is produced into the transaction first; ``before_end``
+        (transactional mode's commit intent) runs once all is delivered, before the commit. False: a record
+        failed or the commit did — ``failed()`` says why, and the caller calls ``abort_inflight()`` (always
+        False in idempotent mode: nothing is open). Raises the producer's fatal error (``ProducerFencedError``
+        when fenced).
         """
         if not self._session.may_commit():
             return False
