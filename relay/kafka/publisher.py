@@ -186,7 +186,12 @@ class KafkaPublisher:
         for record in extra:
             last.pending += 1
             self._produce_record(last, record)
-        return self._session.commit(last)
+        return self._session.commit(last, before_end)
+
+    def diagnose(self) -> list[str]:
+        """Why Kafka may not acknowledge: the metadata of the topics written to (``relay.kafka.health``);
+        asked only while a batch waits too long (it blocks for up to a few seconds)."""
+        return self._topics.diagnose()
 
     # -- the caller's loop ----------------------------------------------------------------------------
 
