@@ -372,6 +372,12 @@ class VerifyError(RelayError):
     difference found is no error: it is the report's finding (exit status 1)."""
 
 
+class ReplayGapError(RelayError):
+    """``relay replay``: records a checkpoint still needed were deleted (retention, DeleteRecords) before they
+    were replayed. Not retriable: the message names each gap and the two ways on (``--accept-gaps``,
+    ``--restart``)."""
+
+
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 
