@@ -1,6 +1,7 @@
 """Transactional mode's commit intent as a value (``relay.kafka.commit_intent``): written into the point
 before the transaction, read back, and settled to that point whenever the outcome cannot be known — never to
-the point after it. What Kafka answers for a real transaction is in tests/integration/test_transactions.py."""
+the point after it. What Kafka answers for a real transaction (``probe_committed``) is in
+tests/integration/test_transactions.py."""
 
 from __future__ import annotations
 
