@@ -32,6 +32,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,7 @@ __all__ = [
     "MappingStore",
     "MappingStoreError",
     "VersionInfo",
+    "acting_as",
     "atomic_write",
     "history_text",
     "keep_version",
@@ -182,7 +184,24 @@ def unknown_version(number: int, known: list[int]) -> MappingError:
     return MappingError("version", f"no stored version {number} (stored versions: {shown})")
 
 
+_ACTING: ContextVar[str | None] = ContextVar("mapping_store_acting_as", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(who: str) -> Iterator[None]:
+    """Record ``who`` as the author (``by``) of every version stored inside the block, on this thread,
+    instead of the process's user@host: the console stores edits for its logged-in users."""
+    token = _ACTING.set(who)
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
 def _who() -> str:
+    acting = _ACTING.get()
+    if acting:
+        return acting
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -215,8 +234,11 @@ class FileMappingStore:
     beside the configuration.
     """
 
-    def __init__(self, path: str | os.PathLike[str], history_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], history_dir: str | os.PathLike[str], setting: str = "mapping.file"
+    ) -> None:
         self.path = Path(path)
+        self.setting = setting  # the key or flag that named the file, for messages
         self.history_dir = Path(history_dir)
         self.legacy_history_dir = self.path.with_name(self.path.name + ".history")  # read only
 
@@ -228,7 +250,7 @@ class FileMappingStore:
         return self.path.exists()
 
     def read(self) -> Mapping:
-        return load_mapping(self.path)
+        return load_mapping(self.path, self.setting)
 
     def create(self, mapping: Mapping, *, note: str = "") -> Mapping:
         real = self.path.resolve()
@@ -345,7 +367,10 @@ class FileMappingStore:
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise MappingStoreError(str(folder), f"cannot open the mapping file's folder: {exc}") from exc
+            why = (exc.strerror or str(exc)).lower()
+            raise MappingStoreError(
+                self.setting, f"cannot open {folder}, the folder of {self.path}: {why}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

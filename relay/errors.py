@@ -378,6 +378,11 @@ class ReplayGapError(RelayError):
     ``--restart``)."""
 
 
+class ConsoleError(ConfigError):
+    """``relay console`` cannot start or do what was asked: a bad option, users file or address to bind, a
+    user unknown to the users file; ``key`` names the option or field to fix. Never retriable."""
+
+
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 

@@ -21,6 +21,8 @@ from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
 from relay.dev.bench.stats import render_stall, render_table, render_targets
 from relay.dev.bench.verify import render_verify
+from relay.dev.services import MySQLService
+from relay.errors import ArgumentError, BenchError
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 
@@ -174,7 +176,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     names = tuple(n.strip().upper() for n in args.workloads.split(",") if n.strip() and n.strip() != "none")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown or (not names and args.workloads.strip() != "none"):
-        raise SystemExit(f"relay bench: unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+        raise ArgumentError("--workloads", f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
     base = BenchOptions.quick() if args.quick else BenchOptions()
     rows = dict(base.rows)
     for name in WORKLOADS:
@@ -193,11 +195,35 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         if value is not None:
             kw[key] = value
     if kw.get("repeat", base.repeat) < 1:
-        raise SystemExit("relay bench: --repeat must be at least 1")
+        raise ArgumentError("--repeat", "must be at least 1")
     kw["profile"] = str(Path(args.profile).resolve()) if args.profile else None
     return BenchOptions(
         **{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka, "broker": args.broker}
     )
+
+
+def check_servers(options: BenchOptions, timeout: float = 10.0) -> None:
+    """The servers given by --kafka and --mysql answer (and the account logs in) before the embedded ones
+    start and the workloads run."""
+    if options.kafka:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from relay.common.kafka_log import quiet
+
+        try:
+            AdminClient(quiet({"bootstrap.servers": options.kafka})).list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise ArgumentError(
+                "--kafka", f"{options.kafka}: kafka did not answer within {timeout:g} s ({exc.args[0].str()})"
+            ) from exc
+    if options.mysql:
+        from relay.common import mysql
+
+        s = MySQLService.parse(options.mysql)
+        mysql.connect(
+            s.host, s.port, s.user, s.password, tls=None, connect_timeout=timeout, origin="--mysql"
+        ).close()
 
 
 def parse_settings(items: list[str]) -> dict[str, Any]:
@@ -206,7 +232,7 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
-            raise SystemExit(f"relay bench: --set wants SECTION.KEY=VALUE, got {item!r}")
+            raise ArgumentError("--set", f"wants SECTION.KEY=VALUE, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -282,9 +308,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.zookeeper or any(
         getattr(args, f"cluster_{k}") is not None for k in ("instances", "kill", "session", "rows")
     ):
-        raise SystemExit("relay bench: --zookeeper and --cluster-* apply only with --cluster")
+        given = " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if (k == "zookeeper" or k.startswith("cluster_")) and v is not None and k != "cluster"
+        )
+        raise ArgumentError(given, "--zookeeper and --cluster-* apply only with --cluster")
     options = options_from_args(args)
-    report = run_bench(options, progress)
+    check_servers(options)  # before anything starts: a given server that cannot serve is one line
+    import pymysql
+
+    try:
+        report = run_bench(options, progress)
+    except pymysql.err.MySQLError as exc:
+        where = "--mysql" if options.mysql else "the embedded MariaDB"
+        raise BenchError(
+            f"{where}: {exc.args[-1]} (the account needs all privileges on relay_bench)"
+        ) from exc
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

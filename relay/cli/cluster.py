@@ -8,22 +8,19 @@ thread; ``run`` then is the node's loop (``relay.cluster.node``), ``child`` the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
 import sys
-import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from relay.cli import values
 from relay.cli.instance import ZOOKEEPER_ENV
 from relay.cluster.children import EXIT_SCHEMA_HELD
-from relay.cluster.layout import Paths, read_view
+from relay.cluster.layout import read_view
 from relay.cluster.node_config import load_node_config
 from relay.cluster.report import cluster_report
 from relay.common import zookeeper
@@ -57,8 +54,10 @@ def add_cluster_parser(subparsers: Any) -> None:
     run = sub.add_parser(
         "run",
         help="run a cluster node: join, take part in the leader election, run the instances assigned here",
-        description="Joins the cluster named in node.yaml (conf/node.yaml documents every key) and runs, "
-        "each as its own process, the instances the leader assigns to this node; a crashed instance is "
+        description="Runs until stopped: joins the cluster named in node.yaml (conf/node.yaml documents "
+        "every key) — while ZooKeeper does not answer it tries again (1 s doubling to 30 s, one warning "
+        "line per attempt) — and runs, each as its own process, the instances the leader assigns to this "
+        "node; a crashed instance is "
         "restarted with a backoff, one moved away is stopped with SIGTERM (it drains: in-flight batches "
         "acked, position saved). With no answer from ZooKeeper for half its session timeout (cut off, "
         "frozen) it stops every instance (SIGKILL by three quarters of it) before its session can expire, "
@@ -71,7 +70,8 @@ def add_cluster_parser(subparsers: Any) -> None:
     child = sub.add_parser(
         "child",
         help="one instance's process, as a node starts it (not run by hand)",
-        description="Runs INSTANCE as `relay run` would, with the config built in this process from its "
+        description="Runs INSTANCE until stopped, as `relay run` would, with the config built in this "
+        "process from its "
         "stored definition and the node's settings (secrets resolved from this environment), HA on the "
         "cluster's ZooKeeper. Stops (draining) when the node that started it is gone. A node starts one per "
         "instance it is assigned; run by hand it refuses unless the node named in node.yaml is live.",
@@ -98,6 +98,20 @@ def add_cluster_parser(subparsers: Any) -> None:
         "--wait-timeout", type=values.positive_float, default=300.0, metavar="SECONDS", help="default 300"
     )
     drain.set_defaults(func=cmd_drain)
+    move = sub.add_parser(
+        "move",
+        parents=[where],
+        help="move an instance to a node and pin it there (--unpin: let placement decide again)",
+        description="Pins INSTANCE to NODE (ROOT/pins/INSTANCE): the leader's placement moves it there — "
+        "gracefully, it drains on its old node first — and keeps it there while NODE is live, not drained "
+        "and has room; to keep the balance another instance may leave NODE (the last by name). A pin to a "
+        "node that is not eligible waits until it is (the instance runs where placement puts it "
+        "meanwhile). --unpin removes the pin: the instance stays where it runs unless placement moves it.",
+    )
+    move.add_argument("instance", metavar="INSTANCE", help="a defined instance (`relay instance list`)")
+    move.add_argument("node", metavar="NODE", nargs="?", help="the node to run it on")
+    move.add_argument("--unpin", action="store_true", help="remove the instance's pin")
+    move.set_defaults(func=cmd_move)
     rebalance = sub.add_parser(
         "rebalance",
         parents=[where],
@@ -145,15 +159,19 @@ def _where_options() -> argparse.ArgumentParser:
 
 def _connect(args: argparse.Namespace) -> tuple[KazooClient, str]:
     hosts, root, auth = os.environ.get(ZOOKEEPER_ENV) or "127.0.0.1:2181", "/canal-relay", None
+    setting = f"${ZOOKEEPER_ENV}" if os.environ.get(ZOOKEEPER_ENV) else "--zookeeper (default 127.0.0.1:2181)"
     if args.config:
         node = load_node_config(args.config)
         hosts, root, auth = node.zookeeper.hosts, node.root, node.zookeeper.auth or None
+        setting = f"zookeeper.hosts of {args.config}"
+    if args.zookeeper:
+        setting = "--zookeeper"
     hosts, root = args.zookeeper or hosts, (args.root or root).rstrip("/") or "/"
     if auth:
         register_secret(auth.partition(":")[2])
     try:
         client = zookeeper.start_client(
-            hosts, session_timeout=args.timeout, connect_timeout=args.timeout, auth=auth
+            hosts, session_timeout=args.timeout, connect_timeout=args.timeout, auth=auth, setting=setting
         )
     except ZooKeeperUnavailableError as exc:
         raise ClusterUnavailableError(str(exc)) from exc
@@ -219,7 +237,11 @@ def cmd_child(args: argparse.Namespace) -> int:
     watchdogs: list[NodeWatchdog] = []
 
     def started(relay: Relay) -> None:
-        # the relay's own ZooKeeper session (it is always an HA relay here): one session per instance
+        # the relay's own ZooKeeper session (it is always an HA relay here): one session per instance;
+        # a start tried again (relay.cli.running) replaces the watchdog of the attempt before
+        for old in watchdogs:
+            old.close()
+        watchdogs.clear()
         leadership = relay.leadership
         watchdog = NodeWatchdog(node, relay.stop, client=leadership.client if leadership else None)
         watchdogs.append(watchdog)
@@ -241,46 +263,39 @@ def cmd_child(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    from relay.cluster.control import drain, wait_drained
+
     client, root = _connect(args)
-    paths = Paths(root)
     try:
-        if args.undo:
-            try:
-                client.delete(paths.drain_mark(args.node))
-                print(f"{args.node}: drain mark removed; the leader gives it a fair share again")
-            except NoNodeError:
-                print(f"{args.node}: was not drained")
+        for line in drain(client, root, args.node, undo=args.undo):
+            print(line)
+        if args.undo or not args.wait:
             return 0
-        view = read_view(client, root)
-        if args.node not in view.nodes:  # said every time: a misspelt name must not pass for a drained node
-            known = ", ".join(sorted(view.nodes)) or "none"
-            kept = "stays" if args.node in view.drain_marks else "marked"
-            print(f"note: {args.node} is not a live node (live: {known}); {kept} drained for when it joins")
-        with contextlib.suppress(NodeExistsError):
-            client.create(paths.drain_mark(args.node), b"", makepath=True)
-        print(f"{args.node}: drained; its instances move to the other nodes")
-        if not args.wait:
+        still = wait_drained(client, root, args.node, args.wait_timeout)
+        if not still:
+            print(f"{args.node}: runs no instance")
             return 0
-        deadline = time.monotonic() + args.wait_timeout
-        while time.monotonic() < deadline:
-            left = _on_node(client, root, args.node)
-            if not left:
-                print(f"{args.node}: runs no instance")
-                return 0
-            time.sleep(0.5)
-        still = ", ".join(_on_node(client, root, args.node))
-        print(f"{args.node}: still runs {still} after {args.wait_timeout:g} s")
+        print(f"{args.node}: still runs {', '.join(still)} after {args.wait_timeout:g} s")
         return 1
     finally:
         _close(client)
 
 
-def _on_node(client: KazooClient, root: str, node: str) -> list[str]:
-    """Instances assigned to ``node`` or still active there."""
-    report = cluster_report(client, root)
-    return sorted(
-        name for name, i in report["instances"].items() if i["node"] == node or i["running_on"] == node
-    )
+def cmd_move(args: argparse.Namespace) -> int:
+    from relay.cluster.control import pin, unpin
+
+    if bool(args.node) == bool(args.unpin):
+        raise ClusterError("give NODE (move the instance there and pin it) or --unpin, not both")
+    client, root = _connect(args)
+    try:
+        lines = (
+            unpin(client, root, args.instance) if args.unpin else pin(client, root, args.instance, args.node)
+        )
+    finally:
+        _close(client)
+    for line in lines:
+        print(line)
+    return 0
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
@@ -349,4 +364,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     absent = [name for name in report["drain_marks"] if name not in report["nodes"]]
     if absent:  # a mark left by a misspelt `drain`, or one set ahead for a node that has not joined
         print(f"drained, not live: {', '.join(absent)} (relay cluster drain NAME --undo removes a mark)")
+    for name, node in report["pins"].items():
+        print(f"pinned: {name} -> {node} (relay cluster move {name} --unpin removes it)")
     return 0 if healthy else 1

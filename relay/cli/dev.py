@@ -25,7 +25,7 @@ from typing import Any
 
 from relay.cli import values
 from relay.dev import services
-from relay.errors import RelayError, ServiceError
+from relay.errors import ArgumentError, RelayError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +176,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if errors:
             for record in started.values():  # all or nothing: a half-started set only confuses
                 _stop_record(record)
-            print("relay dev up failed:\n" + "\n".join(errors), file=sys.stderr)
-            return 1
+            raise ServiceError("dev up: nothing started: " + "; ".join(errors))
         records.update(started)
         save_state(directory, records)
     _report(directory, {name: records[name] for name in wanted}, started, args.json)
@@ -201,8 +200,8 @@ def _parse_only(text: str | None) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
-        raise SystemExit(
-            f"relay dev: unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}"
+        raise ArgumentError(
+            "--only", f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}"
         )
     return [name for name in SERVICES if name in names]
 
@@ -331,6 +330,14 @@ def add_dev_parser(subparsers: Any) -> None:
     status.set_defaults(func=cmd_dev_status)
     for sub in (up, down, status):
         sub.add_argument("--json", action="store_true", help="print one machine-readable JSON object")
+        # also after the action (`relay dev up --state-dir DIR`), where an operator puts it; SUPPRESS
+        # keeps a value given before the action (`relay dev --state-dir DIR up`)
+        sub.add_argument(
+            "--state-dir",
+            metavar="DIR",
+            default=argparse.SUPPRESS,
+            help="state directory (default: $RELAY_DEV_DIR, else ./.relay-dev)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from relay.common.kafka_log import quiet
 from relay.errors import PositionError, RelayError
 from relay.positions.store import ResumePoint
 
@@ -123,14 +124,16 @@ def probe_committed(probe: Probe, client: dict[str, Any], timeout_s: float) -> s
     when it passes that offset without it; ``PositionError`` when neither is known within ``timeout_s``
     (the transaction's markers not yet written, the offset deleted by retention, the broker away)."""
     consumer = Consumer(
-        {
-            **client,
-            "group.id": f"relay-commit-intent-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "error",
-        }
+        quiet(
+            {
+                **client,
+                "group.id": f"relay-commit-intent-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+            }
+        )
     )
     try:
         consumer.assign([TopicPartition(probe.topic, probe.partition, probe.offset)])

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from relay.common.kafka_log import quiet
 from relay.errors import ProducerFatalError, ProducerFencedError, PublishError
 from relay.kafka.records import BatchHandle, Record
 from relay.kafka.settings import PublisherConfig
@@ -205,7 +206,7 @@ class ProducerSession:
         return False
 
     def _new_producer(self) -> Producer:
-        return self._producer_factory({**self._settings, "error_cb": self.on_error})
+        return self._producer_factory(quiet({**self._settings, "error_cb": self.on_error}))
 
 
 class IdempotentSession(ProducerSession):

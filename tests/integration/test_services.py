@@ -175,8 +175,10 @@ def test_zookeeper_creates_and_reads_a_node(zk_service: ZooKeeperService) -> Non
 
 
 def _dev(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RELAY_DEV_DIR": str(state_dir)}
-    argv = [sys.executable, "-m", "relay.cli.dev", "dev", *args]
+    # --state-dir after the action, as an operator writes it (it was refused there); RELAY_DEV_DIR names
+    # another folder, so the flag is proved to win
+    env = {**os.environ, "RELAY_DEV_DIR": str(state_dir.parent / "not-this-one")}
+    argv = [sys.executable, "-m", "relay.cli", "dev", *args, "--state-dir", str(state_dir)]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -205,6 +207,7 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert not any(services.pid_alive(pid, start) for pid, start in pids)
         assert not state_dir.exists() or not any(state_dir.iterdir())
         assert _dev(state_dir, "status").returncode == 3
+        assert not (tmp_path / "not-this-one").exists()
     finally:
         for pid, start in pids:  # never leave servers behind, even when an assertion failed
             services.stop_pid(pid, start, timeout=5.0)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from relay.common.kafka_log import quiet
 from relay.dev.bench.stats import RSS_ALLOWANCE_MB
 from relay.errors import BenchError
 
@@ -147,7 +148,7 @@ def empty_topics(bootstrap: str, names: list[str]) -> None:
 def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
     existing = admin.list_topics(timeout=30).topics
     new = [NewTopic(n, partitions, -1) for n in names if n not in existing]
     for future in admin.create_topics(new, request_timeout=30).values() if new else []:

@@ -17,6 +17,7 @@ import pymysql
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from relay.common.kafka_log import quiet
 from relay.common.retry import RetryPolicy
 from relay.dev.services.endpoints import KafkaService, MySQLService, ZooKeeperService
 from relay.dev.services.processes import ServiceProcess
@@ -47,7 +48,7 @@ def kafka_answers(service: KafkaService, timeout: float = 2.0) -> bool:
     if not port_open(host, int(port), timeout):
         return False
     try:
-        AdminClient(service.client_config()).list_topics(timeout=timeout)
+        AdminClient(quiet(service.client_config())).list_topics(timeout=timeout)
         return True
     except KafkaException:
         return False
