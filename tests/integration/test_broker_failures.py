@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from relay.dev import services
@@ -112,6 +113,42 @@ class Topic:
             future.result(30)
 
 
+def read_to_marks(bootstrap: str, topic: str, timeout: float = 120.0) -> list[Rec]:
+    """What ``topic`` held when this was called: each partition read from 0 up to the high watermark taken
+    first (while the writer goes on, an end-of-partition on every partition at once may never come)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    try:
+        n = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        marks = {
+            p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]) for p in range(n)
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p, mark in marks.items() if mark > 0])
+        left = {p for p, mark in marks.items() if mark > 0}
+        out: list[Rec] = []
+        deadline = time.monotonic() + timeout
+        while left:
+            assert time.monotonic() < deadline, f"{topic}: partitions {left} not read up to {marks}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            part, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+            if offset >= marks[part]:
+                left.discard(part)
+                continue
+            headers = dict(msg.headers() or [])
+            ts_type, ts = msg.timestamp()
+            out.append(Rec(msg.topic(), part, offset, msg.key(), msg.value(), headers, ts, ts_type))
+            if offset >= marks[part] - 1:
+                left.discard(part)
+    finally:
+        consumer.close()
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
 @dataclass
 class Run:
     tmp: Path
@@ -127,8 +164,7 @@ class Run:
         deadline = time.monotonic() + 180
         while True:  # read after the position: a request that met a frozen or dead broker is sent again
             try:
-                records = read_partitions(self.cluster.service.bootstrap_servers, self.topic.name,
-                                          "read_uncommitted")  # fmt: skip
+                records = read_to_marks(self.cluster.service.bootstrap_servers, self.topic.name)
                 return Seen(phase, position, records)
             except KafkaException:
                 if time.monotonic() > deadline:
