@@ -86,10 +86,13 @@ class Topic:
         return {p: info.leader for p, info in self.partitions().items()}
 
     def leads_nothing(self, node: int) -> bool:
-        """Whether ``node`` leads none of the topic's partitions; False while the metadata cannot be read
-        (a request sent to a frozen broker times out: asked again)."""
+        """Whether ``node`` leads none of the topic's partitions, asked of the other brokers by a fresh client
+        (a client that knows the cluster sends requests to a frozen broker too, and they time out); False
+        while the metadata cannot be read."""
+        others = ",".join(n.address for n in self.cluster.nodes if n.node_id != node)
         try:
-            return node not in self.leaders().values()
+            meta = AdminClient({"bootstrap.servers": others}).list_topics(self.name, timeout=10)
+            return node not in {info.leader for info in meta.topics[self.name].partitions.values()}
         except KafkaException:
             return False
 
