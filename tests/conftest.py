@@ -11,7 +11,8 @@ from, in this order:
 3. the embedded servers of ``relay.dev.services`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
    this process so that they die with it.
 
-``spark``: ONE local SparkSession (local[2], ``relay-kafka`` registered) for the whole test session, started
+``spark``: ONE local SparkSession (local[2], Spark's Kafka, Delta and s3a connectors from ``.jars/``, the
+relay's Python source ``relay-kafka`` registered) for the whole test session, started
 the first time a test asks for it (so sessions without such a test start no JVM); the test is skipped
 where pyspark or pyarrow is not installed.
 
@@ -225,7 +226,8 @@ def _zookeeper_container() -> Iterator[ZooKeeperService]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The session's local SparkSession, ``relay-kafka`` registered; stopped at the end of the session."""
+    """The session's local SparkSession with Spark's connectors (``relay.spark.session.CONNECTORS``) and
+    ``relay-kafka`` registered; stopped at the end of the session."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
     os.environ["PYSPARK_PYTHON"] = sys.executable

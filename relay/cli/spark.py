@@ -72,7 +72,11 @@ def add_spark_parser(subparsers: Any) -> None:
         help="any other pyiceberg catalog property (repeatable)",
     )
     mirror.add_argument(
-        "--source", default="relay-kafka", help="relay-kafka (default) or kafka (Spark's jar)"
+        "--source",
+        default="kafka",
+        choices=("kafka", "relay-kafka"),
+        help="kafka (default: Spark's kafka source, its jars from scripts/bootstrap's .jars/) or relay-kafka "
+        "(the relay's Python source, for a Spark without the connector jar)",
     )
     mirror.add_argument(
         "--starting-offsets",
@@ -184,7 +188,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         kinds = ("latest", "history") if config.history else ("latest",)
         print("\n".join(how_to_read(target, table, kind) for kind in kinds), flush=True)
 
-    spark = local_session(args.master, driver_memory=args.driver_memory)
+    spark = local_session(args.master, driver_memory=args.driver_memory, connectors=config.connectors())
     query = start(spark, config, announce)
     print(
         f"relay spark mirror: query {query.id} running; {args.format} tables under {config.out} "
