@@ -30,13 +30,15 @@ measurement tool for people, not a test: it prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +187,27 @@ def _frame(spark: Any, rows: list[tuple[bytes, bytes, str, int, int]]) -> Any:
     return df
 
 
-def _target(fmt: str, out: str, **keep: Any) -> Any:
+# Where the measured tables go: a local temporary directory, or --root (an object store) with its settings.
+_WHERE: dict[str, Any] = {"root": None, "options": {}}
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[str]:
+    """A fresh root for one measurement (removed after, when local)."""
+    if _WHERE["root"] is None:
+        with tempfile.TemporaryDirectory() as out:
+            yield out
+    else:
+        yield f"{_WHERE['root'].rstrip('/')}/bench-{uuid.uuid4().hex[:10]}"
+
+
+def _target(mode: str, out: str, **keep: Any) -> Any:
+    """``mode``: a format, or ``delta-spark`` (Delta written by Spark's connector: ``writer="spark"``)."""
     from relay.spark.storage import Storage
     from relay.spark.tables import MirrorTarget
 
-    return MirrorTarget(Storage(out), fmt, **keep)
+    fmt, _, writer = mode.partition("-")
+    return MirrorTarget(Storage(out, dict(_WHERE["options"])), fmt, writer=writer or "driver", **keep)
 
 
 def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
@@ -207,18 +225,19 @@ def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
     return statistics.median(took[1:])
 
 
-def apply_growth(spark: Any, fmt: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
+def apply_growth(spark: Any, mode: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
     """Median apply seconds of a batch of ``batch`` changes on recent keys, and of one of ``batch`` UPDATEs
     spread uniformly over every key, on tables of ``sizes`` rows in format ``fmt``; the ratios
     large/small. Every run applies NEW changes (later sequences) to the same keys: it rewrites what
     it touches (a repeat of an applied batch would change, and write, nothing)."""
     from relay.spark.apply import write_table
 
+    fmt = mode.replace("-", "_")
     figures: dict[str, Any] = {}
     medians: dict[str, list[float]] = {"recent": [], "uniform": []}
     for size in sizes:
-        with tempfile.TemporaryDirectory() as out:
-            target = _target(fmt, out)
+        with _scratch() as out:
+            target = _target(mode, out)
             begin = time.perf_counter()
             write_table(_table(spark, size), target, TABLE)
             figures[f"{fmt}_build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
@@ -271,7 +290,7 @@ def load_records(spark: Any, first: int, end: int) -> Any:
     )
 
 
-def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
+def load_and_files(spark: Any, mode: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
     """The initial load rate of ``rows`` INSERTs through ``apply_changes`` in micro-batches of ``chunk``,
     then the table's data files after ``batches`` batches of ``batch`` recent-key changes, with the
     maintenance of a mirror that keeps no time travel (every ``MAINTAIN_EVERY`` commits, retention 0):
@@ -280,9 +299,10 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, ch
     from relay.spark.decode import changes
     from relay.spark.tables import MirrorTable
 
+    fmt = mode.replace("-", "_")
     figures: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as out:
-        target = _target(fmt, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
+    with _scratch() as out:
+        target = _target(mode, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
         begin = time.perf_counter()
         for first in range(0, rows, chunk):  # as micro-batches with maxOffsetsPerTrigger bring them
             records = load_records(spark, first, min(first + chunk, rows))
@@ -300,8 +320,8 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, ch
         figures[f"{fmt}_commits"] = state.commits if state else 0
         figures[f"{fmt}_maintenance_runs"] = figures[f"{fmt}_commits"] // MAINTAIN_EVERY
         figures[f"{fmt}_files_after_{batches}_batches"] = sum(len(f) for f in mirror.rows.files().values())
-        stored = len(list(Path(out).rglob("*.parquet")))
-        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = stored
+        stored = len(list(Path(out).rglob("*.parquet"))) if _WHERE["root"] is None else -1
+        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = stored  # -1: not counted (remote)
     return figures
 
 
@@ -328,8 +348,19 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--load-batch", type=int, default=1_000_000, help="records per micro-batch of the initial load"
     )
     parser.add_argument("--batches", type=int, default=100, help="batches applied before counting files")
-    parser.add_argument("--formats", default="delta,iceberg", help="table formats measured")
+    parser.add_argument(
+        "--formats",
+        default="delta,iceberg,delta-spark",
+        help="table formats measured; delta-spark: Delta written by Spark's connector (MERGE)",
+    )
+    parser.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
+    parser.add_argument(
+        "--bootstrap-servers", help="a broker: also compare Spark's kafka source with relay-kafka on it"
+    )
+    parser.add_argument("--source-records", type=int, default=1_000_000, help="records of that comparison")
+    parser.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     return parser.parse_args(argv)
 
 
@@ -403,13 +434,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, Any] = {"records": args.records, "master": args.master, "runs": args.runs}
     figures["driver_memory"] = args.driver_memory
-    figures.update(_decode(spark, args))
-    for fmt in args.formats.split(","):
-        growth = apply_growth(spark, fmt, (args.small, args.large), args.batch, args.runs)
-        growth.update(load_and_files(spark, fmt, args.load, args.batches, args.batch, args.load_batch))
+    if args.bootstrap_servers:
+        from relay.spark import bench_source
+
+        sources = bench_source.compare(spark, args.bootstrap_servers, args.source_records, args.runs, records)
+        figures.update(sources)
+        if not args.json:
+            bench_source.show(sources, args.runs)
+    if not args.skip_decode:
+        figures.update(_decode(spark, args))
+    from relay.spark.storage import parse_options
+
+    _WHERE.update(root=args.root, options=parse_options(args.storage_option, "--storage-option"))
+    for mode in [f for f in args.formats.split(",") if f]:
+        growth = apply_growth(spark, mode, (args.small, args.large), args.batch, args.runs)
+        growth.update(load_and_files(spark, mode, args.load, args.batches, args.batch, args.load_batch))
         figures.update(growth)
         if not args.json:
-            _show(fmt, growth, args)
+            _show(mode.replace("-", "_"), growth, args)
     spark.stop()
     if args.json:
         print(json.dumps(figures))

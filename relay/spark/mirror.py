@@ -46,14 +46,25 @@ class MirrorConfig:
     catalog: dict[str, str] = field(default_factory=dict)  # Iceberg catalog settings
     retention_hours: float = 168.0  # versions younger than this stay readable (time travel)
     maintain_every: int = 100  # commits of a table between two maintenance runs (0: never)
+    writer: str = "driver"  # or "spark": Spark's Delta connector MERGEs each batch (MirrorTarget.writer)
 
     def target(self) -> MirrorTarget:
         plain = target_of(self.out, self.format, self.storage_options, self.catalog)
-        return replace(plain, retention_hours=self.retention_hours, maintain_every=self.maintain_every)
+        return replace(
+            plain,
+            retention_hours=self.retention_hours,
+            maintain_every=self.maintain_every,
+            writer=self.writer,
+        )
 
     def connectors(self) -> tuple[str, ...]:
         """The connector sets (``relay.spark.session``) the query needs on its session."""
-        return ("spark-kafka",) if self.source == "kafka" else ()
+        sets = ["spark-kafka"] if self.source == "kafka" else []
+        if self.writer == "spark":
+            sets.append("spark-delta")
+            if str(self.out).startswith(("s3://", "s3a://")):
+                sets.append("spark-s3")
+        return tuple(sets)
 
     @property
     def app_id(self) -> str:
@@ -63,20 +74,22 @@ class MirrorConfig:
 
 
 def local_session(
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     app: str = "relay-mirror",
     driver_memory: str | None = None,
     connectors: tuple[str, ...] | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
     """A SparkSession for the mirror (or tests): ``relay.spark.session.session`` with the ``connectors``
     (default: every set of ``relay.spark.session.CONNECTORS``) from the local jars, workers running this
     interpreter, few shuffle partitions. ``driver_memory`` (e.g. "4g"): the driver's heap, which in local
     mode also holds the cached micro-batch (Spark's default is 1g); only effective when this call starts
-    the JVM."""
+    the JVM. ``storage_options``: the mirror's object-store settings, for s3a (``spark-s3``)."""
     from relay.spark.session import CONNECTORS, Connectors, session
 
     sets = CONNECTORS if connectors is None else connectors
-    return session(master, app, connectors=Connectors(sets), driver_memory=driver_memory)
+    chosen = Connectors(sets, storage_options or {})
+    return session(master, app, connectors=chosen, driver_memory=driver_memory)
 
 
 def source_stream(spark: Any, config: MirrorConfig) -> Any:

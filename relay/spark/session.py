@@ -125,21 +125,30 @@ def configure_s3a(spark: Any, options: Mapping[str, str]) -> None:
         hadoop.set(key[len("spark.hadoop.") :], value)
 
 
+def submitted() -> bool:
+    """Whether this process is a driver that ``spark-submit`` started (its JVM, master and jars are set)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def session(
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     app: str = "relay",
     *,
     connectors: Connectors | None = None,
     driver_memory: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> Any:
-    """A SparkSession (the one already running in this process, if any) with ``connectors`` (default:
-    all four, no storage settings). Workers run this interpreter; few shuffle partitions; UTC."""
+    """A SparkSession (the one already running in this process, if any) with ``connectors`` (default: every
+    set, no storage settings). Workers run this interpreter; few shuffle partitions; UTC. Under
+    ``spark-submit`` its master and its ``--packages``/``--jars`` stand: nothing is added but the SQL
+    settings (``master`` None keeps spark-submit's, or local[2] without it)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if master is None and not submitted():
+        master = "local[2]"
+    if master is not None and master.startswith("local"):
         # A local session needs no network name: Spark otherwise resolves the machine's host name at start
         # and fails ("UnknownHostException") where it is not in /etc/hosts (fresh containers, chroots).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -150,11 +159,14 @@ def session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
     }
-    settings.update((connectors or Connectors()).conf())
-    if driver_memory:
-        settings["spark.driver.memory"] = driver_memory
+    if not submitted():
+        settings.update((connectors or Connectors()).conf())
+        if driver_memory:
+            settings["spark.driver.memory"] = driver_memory
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app)
+    builder = SparkSession.builder.appName(app)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
@@ -184,3 +196,25 @@ def require_connectors(spark: Any, sets: Iterable[str]) -> None:
             f"this Spark session lacks {', '.join(missing)}: start it with relay.spark.session.session(), or "
             f"pass --packages {packages(missing)} (or the jars of scripts/bootstrap's .jars/) to Spark"
         )
+
+
+def main(argv: list[str]) -> int:
+    """``python -m relay.spark.session jars|packages [SET…]``: the local jars (comma-separated, for
+    ``--jars`` of spark-submit / spark-pipelines) or the Maven coordinates (for ``--packages``)."""
+    if not argv or argv[0] not in ("jars", "packages"):
+        sys.stderr.write("usage: python -m relay.spark.session jars|packages [SET…]\n")
+        return 2
+    sets = tuple(argv[1:]) or CONNECTORS
+    try:
+        if argv[0] == "jars":
+            sys.stdout.write(",".join(str(j) for j in connector_jars(sets)) + "\n")
+        else:
+            sys.stdout.write(packages(sets) + "\n")
+    except JarsError as exc:
+        sys.stderr.write(f"relay.spark.session: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
