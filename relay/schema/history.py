@@ -59,6 +59,7 @@ class Record:
     sql: str = ""
     broken: str = ""
     server: str = ""  # whose binlog ``at`` is a place in (``server_key``); "" in records written before
+    when: int = 0  # ddl: the binlog time of its event (epoch seconds); 0 in records written before
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "at": list(self.at)}
@@ -71,6 +72,8 @@ class Record:
             out["sql"] = self.sql
         if self.broken:
             out["broken"] = self.broken
+        if self.when:
+            out["when"] = self.when
         return out
 
     @classmethod
@@ -88,6 +91,7 @@ class Record:
             data.get("sql", ""),
             data.get("broken", ""),
             str(data.get("server", "")),
+            int(data.get("when", 0)),
         )
 
 

@@ -108,6 +108,7 @@ class SchemaTracker:
                 event.sql,
                 exc.reason,
                 self.server,
+                event.header.timestamp,
             )
             self.history.append(record)
             apply_record(self.catalog, record)
@@ -123,7 +124,15 @@ class SchemaTracker:
             return
         event.table_changes = table_changes(self.catalog, changes.items())
         facts = {"databases": dict(work.databases)}
-        record = Record("ddl", at, tuple(changes.items()), facts, event.sql, server=self.server)
+        record = Record(
+            "ddl",
+            at,
+            tuple(changes.items()),
+            facts,
+            event.sql,
+            server=self.server,
+            when=event.header.timestamp,
+        )
         self.history.append(record)
         self.catalog = work
         self._resolved.clear()
