@@ -437,7 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap_servers:
         from relay.spark import bench_source
 
-        sources = bench_source.compare(spark, args.bootstrap_servers, args.source_records, args.runs, records)
+        sources = bench_source.compare(
+            spark,
+            args.bootstrap_servers,
+            load_records(spark, 0, args.source_records),
+            args.source_records,
+            args.runs,
+        )
         figures.update(sources)
         if not args.json:
             bench_source.show(sources, args.runs)

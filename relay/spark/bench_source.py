@@ -1,10 +1,10 @@
 """Benchmark: Spark's ``kafka`` source against the relay's Python source ``relay-kafka``, into ``changes``.
 
 ``relay spark bench --bootstrap-servers HOST:PORT`` (or ``python -m relay.spark.bench … --bootstrap-servers``)
-publishes ``--source-records`` canal-json records of ``bench.orders`` (``relay.spark.bench.records``) to a
-new topic of 4 partitions on that broker, then reads the same topic with each source, ``--runs`` times after a
-warm-up, as a batch read decoded by ``changes(df, codec="canal-json")`` into Spark's ``noop`` sink: the
-figure is the read plus the decode, the work a mirror's micro-batch starts with. Medians, rows/s, and the
+publishes ``--source-records`` canal-json INSERTs of ``bench.orders`` (``relay.spark.bench.load_records``)
+to a new topic of 4 partitions on that broker, then reads the same topic with each source, ``--runs`` times
+after a warm-up, as a batch read decoded by ``changes(df, codec="canal-json")`` into Spark's ``noop`` sink:
+the figure is the read plus the decode, the work a mirror's micro-batch starts with. Medians, rows/s, the
 ratio kafka / relay-kafka, all from one run. A measurement tool for people, not a test.
 """
 
@@ -13,34 +13,28 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 PARTITIONS = 4
 
 
-Records = Callable[[int], list[tuple[bytes, bytes, str, int, int]]]
-
-
-def publish(bootstrap: str, count: int, records: Records) -> str:
-    """A new topic holding ``count`` canal-json records of the bench table (``records(count)``); its name."""
-    from confluent_kafka import Producer
+def publish(records: Any, bootstrap: str) -> str:
+    """A new topic holding ``records`` (a DataFrame in Spark's kafka schema, built in Spark), written by
+    Spark's kafka sink; its name."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"bench-source-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(60)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
-    for key, value, _, partition, _ in records(count):
-        while True:
-            try:
-                producer.produce(topic, value, key, partition=partition % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(120) != 0:
-        raise RuntimeError(f"records to {topic} were not all delivered")
+    (
+        records.selectExpr("key", "value", f"cast(pmod(offset, {PARTITIONS}) as int) as partition")
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.linger.ms", "20")
+        .option("topic", topic)
+        .save()
+    )
     return topic
 
 
@@ -57,12 +51,12 @@ def _read(spark: Any, source: str, bootstrap: str, topic: str) -> None:
     changes(df, codec="canal-json").write.format("noop").mode("overwrite").save()
 
 
-def compare(spark: Any, bootstrap: str, count: int, runs: int, records: Records) -> dict[str, Any]:
-    """Median seconds and rows/s of each source over the same topic of ``count`` records."""
+def compare(spark: Any, bootstrap: str, records: Any, count: int, runs: int) -> dict[str, Any]:
+    """Median seconds and rows/s of each source over the same topic of the ``count`` ``records``."""
     from relay.spark import register
 
     register(spark)
-    topic = publish(bootstrap, count, records)
+    topic = publish(records, bootstrap)
     figures: dict[str, Any] = {"source_records": count, "source_topic_partitions": PARTITIONS}
     for source in ("kafka", "relay-kafka"):
         _read(spark, source, bootstrap, topic)  # warm-up: consumers, code generation, Python workers
