@@ -61,3 +61,23 @@ def test_s3a_settings_from_the_storage_settings(monkeypatch: pytest.MonkeyPatch)
 def test_an_unknown_connector_is_refused() -> None:
     with pytest.raises(OptionError, match=r"unknown .*spark-iceberg"):
         session.Connectors(("spark-iceberg",)).conf()
+
+
+def test_the_spark_writer_is_delta_only(tmp_path: Path) -> None:
+    tables = pytest.importorskip("relay.spark.tables")
+    from relay.spark.storage import Storage
+
+    assert tables.MirrorTarget(Storage(str(tmp_path)), "delta", writer="spark").writer == "spark"
+    with pytest.raises(OptionError, match=r"writer spark: .*Delta tables only"):
+        tables.MirrorTarget(Storage(str(tmp_path)), "iceberg", writer="spark")
+    with pytest.raises(OptionError, match=r"writer: expected one of driver, spark"):
+        tables.MirrorTarget(Storage(str(tmp_path)), "delta", writer="jvm")
+
+
+def test_the_mirror_asks_only_for_the_connectors_it_uses() -> None:
+    mirror = pytest.importorskip("relay.spark.mirror")
+    base = {"bootstrap_servers": "b:9092", "topics": ("t",), "checkpoint": "/ck"}
+    assert mirror.MirrorConfig(out="/m", **base).connectors() == ("spark-kafka",)
+    assert mirror.MirrorConfig(out="/m", source="relay-kafka", **base).connectors() == ()
+    spark_s3 = mirror.MirrorConfig(out="s3://b/m", writer="spark", **base)
+    assert spark_s3.connectors() == ("spark-kafka", "spark-delta", "spark-s3")
