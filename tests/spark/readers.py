@@ -107,6 +107,10 @@ def _files_table(target: MirrorTarget, files: list[tuple[str, str | None]], empt
         path = path.split("://", 1)[1] if "://" in path else path
         part = pq.read_table(path, filesystem=fs)
         if bucket is not None:
+            # The log's partition value is the bucket; a file may hold the column too (Spark's Delta writer
+            # writes it into its files; the driver's files do not).
+            if BUCKET in part.column_names:
+                part = part.drop_columns([BUCKET])
             part = part.append_column(BUCKET, pa.array([bucket] * part.num_rows, pa.string()))
         parts.append(part)
     return pa.concat_tables(parts, promote_options="permissive") if parts else empty
