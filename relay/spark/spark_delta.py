@@ -106,7 +106,9 @@ def merge_batch(
     """Apply ``events`` to the rows and tombstone tables at ``paths`` (rule 3); returns the fresh changes."""
     rows_path, tombs_path = (spark_path(p) for p in paths)
     fresh, buckets = fresh_changes(spark, events, rows_path, tombs_path)
-    fresh = fresh.persist()
+    # Materialized once, cut from the tables it was computed from: evaluated again after the tombstone MERGE,
+    # a delete would no longer beat its own new tombstone and the rows MERGE would keep the row.
+    fresh = fresh.localCheckpoint(eager=True)
     view = f"relay_fresh_{uuid.uuid4().hex[:12]}"
     try:
         count = fresh.count()
