@@ -85,6 +85,7 @@ def _mirrored(target: MirrorTarget) -> dict[str, dict[str, Any]]:
     return {str(r["id"]): {"id": r["id"], "status": r["status"]} for r in rows}
 
 
+@pytest.mark.timeout(900)  # two writers, four batches each: minutes on a loaded 2-core machine
 @pytest.mark.parametrize(
     "seed", [*SEEDS, *(pytest.param(seed, marks=pytest.mark.long) for seed in LONG_SEEDS)]
 )
