@@ -24,7 +24,8 @@ def add_spark_parser(subparsers: Any) -> None:
     spark = subparsers.add_parser(
         "spark",
         help="Spark jobs reading the relay topics (needs the 'spark' extra)",
-        description="PySpark jobs over the relay topics, on a local Spark (local[2] unless --master).",
+        description="PySpark jobs over the relay topics, on a local Spark (local[2] unless --master) or a "
+        "cluster (--master, or spark-submit).",
     )
     actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,bench}", required=True)
     mirror = actions.add_parser(
@@ -59,6 +60,13 @@ def add_spark_parser(subparsers: Any) -> None:
         help="object-store setting, e.g. AWS_ENDPOINT_URL=http://…, AWS_REGION=… (repeatable; unset ones "
         "come from the environment)",
     )
+    mirror.add_argument(
+        "--writer",
+        default="driver",
+        choices=("driver", "spark"),
+        help="driver (default): Spark tasks write the touched buckets, the driver commits them (deltalake / "
+        "pyiceberg); spark: Spark's Delta connector MERGEs each batch (Delta only)",
+    )
     mirror.add_argument("--catalog-name", default="relay", help="Iceberg catalog name (default relay)")
     mirror.add_argument(
         "--catalog-type", help="Iceberg catalog type: sql (default), rest, glue, hive, dynamodb…"
@@ -76,7 +84,11 @@ def add_spark_parser(subparsers: Any) -> None:
         help="any other pyiceberg catalog property (repeatable)",
     )
     mirror.add_argument(
-        "--source", default="relay-kafka", help="relay-kafka (default) or kafka (Spark's jar)"
+        "--source",
+        default="kafka",
+        choices=("kafka", "relay-kafka"),
+        help="kafka (default: Spark's kafka source, its jars from scripts/bootstrap's .jars/) or relay-kafka "
+        "(the relay's Python source, for a Spark without the connector jar)",
     )
     mirror.add_argument(
         "--starting-offsets",
@@ -103,7 +115,11 @@ def add_spark_parser(subparsers: Any) -> None:
         "--tables", type=values.tables, help="comma-separated logical tables db.table (default: all)"
     )
     mirror.add_argument("--codec", default="auto", choices=("auto", "canal-json", "canal-protobuf"))
-    mirror.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    mirror.add_argument(
+        "--master",
+        help="Spark master: local[N], spark://host:7077, yarn, k8s://… (default local[2]; under "
+        "spark-submit, its own --master)",
+    )
     mirror.add_argument(
         "--driver-memory",
         help="the Spark driver's heap, e.g. 4g (local mode: it holds each cached micro-batch)",
@@ -146,8 +162,20 @@ def add_spark_parser(subparsers: Any) -> None:
     bench.add_argument("--load-batch", type=int, default=1_000_000, help="records per initial-load batch")
     bench.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
     bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
-    bench.add_argument("--formats", default="delta,iceberg", help="table formats measured")
+    bench.add_argument(
+        "--formats",
+        default="delta,iceberg,delta-spark",
+        help="table formats measured (delta-spark: Delta written by Spark's connector, MERGE)",
+    )
+    bench.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    bench.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument(
+        "--bootstrap-servers",
+        help="a Kafka broker: also compare Spark's kafka source with relay-kafka, rows/s into changes()",
+    )
+    bench.add_argument("--source-records", type=values.positive_int, default=1_000_000)
+    bench.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     bench.set_defaults(func=cmd_spark_bench)
 
 
@@ -192,6 +220,7 @@ def _mirror_config(args: argparse.Namespace) -> Any:
         catalog=_catalog(args),
         retention_hours=args.retention_hours,
         maintain_every=args.maintain_every,
+        writer=args.writer,
     )
     config.target()
     mirror_preflight(
@@ -223,7 +252,12 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopping.set())
-    spark = local_session(args.master, driver_memory=args.driver_memory)
+    spark = local_session(
+        args.master,
+        driver_memory=args.driver_memory,
+        connectors=config.connectors(),
+        storage_options=config.storage_options,
+    )
     query = None if stopping.is_set() else start(spark, config, announce)
     if query is None:
         return EXIT_INTERRUPTED
@@ -257,6 +291,11 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]
+    if args.bootstrap_servers:
+        sizes += ["--bootstrap-servers", args.bootstrap_servers, "--source-records", str(args.source_records)]
+    sizes += ["--skip-decode"] * args.skip_decode
+    sizes += ["--root", args.root] if args.root else []
+    sizes += [f"--storage-option={o}" for o in args.storage_option]
     return bench_main(
         ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
     )

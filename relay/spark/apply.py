@@ -171,6 +171,40 @@ def _job(plan: _Plan, write_id: str, dirs: tuple[str, str]) -> tuple[BucketJob, 
     return job, sorted(stored) if plan.rewrite or plan.clear_all else []
 
 
+def _by_spark(plan: _Plan) -> bool:
+    """Whether Spark's Delta connector applies this batch (``MirrorTarget.writer`` "spark"): a Delta
+    latest-state table without a column type change (those, histories and Iceberg go the driver's way)."""
+    target = plan.mirror.target
+    spark_writes = target.writer == "spark" and target.format == "delta"
+    return spark_writes and plan.kind == "latest" and not plan.rewrite
+
+
+def _run_spark(plan: _Plan, batch: BatchId | None, facts: Survey) -> int:
+    """``relay.spark.spark_delta.merge_batch`` with the batch's state; the number of fresh changes."""
+    from relay.spark.spark_delta import merge_batch
+
+    state = plan.state
+    if batch is not None:
+        state.batches[batch.app_id] = batch.batch_id
+    state.offsets, state.max_sequence = facts.offsets, facts.max_sequence
+    state.commits += 1
+    mirror = plan.mirror
+    paths = (mirror.rows.uri, mirror.tombs.uri)  # type: ignore[attr-defined]  # DeltaPart's
+    app = (batch.app_id, batch.batch_id) if batch is not None else None
+    events = plan.events.drop("_op") if "_op" in plan.events.columns else plan.events
+    spark = events.sparkSession
+    storage = mirror.target.storage
+    if storage.scheme in ("s3", "s3a"):
+        from relay.spark.session import configure_s3a
+
+        configure_s3a(spark, storage.options)  # Hadoop's s3a reaches the same endpoint as pyarrow
+    fresh = merge_batch(spark, events, paths, [c for c, _ in state.columns], state, app)
+    every = mirror.target.maintain_every
+    if every and state.commits % every == 0:
+        maintain(mirror)
+    return fresh
+
+
 def _run(plan: _Plan, batch: BatchId | None, facts: Survey) -> list[Written]:
     """The tasks, then the commits (tombstones first, then the rows with the state); the files written."""
     mirror = plan.mirror
@@ -240,7 +274,11 @@ def apply_table(
     begin = time.perf_counter()
     facts = survey(changes_df) if facts is None else facts
     plan = _plan(changes_df, target_of(out), table, kind, batch, facts)
-    if plan is not None:
+    if plan is not None and _by_spark(plan):
+        fresh = _run_spark(plan, batch, facts)
+        took = time.perf_counter() - begin
+        log.info("%s: %d changes merged by Spark in %.2f s", plan.mirror.where, fresh, took)
+    elif plan is not None:
         written = _run(plan, batch, facts)
         log.info(
             "%s: %d buckets merged, %d files written (%d rows) in %.2f s",

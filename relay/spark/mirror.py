@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +32,7 @@ class MirrorConfig:
     topics: tuple[str, ...]
     out: str | Path  # the mirror's root: a local path or a URI (s3://, gs://, abfss://, hdfs://)
     checkpoint: str | Path
-    source: str = "relay-kafka"  # or "kafka" where Spark's connector jar is installed
+    source: str = "kafka"  # Spark's kafka source; "relay-kafka": the relay's Python source (no connector jar)
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     available_now: bool = False
@@ -48,10 +46,25 @@ class MirrorConfig:
     catalog: dict[str, str] = field(default_factory=dict)  # Iceberg catalog settings
     retention_hours: float = 168.0  # versions younger than this stay readable (time travel)
     maintain_every: int = 100  # commits of a table between two maintenance runs (0: never)
+    writer: str = "driver"  # or "spark": Spark's Delta connector MERGEs each batch (MirrorTarget.writer)
 
     def target(self) -> MirrorTarget:
         plain = target_of(self.out, self.format, self.storage_options, self.catalog)
-        return replace(plain, retention_hours=self.retention_hours, maintain_every=self.maintain_every)
+        return replace(
+            plain,
+            retention_hours=self.retention_hours,
+            maintain_every=self.maintain_every,
+            writer=self.writer,
+        )
+
+    def connectors(self) -> tuple[str, ...]:
+        """The connector sets (``relay.spark.session``) the query needs on its session."""
+        sets = ["spark-kafka"] if self.source == "kafka" else []
+        if self.writer == "spark":
+            sets.append("spark-delta")
+            if str(self.out).startswith(("s3://", "s3a://")):
+                sets.append("spark-s3")
+        return tuple(sets)
 
     @property
     def app_id(self) -> str:
@@ -61,31 +74,22 @@ class MirrorConfig:
 
 
 def local_session(
-    master: str = "local[2]", app: str = "relay-mirror", driver_memory: str | None = None
+    master: str | None = "local[2]",
+    app: str = "relay-mirror",
+    driver_memory: str | None = None,
+    connectors: tuple[str, ...] | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> Any:
-    """A SparkSession for the mirror (or tests): workers run this interpreter, few shuffle partitions.
+    """A SparkSession for the mirror (or tests): ``relay.spark.session.session`` with the ``connectors``
+    (default: every set of ``relay.spark.session.CONNECTORS``) from the local jars, workers running this
+    interpreter, few shuffle partitions. ``driver_memory`` (e.g. "4g"): the driver's heap, which in local
+    mode also holds the cached micro-batch (Spark's default is 1g); only effective when this call starts
+    the JVM. ``storage_options``: the mirror's object-store settings, for s3a (``spark-s3``)."""
+    from relay.spark.session import CONNECTORS, Connectors, session
 
-    ``driver_memory`` (e.g. "4g"): the driver's heap, which in local mode also holds the cached
-    micro-batch (Spark's default is 1g); only effective when this call starts the JVM."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
-        # A local session needs no network name: Spark otherwise resolves the machine's host name at start
-        # and fails ("UnknownHostException") where it is not in /etc/hosts (fresh containers, chroots).
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
-    builder = SparkSession.builder.master(master).appName(app)
-    if driver_memory:
-        builder = builder.config("spark.driver.memory", driver_memory)
-    return (
-        builder.config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    sets = CONNECTORS if connectors is None else connectors
+    chosen = Connectors(sets, storage_options or {})
+    return session(master, app, connectors=chosen, driver_memory=driver_memory)
 
 
 def source_stream(spark: Any, config: MirrorConfig) -> Any:
