@@ -156,3 +156,31 @@ def produce_only(spec: dict[str, Any]) -> None:
         rows_per_s=rows / elapsed,
         cpu_us_per_row=cpu * 1e6 / max(rows, 1),
     )
+
+
+def relay_snapshot(spec: dict[str, Any]) -> None:
+    """The relay with ``snapshot.mode: initial`` on the snapshot workload's table (``spec["config"]``), until
+    Kafka acknowledged ``spec["rows"]`` snapshot rows; then its peak RSS (``relay bench --peers``, S)."""
+    from mapping import parse_mapping
+    from relay.config.load import parse_config
+    from relay.dev.bench.harness import write_mapping_file
+    from relay.wiring import build_relay
+
+    Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
+    config = parse_config(spec["config"], base_dir=spec["workdir"])
+    write_mapping_file(config.config_path(config.mapping.file))
+    relay = build_relay(config, parse_mapping(relay_mapping()))
+    thread, errors = run_in_thread(relay)
+    thread.start()
+    deadline = time.monotonic() + spec.get("timeout", 600)
+    while True:
+        status = relay.instance.snapshot_status() if relay.instance.started.is_set() else None
+        if status is not None and status["done"] and status["acked_rows"] >= spec["rows"]:
+            break
+        if errors or not thread.is_alive() or time.monotonic() > deadline:
+            raise SystemExit(f"the relay's snapshot did not finish: {errors[0] if errors else status}")
+        time.sleep(0.01)
+    peak = memory_mb()[1]
+    relay.stop()
+    thread.join(30)
+    emit("result", rows=spec["rows"], peak_rss_mb=peak)
