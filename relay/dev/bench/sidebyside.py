@@ -45,7 +45,7 @@ def fresh_topics(ctx: Context, topics: list[str]) -> None:
         return
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": ctx.kafka})
+    admin = AdminClient({"bootstrap.servers": ctx.kafka, "log_level": 3})
     existing = [t for t in topics if t in admin.list_topics(timeout=30).topics]
     for future in admin.delete_topics(existing, request_timeout=30).values() if existing else []:
         future.result(timeout=30)

@@ -201,7 +201,7 @@ def render_side_by_side(results: Sequence[SideBySide], *, markdown: bool = False
                 "| " + " | ".join(HEADER) + " |",
                 "|" + "|".join("---" for _ in HEADER) + "|",
             ]
-            lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+            lines += ["| " + " | ".join(row) + " |" for row in rows[1:]] + [""]
         else:
             lines = [title, *_aligned(rows)]
         share = sbs.of_ceiling
