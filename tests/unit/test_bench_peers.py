@@ -26,6 +26,7 @@ from relay.dev.bench.landed import (
     LOG_APPEND_TIME,
     Change,
     Landed,
+    Verdict,
     check,
     decode_canal,
     decode_debezium,
@@ -201,8 +202,6 @@ def test_the_sample_is_fixed_by_its_seed_and_drawn_from_the_changed_keys() -> No
 
 
 def _figures(name: str, rate: float, cpu: float, rss: float, p99: float) -> SystemFigures:
-    from relay.dev.bench.landed import Verdict
-
     s = SystemFigures(name, f"{name} label")
     for k in (0.9, 1.0, 1.1):
         s.add(RunFigures(rate * k, cpu * k, rss, Verdict(100, 100, True, 25, True)))
@@ -214,7 +213,7 @@ def test_the_side_by_side_table_has_ratios_and_targets() -> None:
     sbs = SideBySide("W2", "100-row INSERT transactions", 100, [_figures("relay", 80_000, 12, 100, 15)])
     sbs.systems.append(_figures("debezium", 4_000, 150, 900, 300))
     for v in (100_000.0, 120_000.0, 140_000.0):
-        sbs.ceiling.add(v)
+        sbs.ceiling.add(RunFigures(v, 5.0, 0.0, Verdict(100, 100, True, 25, True)))
     assert sbs.ratios(sbs.peers[0]) == {
         "rows_per_s": pytest.approx(20.0),
         "cpu_us_per_row": pytest.approx(0.08),

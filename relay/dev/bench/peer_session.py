@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from relay.dev.bench import sidebyside as sb
 from relay.dev.bench import workloads as wl
@@ -119,6 +120,7 @@ class PeerSession:
         sbs = self.begin("S", "snapshot of existing rows", expected)
         for rep in range(1, ctx.options.repeat + 1):
             self._one(ctx, sbs, sbs.relay, partial(self._relay_snapshot, ctx, expected, rep))
+            self._one(ctx, sbs, sbs.ceiling, partial(self._snapshot_ceiling, ctx, expected, rep))
             for peer, figures in zip(self.peers, sbs.peers, strict=True):
                 if not peer.snapshots:
                     figures.error = figures.error or "it has no snapshot of existing rows"
@@ -129,6 +131,22 @@ class PeerSession:
                 workdir = ctx.work / f"{peer.name}-s-{rep}"
                 self._one(ctx, sbs, figures, partial(sb.peer_snapshot, ctx, peer, run, workdir))
         return sbs
+
+    def _snapshot_ceiling(self, ctx: Context, expected: Counter[int], rep: int) -> RunFigures:
+        """The relay's snapshot records, captured by an untimed snapshot and sent again alone, watched."""
+        topics = [f"{t}{sb.CEILING_SUFFIX}" for t in sb.relay_topics("snap")]
+        sb.fresh_topics(ctx, [*sb.relay_topics("snap"), *topics])
+        workdir = ctx.work / f"ceiling-s-{rep}"
+        observer = sb.RunObserver(ctx, sb.Run("snap", expected, sb.RELAY_FORMAT), topics)
+        config = sb.relay_snapshot_config(ctx, workdir)
+        rows = sum(expected.values())
+        kw: dict[str, Any] = {
+            "instance": f"ceiling-s-{rep}",
+            "workdir": str(workdir),
+            "topic_suffix": sb.CEILING_SUFFIX,
+        }
+        run_worker(ctx, "produce-only", config=config, rows=rows, on_start=observer.attach, **kw)
+        return observer.finish(0.0)
 
     def _relay_snapshot(self, ctx: Context, expected: Counter[int], rep: int) -> RunFigures:
         sb.fresh_topics(ctx, sb.relay_topics("snap"))
@@ -145,8 +163,10 @@ class PeerSession:
 def describe(name: str, run: RunFigures) -> str:
     v = run.verdict
     checked = "ok" if v.ok else f"WRONG: {v.detail}"
+    memory = (
+        f", peak RSS {run.peak_rss_mb:.0f} MB" if run.peak_rss_mb else ""
+    )  # the ceiling's is not compared
     return (
-        f"{name}: {run.rows_per_s:,.0f} rows/s, {run.cpu_us_per_row:.1f} µs CPU/row, peak RSS "
-        f"{run.peak_rss_mb:.0f} MB; in Kafka {v.rows:,} of {v.expected:,} row changes, {v.sampled} "
-        f"sampled vs SELECT: {checked}"
+        f"{name}: {run.rows_per_s:,.0f} rows/s, {run.cpu_us_per_row:.1f} µs CPU/row{memory}; in Kafka "
+        f"{v.rows:,} of {v.expected:,} row changes, {v.sampled} sampled vs SELECT: {checked}"
     )

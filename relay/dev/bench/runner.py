@@ -42,7 +42,16 @@ from relay.dev.bench.common import (
     run_worker,
 )
 from relay.dev.bench.peer_session import PeerSession, describe
-from relay.dev.bench.sidebyside import fresh_topics, paced_warm_up, relay_topics, warm_up_rows
+from relay.dev.bench.sidebyside import (
+    CEILING_SUFFIX,
+    RELAY_FORMAT,
+    Run,
+    RunObserver,
+    fresh_topics,
+    paced_warm_up,
+    relay_topics,
+    warm_up_rows,
+)
 from relay.dev.bench.sidebyside_stats import SideBySide
 from relay.dev.bench.snapshot import SnapshotResult, run_snapshot
 from relay.dev.bench.stall import run_stall
@@ -114,7 +123,8 @@ def bench_topics(options: BenchOptions, peers: PeerSession | None = None) -> lis
     topics = [f"bench.{t}" for t in tables] + [f"naive.{t}" for t in tables] + ["bench.ddl", "bench.warmup"]
     if peers is not None:
         snap = ["snap"] if options.snapshot_rows > 0 else []
-        topics += ["bench.snap", *peers.topics([*tables, *snap])]
+        ceilings = [f"bench.{t}{CEILING_SUFFIX}" for t in [*tables, *snap]]
+        topics += ["bench.snap", *ceilings, *peers.topics([*tables, *snap])]
     return topics
 
 
@@ -202,18 +212,33 @@ def _measure_backlog(
             result.naive.add(n["rows_per_s"])
             line += f"; stock parse {s['rows_per_s']:,.0f}; naive relay {n['rows_per_s']:,.0f}"
         if (o.baselines or side is not None) and name not in NO_CEILING:
-            ctx.renew_broker()
-            instance = f"{name.lower()}-{rep}-ceiling-{time.monotonic_ns() % 10**6}"
-            c = run_worker(
-                ctx, "produce-only", start=start, end=end, instance=instance, workdir=str(ctx.work / instance)
-            )
+            c = _ceiling(ctx, name, rep, start, end, side)
             result.ceiling.add(c["rows_per_s"])
-            if side is not None:
-                side.sbs.ceiling.add(c["rows_per_s"])
             line += f"; produce-only {c['rows_per_s']:,.0f}"
         ctx.progress(line)
         if side is not None:
             side.session.drains(ctx, side.sbs, side.table, side.expected, start, rep)
+
+
+def _ceiling(
+    ctx: Context, name: str, rep: int, start: tuple[str, int], end: tuple[str, int], side: _Side | None
+) -> dict[str, Any]:
+    """One produce-only run; with --peers its timed pass goes to ``<topic>.ceiling`` and is watched there."""
+    instance = f"{name.lower()}-{rep}-ceiling-{time.monotonic_ns() % 10**6}"
+    kw: dict[str, Any] = {"instance": instance, "workdir": str(ctx.work / instance)}
+    if side is None:
+        ctx.renew_broker()
+        return run_worker(ctx, "produce-only", start=start, end=end, **kw)
+    topics = [f"{t}{CEILING_SUFFIX}" for t in relay_topics(side.table)]
+    fresh_topics(ctx, [*relay_topics(side.table), *topics])
+    observer = RunObserver(ctx, Run(side.table, side.expected, RELAY_FORMAT), topics)
+    c = run_worker(
+        ctx, "produce-only", start=start, end=end, topic_suffix=CEILING_SUFFIX, on_start=observer.attach, **kw
+    )
+    seen = observer.finish(0.0)
+    side.sbs.ceiling.add(seen)
+    ctx.progress(f"  [{name}] {describe('produce-only ceiling (watched)', seen)}")
+    return c
 
 
 def _timeout(result: WorkloadResult) -> float:

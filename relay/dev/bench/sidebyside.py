@@ -30,6 +30,7 @@ from relay.dev.bench.stats import Latency
 from relay.errors import BenchError
 
 RELAY_FORMAT = "canal"  # the relay's default value format (canal-json), as the bench runs it
+CEILING_SUFFIX = ".ceiling"  # the produce-only ceiling's timed pass goes to bench.<table>.ceiling
 SAMPLE_SEED = 43
 
 

@@ -12,7 +12,8 @@ writer does not share its interpreter. Modes (``spec["mode"]``):
 - ``produce-only``: the ceiling. The relay runs over ``start..end`` once, untimed, keeping every batch of
   records it sent; then a fresh publisher with the same settings sends those same pre-encoded batches
   with the relay's window (``publish.max_inflight_batches``) and acks them in order, timed until every
-  record is acknowledged: what the broker and librdkafka allow here with nothing to parse or encode;
+  record is acknowledged: what the broker and librdkafka allow here with nothing to parse or encode
+  (``spec["topic_suffix"]``: the timed pass to topics named with it appended, e.g. ``bench.w2.ceiling``);
 - ``relay-snapshot``: the relay snapshotting the snapshot workload's table (``spec["config"]``) until Kafka
   acknowledged every row (``relay bench --peers`` measures it from outside, as the peers).
 
