@@ -246,6 +246,35 @@ def test_the_c_helper_gives_the_old_field_of_the_python_path() -> None:
         helper.old_bytes(key_bytes, ("too few",), ("too few",))
 
 
+def test_record_keys_by_the_c_helper_are_the_keys_of_the_format() -> None:
+    """A row's key written by the C helper (``KeyShape.key_fragments``) equals the key the object format
+    writes, for one and several key columns, a ``_shard`` column, a constant ``_shard`` (the format
+    alone), odd names, NULLs and text of wider characters (the format again)."""
+    import dataclasses
+    import random
+
+    from relay.kafka import keys as k
+
+    rnd = random.Random(43)
+    pool: list[str | None] = [None, "", "42", 'a"b\\c\n\x00\x80\xff', "中文", "\U0001f600"]
+    pool += ["".join(chr(rnd.randrange(256)) for _ in range(rnd.randrange(10))) for _ in range(100)]
+    shapes = [
+        ((("id", 0),), None),
+        ((("line", 2), ("id", 0)), None),
+        ((("id", 0),), 1),
+        ((("naïve", 0), ('q"x%y', 3)), 2),
+        ((("id", 0),), "shop_07.orders_33"),
+    ]
+    for key_columns, shard in shapes:
+        text = k._key_text(key_columns, shard)
+        fast = k.KeyShape(key_columns, b"t", text, shard, (), k._key_fragments(key_columns, shard))
+        slow = dataclasses.replace(fast, key_fragments=None)
+        assert (fast.key_fragments is None) == isinstance(shard, str)
+        for _ in range(500):
+            image = tuple(rnd.choice(pool) for _ in range(4))
+            assert fast.of(image) == slow.of(image), (key_columns, shard, image)
+
+
 def test_an_edited_c_helper_makes_the_whole_set_pure(copy: Path) -> None:
     _manifest(copy)
     path = copy / "relay" / "_compiled.json"
