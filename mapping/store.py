@@ -32,6 +32,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,7 @@ __all__ = [
     "MappingStore",
     "MappingStoreError",
     "VersionInfo",
+    "acting_as",
     "atomic_write",
     "history_text",
     "keep_version",
@@ -182,7 +184,24 @@ def unknown_version(number: int, known: list[int]) -> MappingError:
     return MappingError("version", f"no stored version {number} (stored versions: {shown})")
 
 
+_ACTING: ContextVar[str | None] = ContextVar("mapping_store_acting_as", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(who: str) -> Iterator[None]:
+    """Record ``who`` as the author (``by``) of every version stored inside the block, on this thread,
+    instead of the process's user@host: the console stores edits for its logged-in users."""
+    token = _ACTING.set(who)
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
 def _who() -> str:
+    acting = _ACTING.get()
+    if acting:
+        return acting
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -372,6 +372,11 @@ class VerifyError(RelayError):
     difference found is no error: it is the report's finding (exit status 1)."""
 
 
+class ConsoleError(ConfigError):
+    """``relay console`` cannot start or do what was asked: a bad option, users file or address to bind, a
+    user unknown to the users file; ``key`` names the option or field to fix. Never retriable."""
+
+
 class ServiceError(RelayError):
     """A local service (MariaDB, broker, ZooKeeper) for development or tests could not be provided."""
 

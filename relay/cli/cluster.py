@@ -8,22 +8,19 @@ thread; ``run`` then is the node's loop (``relay.cluster.node``), ``child`` the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
 import sys
-import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from relay.cli import values
 from relay.cli.instance import ZOOKEEPER_ENV
 from relay.cluster.children import EXIT_SCHEMA_HELD
-from relay.cluster.layout import Paths, read_view
+from relay.cluster.layout import read_view
 from relay.cluster.node_config import load_node_config
 from relay.cluster.report import cluster_report
 from relay.common import zookeeper
@@ -98,6 +95,20 @@ def add_cluster_parser(subparsers: Any) -> None:
         "--wait-timeout", type=values.positive_float, default=300.0, metavar="SECONDS", help="default 300"
     )
     drain.set_defaults(func=cmd_drain)
+    move = sub.add_parser(
+        "move",
+        parents=[where],
+        help="move an instance to a node and pin it there (--unpin: let placement decide again)",
+        description="Pins INSTANCE to NODE (ROOT/pins/INSTANCE): the leader's placement moves it there — "
+        "gracefully, it drains on its old node first — and keeps it there while NODE is live, not drained "
+        "and has room; to keep the balance another instance may leave NODE (the last by name). A pin to a "
+        "node that is not eligible waits until it is (the instance runs where placement puts it "
+        "meanwhile). --unpin removes the pin: the instance stays where it runs unless placement moves it.",
+    )
+    move.add_argument("instance", metavar="INSTANCE", help="a defined instance (`relay instance list`)")
+    move.add_argument("node", metavar="NODE", nargs="?", help="the node to run it on")
+    move.add_argument("--unpin", action="store_true", help="remove the instance's pin")
+    move.set_defaults(func=cmd_move)
     rebalance = sub.add_parser(
         "rebalance",
         parents=[where],
@@ -241,46 +252,39 @@ def cmd_child(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    from relay.cluster.control import drain, wait_drained
+
     client, root = _connect(args)
-    paths = Paths(root)
     try:
-        if args.undo:
-            try:
-                client.delete(paths.drain_mark(args.node))
-                print(f"{args.node}: drain mark removed; the leader gives it a fair share again")
-            except NoNodeError:
-                print(f"{args.node}: was not drained")
+        for line in drain(client, root, args.node, undo=args.undo):
+            print(line)
+        if args.undo or not args.wait:
             return 0
-        view = read_view(client, root)
-        if args.node not in view.nodes:  # said every time: a misspelt name must not pass for a drained node
-            known = ", ".join(sorted(view.nodes)) or "none"
-            kept = "stays" if args.node in view.drain_marks else "marked"
-            print(f"note: {args.node} is not a live node (live: {known}); {kept} drained for when it joins")
-        with contextlib.suppress(NodeExistsError):
-            client.create(paths.drain_mark(args.node), b"", makepath=True)
-        print(f"{args.node}: drained; its instances move to the other nodes")
-        if not args.wait:
+        still = wait_drained(client, root, args.node, args.wait_timeout)
+        if not still:
+            print(f"{args.node}: runs no instance")
             return 0
-        deadline = time.monotonic() + args.wait_timeout
-        while time.monotonic() < deadline:
-            left = _on_node(client, root, args.node)
-            if not left:
-                print(f"{args.node}: runs no instance")
-                return 0
-            time.sleep(0.5)
-        still = ", ".join(_on_node(client, root, args.node))
-        print(f"{args.node}: still runs {still} after {args.wait_timeout:g} s")
+        print(f"{args.node}: still runs {', '.join(still)} after {args.wait_timeout:g} s")
         return 1
     finally:
         _close(client)
 
 
-def _on_node(client: KazooClient, root: str, node: str) -> list[str]:
-    """Instances assigned to ``node`` or still active there."""
-    report = cluster_report(client, root)
-    return sorted(
-        name for name, i in report["instances"].items() if i["node"] == node or i["running_on"] == node
-    )
+def cmd_move(args: argparse.Namespace) -> int:
+    from relay.cluster.control import pin, unpin
+
+    if bool(args.node) == bool(args.unpin):
+        raise ClusterError("give NODE (move the instance there and pin it) or --unpin, not both")
+    client, root = _connect(args)
+    try:
+        lines = (
+            unpin(client, root, args.instance) if args.unpin else pin(client, root, args.instance, args.node)
+        )
+    finally:
+        _close(client)
+    for line in lines:
+        print(line)
+    return 0
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
@@ -349,4 +353,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     absent = [name for name in report["drain_marks"] if name not in report["nodes"]]
     if absent:  # a mark left by a misspelt `drain`, or one set ahead for a node that has not joined
         print(f"drained, not live: {', '.join(absent)} (relay cluster drain NAME --undo removes a mark)")
+    for name, node in report["pins"].items():
+        print(f"pinned: {name} -> {node} (relay cluster move {name} --unpin removes it)")
     return 0 if healthy else 1

@@ -3,7 +3,8 @@
 The CLI is the only code that handles signals, and the only production code that prints for people (the
 demo and the benchmarks in ``relay.dev`` print their own progress). Command groups live beside it:
 ``mapping``/``replay`` (``relay.cli.mapping``), ``positions``, ``dev``, ``spark``, ``bench``, ``instance``,
-``cluster``; ``relay run``'s body is ``relay.cli.running``'s (a cluster node's children run it too).
+``cluster``, ``console``; ``relay run``'s body is ``relay.cli.running``'s (a cluster node's children
+run it too).
 """
 
 from __future__ import annotations
@@ -383,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     from relay.cli.cluster import add_cluster_parser
 
     add_cluster_parser(sub)
+    from relay.cli.console import add_console_parser
+
+    add_console_parser(sub)
     return parser
 
 

@@ -10,7 +10,6 @@ the version it read; ``--dry-run`` shows the effect and stores nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -24,15 +23,21 @@ from mapping.load import dump_mapping, load_mapping
 from mapping.model import Mapping, MappingWarning, Route
 from mapping.store import MappingStore
 from mapping.store_zk import ZooKeeperStoreConfig
-from relay.cli.mapping_columns import LiveColumns, column_problems, live_columns
 from relay.cli.mapping_relays import known_relays, markers, print_relays
-from relay.common import mysql
 from relay.config.state import MAPPING_HISTORY_DIR
-from relay.errors import InvalidMappingError, MappingError, SourceError
+from relay.errors import InvalidMappingError, MappingError
+from relay.ops.mapping_live import (
+    Live,
+    LiveSource,
+    column_problems,
+    live_problems,
+    live_source,
+    live_tables,
+    reachable,
+)
 from relay.wiring import mapping_store, open_mapping_store
 
 Handler = Callable[[argparse.Namespace, MappingStore], int]
-_SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
 STORE_HELP = (
     "The store is chosen by, in this order: --zookeeper HOSTS (with --zk-path, --zk-auth), --file PATH, "
@@ -65,37 +70,26 @@ def _live_tables(args: argparse.Namespace, timeout: float = 10.0) -> list[tuple[
     return _live(args, timeout, columns=False)[0]
 
 
-def _live(
-    args: argparse.Namespace, timeout: float, *, columns: bool
-) -> tuple[list[tuple[str, str]], LiveColumns]:
-    """The live server's base tables and, with ``columns``, each one's columns."""
-    import pymysql
+def _source(args: argparse.Namespace) -> LiveSource | None:
+    """The server --mysql or -c names (None: neither)."""
+    if getattr(args, "mysql", None):
+        from relay.dev.services import MySQLService
 
-    from relay.dev.services import MySQLService
-
-    if args.mysql:
         s = MySQLService.parse(args.mysql)
-        host, port, user, password, tls = s.host, s.port, s.user, s.password, None
-    elif args.config:
+        return LiveSource(s.host, s.port, s.user, s.password, None, "--mysql")
+    if getattr(args, "config", None):
         from relay.config.load import load_config
 
-        src = load_config(args.config).source
-        host, port, user, password, tls = src.host, src.port, src.user, src.password, src.tls
-    else:
+        return live_source(load_config(args.config))
+    return None
+
+
+def _live(args: argparse.Namespace, timeout: float, *, columns: bool) -> Live:
+    """The live server's base tables and, with ``columns``, each one's columns."""
+    source = _source(args)
+    if source is None:
         raise MappingError("--mysql", "name a server: --mysql mysql://user:pass@host:port or -c CONFIG")
-    marks = ", ".join(["%s"] * len(_SYSTEM_SCHEMAS))
-    try:
-        conn = mysql.connect(host, port, user, password, tls=tls, connect_timeout=timeout)
-        with contextlib.closing(conn), conn.cursor() as cur:
-            cur.execute(
-                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
-                f"'BASE TABLE' AND table_schema NOT IN ({marks}) ORDER BY 1, 2",
-                _SYSTEM_SCHEMAS,
-            )
-            tables = [(str(db), str(table)) for db, table in cur.fetchall()]
-            return tables, (live_columns(cur, _SYSTEM_SCHEMAS) if columns else {})
-    except (pymysql.MySQLError, SourceError) as exc:
-        raise MappingError("--mysql", f"cannot list the tables of {host}:{port}: {exc}") from exc
+    return live_tables(source, timeout, columns=columns)
 
 
 def _route_line(route: Route | None, db: str, table: str) -> str:
@@ -202,37 +196,25 @@ def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
     live = _live(args, 10.0, columns=controls) if args.live else _reachable(args, columns=controls)
     against = ""
     if live is not None:
-        tables, columns = live
-        # raises InvalidMappingError naming each table (two claimants, two codecs in one topic); what
-        # the real names show replaces what the patterns suggest
-        coverage = mapping.validate_against(tables)
-        problems = column_problems(mapping, coverage.routes, columns) if controls else []
+        # every table named (two claimants, two codecs in one topic, column controls that do not fit);
+        # what the real names show replaces what the patterns suggest
+        problems = live_problems(mapping, live)
         if problems:
             raise InvalidMappingError(str(where), problems)
-        warnings = (*_no_dbs(mapping), *coverage.warnings)
-        against = f", checked against {len(tables)} tables of the source"
+        warnings = (*_no_dbs(mapping), *mapping.validate_against(live[0], raise_errors=False).warnings)
+        against = f", checked against {len(live[0])} tables of the source"
     _print_warnings(warnings)
     count = f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""
     print(f"{where}: version {mapping.version} is valid{against}{count}")
     return 0
 
 
-REACH_SECONDS = 5.0  # how long a command that does not need the server waits for it (-c / --mysql)
-
-
-def _reachable(
-    args: argparse.Namespace, *, columns: bool
-) -> tuple[list[tuple[str, str]], LiveColumns] | None:
+def _reachable(args: argparse.Namespace, *, columns: bool) -> Live | None:
     """The source's tables (and columns) when -c or --mysql names a server that answers; None (with a
-    warning) when it does not, or when none is named: the patterns are then checked against each other
-    only, and column controls against the mapping's own key columns only."""
-    if not (getattr(args, "config", None) or getattr(args, "mysql", None)):
-        return None
-    try:
-        return _live(args, REACH_SECONDS, columns=columns)
-    except MappingError as exc:
-        print(f"warning: overlaps checked between the patterns only: {exc}", file=sys.stderr)
-        return None
+    warning) when it does not, or when none is named (``relay.ops.mapping_live.reachable``)."""
+    return reachable(
+        _source(args), columns=columns, warn=lambda line: print(f"warning: {line}", file=sys.stderr)
+    )
 
 
 def _no_dbs(mapping: Mapping) -> tuple[MappingWarning, ...]:
@@ -308,8 +290,7 @@ def _apply(args: argparse.Namespace, store: MappingStore, change: Callable[[Mapp
     _warn_codec_moves(args, old, new)
     live = None if getattr(args, "live", False) else _reachable(args, columns=bool(new.column_controls()))
     if live is not None:  # overlaps and codecs only real names show: refused like any invalid edit
-        coverage = new.validate_against(live[0], raise_errors=False)
-        errors = [*coverage.errors, *column_problems(new, coverage.routes, live[1])]
+        errors = live_problems(new, live)
         if errors:
             raise editor.refusal(InvalidMappingError("the edited mapping, against the live tables", errors))
     if args.dry_run:

@@ -8,6 +8,8 @@ status|rebalance|drain`` print. Under the cluster root::
     <root>/drained/<node>         persistent: `relay cluster drain NODE` (kept across the node's restarts)
     <root>/leader                 ephemeral: the node that places instances (its name)
     <root>/assignments/<name>     persistent: the node an instance is placed on, the plan's generation
+    <root>/pins/<name>            persistent: `relay cluster move NAME NODE` — the node the instance is
+                                  pinned to (``relay.cluster.placement``: honoured while it is eligible)
     <root>/destinations/<name>/status
                                   ephemeral, written by the node running the instance: its state, lag,
                                   last error, restarts, and the relay's whole status record (next to
@@ -77,6 +79,13 @@ class Paths:
     def drain_mark(self, name: str) -> str:
         return self._at("drained", name)
 
+    @property
+    def pins(self) -> str:
+        return self._at("pins")
+
+    def pin(self, instance: str) -> str:
+        return self._at("pins", instance)
+
     def assignment(self, instance: str) -> str:
         return self._at("assignments", instance)
 
@@ -140,6 +149,7 @@ class ClusterView:
     assignments: Mapping[str, Assignment] = field(default_factory=dict)
     leader: str | None = None
     statuses: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    pins: Mapping[str, str] = field(default_factory=dict)
 
     def placement_nodes(self) -> list[Node]:
         return [
@@ -152,7 +162,7 @@ class ClusterView:
     def plan(self) -> Plan:
         """The leader's plan from here (``relay.cluster.placement``); empty when nothing is to move.
         An assignment to a node that is not live counts as running nowhere… but still as a move."""
-        return place(self.placement_nodes(), self.instances, self.current())
+        return place(self.placement_nodes(), self.instances, self.current(), self.pins)
 
     def generation(self) -> int:
         return max((a.generation for a in self.assignments.values()), default=0)
@@ -186,6 +196,11 @@ def read_view(client: KazooClient, root: str, *, statuses: bool = False, watch: 
         if record is not None and isinstance(record.get("node"), str):
             generation, reason = int(record.get("generation", 0)), str(record.get("reason", ""))
             assignments[name] = Assignment(name, record["node"], generation, reason)
+    pins = {}
+    for name in _children(client, paths.pins, watch):
+        pin = _text(client, paths.pin(name), watch)
+        if pin:
+            pins[name] = pin
     leader_record = _json(client, paths.leader, watch)
     found: dict[str, dict[str, Any]] = {}
     if statuses:
@@ -200,6 +215,7 @@ def read_view(client: KazooClient, root: str, *, statuses: bool = False, watch: 
         assignments=assignments,
         leader=str(leader_record.get("node")) if leader_record else None,
         statuses=found,
+        pins=pins,
     )
 
 
@@ -210,6 +226,18 @@ def _children(client: KazooClient, path: str, watch: Any) -> list[str]:
         if watch is not None:  # a watch on a container that does not exist yet: its creation
             client.exists(path, watch=watch)
         return []
+
+
+def _text(client: KazooClient, path: str, watch: Any) -> str:
+    """A record holding a name ("" when absent or not text)."""
+    try:
+        data, _ = client.get(path, watch=watch)
+        return str(data.decode("utf-8")).strip()
+    except NoNodeError:
+        return ""
+    except UnicodeDecodeError:
+        log.warning("%s: not a node name, ignored", path)
+        return ""
 
 
 def _json(client: KazooClient, path: str, watch: Any) -> dict[str, Any] | None:

@@ -20,6 +20,11 @@ The rule (docs/architecture.md, "Cluster"):
 - **Deterministic**: the same nodes, instances and assignment give the same plan, whatever their order:
   the instances that leave a node are the last by name; the ones to place (those running elsewhere
   first, then new ones, each by name) fill the nodes below their load by name order.
+- **Pinned** (``relay cluster move INSTANCE NODE``, the console's "move"): an instance pinned to an
+  eligible node counts as running there, ahead of the others on it, so the plan moves it there and keeps
+  it while the node stays eligible; the balance is kept by moving another instance off that node (the last
+  by name, as ever). A pin to a node that left, is drained or has no room is ignored until it is eligible
+  again (the instance is placed as usual meanwhile), and never exceeds a capacity.
 """
 
 from __future__ import annotations
@@ -70,15 +75,23 @@ class Plan:
     loads: Mapping[str, int] = field(default_factory=dict)
 
 
-def place(nodes: Iterable[Node], instances: Iterable[str], current: Mapping[str, str]) -> Plan:
+def place(
+    nodes: Iterable[Node],
+    instances: Iterable[str],
+    current: Mapping[str, str],
+    pins: Mapping[str, str] | None = None,
+) -> Plan:
     """The plan from ``current`` (instance → node) to a balanced, sticky assignment of ``instances``
-    over ``nodes``; ``ClusterError`` for a node named twice or a negative capacity."""
+    over ``nodes``, honouring ``pins`` (instance → node) where the node is eligible; ``ClusterError`` for
+    a node named twice or a negative capacity."""
     by_name = _nodes(nodes)
     wanted = sorted(set(instances))
     eligible = {name: n.capacity for name, n in by_name.items() if n.eligible}
+    pinned = {i: n for i, n in (pins or {}).items() if i in wanted and n in eligible}
+    seat = {**current, **pinned}  # where each instance counts as running: a pin wins over the assignment
     on: dict[str, list[str]] = {name: [] for name in eligible}
-    for instance in wanted:
-        node = current.get(instance)
+    for instance in sorted(wanted, key=lambda i: (i not in pinned, i)):  # pinned first: kept first
+        node = seat.get(instance)
         if node in on:
             on[node].append(instance)
     held = {name: len(on[name]) for name in on}
@@ -90,14 +103,14 @@ def place(nodes: Iterable[Node], instances: Iterable[str], current: Mapping[str,
         keep = min(held[name], targets[name])
         assignment.update((instance, name) for instance in on[name][:keep])
         free[name] = targets[name] - keep
-    running = sorted(i for i in wanted if i in current and i not in assignment)
-    new = [i for i in wanted if i not in current]
+    running = sorted(i for i in wanted if i in seat and i not in assignment)
+    new = [i for i in wanted if i not in seat]
     pool = iter([*running, *new])  # those already running first: leaving one unplaced is a move too
     for name in sorted(free):
         for _ in range(free[name]):
             assignment[next(pool)] = name
     unplaced = tuple(sorted(pool))
-    moves = _moves(by_name, held, set(wanted), current, assignment)
+    moves = _moves(by_name, held, set(wanted), current, assignment, pinned)
     return Plan(assignment, moves, unplaced, targets)
 
 
@@ -140,6 +153,7 @@ def _moves(
     wanted: set[str],
     current: Mapping[str, str],
     assignment: Mapping[str, str],
+    pinned: Mapping[str, str],
 ) -> tuple[Move, ...]:
     out: list[Move] = []
     for instance in sorted(wanted | set(current)):
@@ -148,6 +162,8 @@ def _moves(
             continue
         if instance not in wanted:
             reason = "instance removed"
+        elif target is not None and pinned.get(instance) == target:
+            reason = f"pinned to {target}"
         elif source is None:
             reason = "new instance"
         else:

@@ -55,6 +55,7 @@ def cluster_report(client: KazooClient, root: str) -> dict[str, Any]:
             {"instance": m.instance, "from": m.source, "to": m.target, "reason": m.reason} for m in plan.moves
         ],
         "unplaced": list(plan.unplaced),
+        "pins": dict(sorted(view.pins.items())),
         "balanced": _balanced(view),
     }
 
@@ -68,6 +69,7 @@ def _instance(client: KazooClient, paths: Paths, view: ClusterView, name: str) -
         "node": assignment.node if assignment else None,
         "generation": assignment.generation if assignment else None,
         "moved_because": assignment.reason if assignment else None,
+        "pinned_to": view.pins.get(name),
         "running_on": active.get("member") if active else None,
         "epoch": active.get("epoch") if active else None,
         "state": status.get("state"),

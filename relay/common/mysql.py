@@ -16,6 +16,7 @@ from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
 from relay.errors import SourceConnectionError, SourceError
 
 ER_ACCESS_DENIED_ERROR = 1045
+ER_PARSE_ERROR = 1064
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 # Errors that reconnecting cannot repair: a person has to change the account or the position.
 PERMANENT_ERRORS = frozenset({ER_ACCESS_DENIED_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG})
@@ -68,3 +69,19 @@ def translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:
 def error_code(exc: BaseException) -> int:
     args: Any = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else 0
+
+
+def binlog_status(cur: Any) -> tuple[Any, ...] | None:
+    """The server's binlog status row (file, position, …, GTID set), or None when binary logging is off.
+
+    ``SHOW MASTER STATUS`` on MariaDB and MySQL before 8.4 (8.4 removed the name: a parse error there), else
+    ``SHOW BINARY LOG STATUS`` (MySQL 8.2 and later). PyMySQL's errors other than that one go to the caller.
+    """
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except pymysql.err.ProgrammingError as exc:
+        if error_code(exc) != ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW BINARY LOG STATUS")
+    row = cur.fetchone()
+    return tuple(row) if row else None

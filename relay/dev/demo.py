@@ -364,7 +364,11 @@ class Demo:
         report = status_report(load_config(config))
         if not report["running"]:
             raise DemoError(f"relay status says the kept relay is not running: {report}")
+        from relay.dev.demo_console import start_console
+
+        console = start_console(self.workdir, config)
         procs = [
+            ("console", console.pid, console.start_time),
             ("relay", self.runner.pid, self.runner.start_time),
             ("broker", self.kafka.running.process.pid, self.kafka.running.process.start_time),
             ("mariadbd", self.mysql.running.process.pid, self.mysql.running.process.start_time),
@@ -377,10 +381,13 @@ class Demo:
         relay, pids = relay_command(), " ".join(str(p[1]) for p in procs)
         for line in (
             f"\nLeft running (relay status: {report['state']}, position {report['position']}):",
-            f"  relay     pid {procs[0][1]}: {relay} run -c {config}",
+            f"  console   pid {procs[0][1]}: {console.url}  login: {console.user} / {console.password} "
+            f"(operator; users in {console.users_path.name})",
+            f"            log {console.log_path}",
+            f"  relay     pid {procs[1][1]}: {relay} run -c {config}",
             f"            log {self.runner.log_path}",
-            f"  broker    pid {procs[1][1]}: bootstrap servers {bootstrap}",
-            f"  MariaDB   pid {procs[2][1]}: mysql://{mysql.user}:{mysql.password}@{mysql.host}:{mysql.port}",
+            f"  broker    pid {procs[2][1]}: bootstrap servers {bootstrap}",
+            f"  MariaDB   pid {procs[3][1]}: mysql://{mysql.user}:{mysql.password}@{mysql.host}:{mysql.port}",
             f"Connect:      mariadb -h {mysql.host} -P {mysql.port} -u {mysql.user} -p{mysql.password}",
             f"Status:       {relay} status -c {config}",
             f"Read a topic: {read} shop.orders   (or shop, {DDL_TOPIC})",

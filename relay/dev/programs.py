@@ -24,6 +24,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "java": ("default-jre-headless", "the embedded ZooKeeper and Apache Kafka"),
     "mvn": ("maven", "resolving pinned Java artifacts from Maven Central once (relay.common.jars)"),
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
+    "chromium": ("chromium", "tests: the browser Playwright drives through the console's pages"),
 }
 
 # Programs some tests use where they exist and skip without (saying so): listed, never installed by

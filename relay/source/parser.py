@@ -132,7 +132,7 @@ class ParserLoop:
         # transaction; what was published after it is dropped again (``_published_before``).
         start = resolve_start(self.config.source, info, saved.read_from if saved is not None else None)
         self.reading.start_point = start
-        attach_schema_history(self.reading.source, self.schema_history, self.config.schema_history, start)
+        self._attach_history(self.reading.source, start, standby=False)
         self.reading.source.open(start)
         self.failover.track(info, start)
 
@@ -361,15 +361,16 @@ class ParserLoop:
             switch.drop,
         )
 
-    def _attach_history(self, source: BinlogSource, start: StartPoint) -> None:
-        """The standby's source follows the schema history too, with records of its own (its binlog
-        places are another numbering). Switching by GTID, the standby continues right after the
-        master's last event: the master's schema now is the standby's at its start, carried over.
-        Switching by timestamp it re-reads an overlap, so its definitions are read from it
+    def _attach_history(self, source: BinlogSource, start: StartPoint, *, standby: bool = True) -> None:
+        """The source follows the schema history (``standby`` False: the master, at the start). A standby
+        has records of its own (its binlog places are another numbering). Switching by GTID it continues
+        right after the master's last event: the master's schema now is its schema at its start, carried
+        over. Switching by timestamp it re-reads an overlap, so its definitions are read from it
         (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
         master = self.reading.source.schema
-        carry = master.catalog.copy() if master is not None and not start.journal else None
-        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
+        carry = master.catalog.copy() if standby and master is not None and not start.journal else None
+        mode, captures = self.config.schema_history, self.config.captures
+        attach_schema_history(source, self.schema_history, mode, start, carry, captures=captures)
 
     def _await_acked(self) -> None:
         while not self._stopping.is_set():

@@ -25,7 +25,7 @@ from relay.positions.store import ResumePoint
 from relay.source.acks import AckPath
 from relay.source.reading import Reading
 from relay.source.snapshot import Snapshot
-from relay.source.snapshot_checkpoint import EXTRA_KEY, compacted, state_rows
+from relay.source.snapshot_checkpoint import EXTRA_KEY, READ_MS_KEY, compacted, state_rows
 from relay.source.snapshot_entry import SnapshotEntry
 from relay.source.snapshot_plan import captured_tables, check_where, plan
 
@@ -194,12 +194,17 @@ class SnapshotControl:
         return state
 
     def extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
-        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
+        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them, and
+        when the last one is a chunk, when its rows were read (``READ_MS_KEY``)."""
         for e in reversed(entries):
             if isinstance(e, SnapshotEntry):
                 self._state = self._unless_cancelled(compacted(e.checkpoint))
                 break
-        return {EXTRA_KEY: self._state} if self._state is not None else {}
+        out: dict[str, Any] = {EXTRA_KEY: self._state} if self._state is not None else {}
+        last = entries[-1] if entries else None
+        if isinstance(last, SnapshotEntry) and last.read_ms > 0:
+            out[READ_MS_KEY] = last.read_ms
+        return out
 
     def rolled_back(self, last: ResumePoint | None) -> None:
         """The checkpoint goes back with the batches: to ``last``, the point after the last one still

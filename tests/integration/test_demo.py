@@ -112,6 +112,21 @@ def test_demo_relays_the_sharded_sample_shows_every_topic_and_leaves_nothing_beh
         assert not workdirs[0].exists()
 
 
+def console_page(url: str, user: str, password: str) -> str:
+    """The fleet page of ``url`` after logging in with the form, as a browser would (cookie kept)."""
+    import http.cookiejar
+    import urllib.parse
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    form = urllib.parse.urlencode({"user": user, "password": password, "next": "/"}).encode()
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/login", data=form, headers={"Origin": url.rstrip("/")}
+    )
+    with opener.open(request, timeout=30) as answer:  # 303 to the fleet page, followed
+        return str(answer.read().decode())
+
+
 def printed(out: str, pattern: str) -> str:
     match = re.search(pattern, out, re.MULTILINE)
     assert match, f"{pattern!r} not in:\n{out}"
@@ -152,6 +167,12 @@ def test_demo_keep_leaves_services_and_relay_running_as_printed_until_its_stop()
             [read, "relay.ddl", "2"], check=False, capture_output=True, text=True, timeout=60
         )
         assert audit.returncode == 0 and "ADD COLUMN note" in audit.stdout, audit.stdout + audit.stderr
+        # the console over the kept relay, with the login printed: its fleet page shows the relay running
+        found = re.search(r"^  console +pid (\d+): (http://\S+)  login: (\S+) / (\S+) ", out, re.MULTILINE)
+        assert found, out
+        assert int(found.group(1)) in processes_in(workdirs[0])
+        page = console_page(found.group(2), found.group(3), found.group(4))
+        assert 'data-instance="demo"' in page and 'data-field="state">running<' in page, page[:3000]
 
         stopped = subprocess.run([stop], check=False, capture_output=True, text=True, timeout=120)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr

@@ -214,3 +214,74 @@ def test_large_clusters_stay_balanced_and_sticky() -> None:
     assert {m.instance for m in plan2.moves} == {i for i, n in current.items() if n == gone}
     capacity = {n.name: n.capacity for n in nodes if n.name != gone}
     assert _balanced({n: loads(plan2)[n] for n in capacity}, capacity)
+
+
+# --- pins (`relay cluster move`) ---------------------------------------------------------------------
+
+
+def balanced(plan: Plan, nodes: Sequence[Node]) -> bool:
+    eligible = {n.name: n.capacity for n in nodes if n.eligible}
+    held = {name: sum(1 for node in plan.assignment.values() if node == name) for name in eligible}
+    below = [held[name] for name in eligible if held[name] < eligible[name]]
+    return all(held[n] <= eligible[n] for n in eligible) and (
+        not below or max(held.values()) - min(below) <= 1
+    )
+
+
+def test_a_pin_moves_the_instance_and_another_one_makes_room() -> None:
+    current = {"a1": "a", "b1": "b"}
+    plan = place([Node("a", 2), Node("b", 2)], list(current), current, {"a1": "b"})
+    assert plan.assignment["a1"] == "b" and plan.assignment["b1"] == "a"  # a swap keeps the balance
+    assert {m.instance: m.reason for m in plan.moves}["a1"] == "pinned to b"
+    # once there, the pin keeps it there: the next plan is empty
+    again = place([Node("a", 2), Node("b", 2)], list(current), dict(plan.assignment), {"a1": "b"})
+    assert again.moves == ()
+
+
+def test_a_pinned_instance_is_kept_where_a_sticky_plan_would_move_the_last_by_name() -> None:
+    current = {"x": "a", "y": "a", "z": "b"}
+    nodes = [Node("a", 3), Node("b", 3), Node("c", 3)]
+    unpinned = place(nodes, list(current), current)
+    assert unpinned.moves == () or all(m.instance != "x" for m in unpinned.moves)
+    plan = place(nodes, list(current), current, {"y": "c"})
+    assert plan.assignment["y"] == "c" and balanced(plan, nodes)
+
+
+def test_a_pin_to_a_node_that_is_not_eligible_waits() -> None:
+    current = {"i0": "a", "i1": "b"}
+    for nodes in ([Node("a", 2), Node("b", 2)], [Node("a", 2), Node("b", 2), Node("c", 2, drained=True)]):
+        plan = place(nodes, list(current), current, {"i0": "c"})
+        assert plan.moves == () and plan.assignment["i0"] == "a"
+    plan = place([Node("a", 2), Node("b", 2), Node("c", 2)], list(current), current, {"i0": "c"})
+    assert plan.assignment["i0"] == "c"
+
+
+def test_pins_never_exceed_a_capacity_and_keep_the_balance_random() -> None:
+    rng = random.Random(4411)
+    for case in range(2000):
+        nodes = [
+            Node(f"n{k}", rng.randint(0, 4), drained=rng.random() < 0.15) for k in range(rng.randint(1, 5))
+        ]
+        instances = [f"i{k}" for k in range(rng.randint(0, 12))]
+        names = [n.name for n in nodes] + ["gone"]
+        current = {i: rng.choice(names) for i in instances if rng.random() < 0.8}
+        pins = {i: rng.choice(names) for i in instances if rng.random() < 0.3}
+        plan = place(nodes, instances, current, pins)
+        assert balanced(plan, nodes), (case, nodes, current, pins, plan)
+        eligible = {n.name for n in nodes if n.eligible}
+        assert set(plan.assignment.values()) <= eligible, case
+        placed = min(len(instances), sum(n.capacity for n in nodes if n.eligible))
+        assert len(plan.assignment) == placed, case
+        # every pin honoured where its node had room for it after the pins before it (by name)
+        room = {n.name: n.capacity for n in nodes if n.eligible}
+        for instance, node in sorted(pins.items()):
+            if node in room and room[node] > 0 and plan.assignment.get(instance) != node:
+                # only allowed when the balanced load of that node leaves no room for it
+                held = sum(1 for i, n in plan.assignment.items() if n == node and pins.get(i) == node)
+                assert held >= sum(1 for n in plan.assignment.values() if n == node), (
+                    case,
+                    instance,
+                    node,
+                    plan,
+                )
+        assert place(nodes, instances, current, pins) == plan, case  # deterministic

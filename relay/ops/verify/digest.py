@@ -9,7 +9,7 @@ snapshot readers publish, ``relay.binlog.values`` / ``relay.source.snapshot_rows
   YEAR, CHAR/VARCHAR/TEXT, ENUM, SET, JSON: ``CAST(c AS CHAR CHARACTER SET utf8mb4)`` — canal's text, as
   the type tests prove (``tests/integration/test_type_table.py``);
 - BINARY/VARBINARY/BLOB/GEOMETRY: ``HEX(c)`` (canal's text is one ISO-8859-1 character per byte: its hex);
-- BIT: ``c+0`` (canal's text is the unsigned number);
+- BIT, and ZEROFILL integers and DECIMALs: ``c+0`` (canal's text is the number, without padding);
 - DOUBLE, FLOAT: canal's text is Java's ``Double.toString`` / ``Float.toString``, which SQL cannot write.
   MySQL writes the value's shortest round-trip digits in a layout of its own (``1e15``, ``0.000015``):
   that text is hashed, and the target side writes the same text from the value (``mysql_double_text``;

@@ -187,7 +187,10 @@ def _shard_value(route: Route, spec: TableSpec) -> str | int | None:
 
 def build_shard(spec: TableSpec, route: Route, *, mirror: bool, digests_exact: bool, where: str) -> Shard:
     """The shard of ``spec`` routed by ``route``, compared against a topic (``mirror`` False) or a mirror."""
-    kinds = tuple(hash_kind(c, k) for c, k in zip(spec.columns, spec.kinds, strict=True))
+    kinds = tuple(
+        HashKind.BIT if i in spec.zerofill else hash_kind(c, k)  # ``c+0``: the number, unpadded
+        for i, (c, k) in enumerate(zip(spec.columns, spec.kinds, strict=True))
+    )
     record = record_key_columns(route, spec)
     physical = f"{spec.db}.{spec.table}"
     if record is not None:

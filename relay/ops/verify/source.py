@@ -180,7 +180,7 @@ class SourceReader:
 
     def describe(self, db: str, table: str, estimated: int = 0) -> TableSpec:
         try:
-            return describe_table(self._conn, db, table, estimated, spatial=True)
+            return describe_table(self._conn, db, table, estimated)
         except pymysql.err.MySQLError as exc:
             raise mysql.translate(exc, f"relay verify: describing {db}.{table}") from exc
 
