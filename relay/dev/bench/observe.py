@@ -131,10 +131,19 @@ class TopicWatch:
         return [TopicPartition(t, p) for t in self.topics for p in sorted(meta.topics[t].partitions)]
 
     def count(self) -> int:
+        """The records in the topics now; the last count when the broker answers with a passing error (a
+        partition whose leader is still being settled right after the topic was created)."""
+        from confluent_kafka import KafkaException
+
         total = 0
-        for tp in self._partitions:
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            total += high - max(low, 0)
+        try:
+            for tp in self._partitions:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                total += high - max(low, 0)
+        except KafkaException as exc:
+            if not exc.args or not exc.args[0].retriable():
+                raise
+            return self.marks.records
         return int(total)
 
     def _cpu(self) -> float:

@@ -41,11 +41,12 @@ def relay_topics(table: str) -> list[str]:
 def fresh_topics(ctx: Context, topics: list[str]) -> None:
     """An empty broker for the next run: the embedded one restarted (its topics created by the runner), or,
     on a broker given with --kafka, ``topics`` deleted and created again."""
-    if ctx.fresh_broker is not None:
-        ctx.renew_broker()
-        return
     from confluent_kafka.admin import AdminClient
 
+    if ctx.fresh_broker is not None:
+        ctx.renew_broker()
+        _await_leaders(AdminClient({"bootstrap.servers": ctx.kafka, "log_level": 3}), topics)
+        return
     admin = AdminClient({"bootstrap.servers": ctx.kafka, "log_level": 3})
     existing = [t for t in topics if t in admin.list_topics(timeout=30).topics]
     for future in admin.delete_topics(existing, request_timeout=30).values() if existing else []:
@@ -56,6 +57,27 @@ def fresh_topics(ctx: Context, topics: list[str]) -> None:
             raise BenchError(f"the broker did not delete {existing} within 60s")
         time.sleep(0.1)
     create_topics(ctx.kafka, topics)
+    _await_leaders(admin, topics)
+
+
+def _await_leaders(admin: Any, topics: list[str], timeout: float = 60.0) -> None:
+    """Until every partition of ``topics`` has a leader in the broker's metadata (a watch's first look at
+    a topic just created may otherwise meet NOT_LEADER_FOR_PARTITION)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(timeout=30).topics
+        ready = all(
+            t in meta and meta[t].error is None and meta[t].partitions
+            and all(p.leader >= 0 and p.error is None for p in meta[t].partitions.values())
+            for t in topics
+        )  # fmt: skip
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"the broker named no leader for every partition of {topics} within {timeout:.0f}s"
+            )
+        time.sleep(0.05)
 
 
 @dataclass
