@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.errors import BenchError
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -116,6 +118,7 @@ class TopicWatch:
         self.marks = Marks()
         self._last_cpu = 0.0
         self._closed = False
+        self.error: Exception | None = None
         self._consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "relay-bench-watch", "enable.auto.commit": False}
         )
@@ -155,6 +158,13 @@ class TopicWatch:
         return self._last_cpu
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # the caller's wait() reports it
+            self.error = exc
+            self._done.set()
+
+    def _watch(self) -> None:
         marks = self.marks
         polls = 0
         while not self._stop.is_set():
@@ -178,8 +188,12 @@ class TopicWatch:
         return self
 
     def wait(self, timeout: float) -> bool:
-        """True once every expected record is there; False at the deadline."""
-        return self._done.wait(timeout)
+        """True once every expected record is there; False at the deadline; the watch's own failure (it
+        could not read the watermarks) raised as ``BenchError``."""
+        done = self._done.wait(timeout)
+        if self.error is not None:
+            raise BenchError(f"watching {', '.join(self.topics)} failed: {self.error}") from self.error
+        return done
 
     def close(self) -> None:
         self._stop.set()

@@ -119,6 +119,7 @@ class RunObserver:
 
     def finish(self, peak_rss_mb: float) -> RunFigures:
         assert self.watch is not None
+        self.watch.wait(10.0)  # the system has finished: the last records are there or never will be
         self.watch.close()
         marks = self.watch.marks
         sample = sample_keys(self.run.expected, SAMPLE_SEED)
