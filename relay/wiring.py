@@ -60,14 +60,18 @@ from relay.source.snapshot_control import SnapshotControl
 
 # --- mapping store ---------------------------------------------------------------------------------
 def open_mapping_store(
-    kind: str, file: str, zookeeper: ZooKeeperStoreConfig | None = None, history: Path | None = None
+    kind: str,
+    file: str,
+    zookeeper: ZooKeeperStoreConfig | None = None,
+    history: Path | None = None,
+    setting: str = "mapping.file",
 ) -> MappingStore:
     """The mapping store named by ``kind``: ``file`` (the YAML file, its versions in ``history``: the
     state directory's ``mapping-history``) or ``zookeeper`` (a node)."""
     if kind == "file":
         if history is None:
             raise MappingStoreError("mapping.file", "no history directory given")
-        return FileMappingStore(file, history)
+        return FileMappingStore(file, history, setting)
     if kind == "zookeeper":
         if zookeeper is None:
             raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
@@ -291,6 +295,7 @@ def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
         client_id=k.client_id.format(instance=config.instance),
         kafka=dict(k.settings),
         delivery_timeout_s=k.delivery_timeout_seconds,
+        admin_timeout_s=k.connect_timeout_seconds,
         dead_letter_topic=k.dead_letter_topic,
         dead_letter_value_bytes=k.dead_letter_value_bytes,
         create_topics=topics.create,

@@ -32,8 +32,11 @@ def connect(
     connect_timeout: float = 10.0,
     read_timeout: float | None = None,
     write_timeout: float | None = None,
+    origin: str = "source",
 ) -> pymysql.connections.Connection:
-    """An autocommit utf8mb4 connection, encrypted as ``tls`` demands; ``SourceError`` when refused."""
+    """An autocommit utf8mb4 connection, encrypted as ``tls`` demands; ``SourceError`` when refused,
+    naming the settings to change: ``origin`` is the config section (``source``, ``source.standby``) or
+    the flag (``--mysql``) the address and account came from."""
     where = f"{host}:{port}"
     try:
         conn = pymysql.connect(
@@ -51,9 +54,20 @@ def connect(
             **connect_arguments(tls),
         )
     except pymysql.err.MySQLError as exc:
-        raise translate(exc, f"cannot connect to MySQL at {where}") from exc
+        if error_code(exc) == ER_ACCESS_DENIED_ERROR:
+            doing = f"MySQL at {where} refused the login of {user!r} ({named(origin, 'user', 'password')})"
+        else:
+            doing = f"cannot connect to MySQL at {where} ({named(origin, 'host', 'port')})"
+        raise translate(exc, doing) from exc
     ensure_encrypted(conn, tls, where)
     return conn
+
+
+def named(origin: str, *keys: str) -> str:
+    """The settings an operator changes: ``source.host, source.port``, or the flag itself."""
+    if origin.startswith("-"):
+        return origin
+    return ", ".join(f"{origin}.{k}" for k in keys)
 
 
 def translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:

@@ -54,6 +54,7 @@ from typing import Any
 import pymysql
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from relay.common.kafka_log import quiet
 from relay.common.mysql import connect
 from relay.config.load import RelayConfig
 from relay.daemon.status import RelayStats
@@ -166,7 +167,7 @@ class Heartbeats:
                 self._topic.ensure()
             except RelayError as exc:  # the broker away, or no right to create it: say which setting
                 raise PublishError(f"kafka.heartbeat_topic {self.config.topic!r}: {exc}") from exc
-            self._producer = Producer(self.config.producer)
+            self._producer = Producer(quiet(self.config.producer))
         if self.config.query:
             problem = self._run_query()
             if problem is not None:

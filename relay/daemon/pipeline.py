@@ -277,6 +277,8 @@ class Relay:
         self.rooms = rooms or RelayRooms.build(config, mapping, parts)
         self.stats = self.rooms.stats
         self._stopping = threading.Event()
+        # it got past its start (claimed, source open, topics checked): an error now is the run's
+        self.publishing = False
 
     @property
     def mapping(self) -> Mapping:
@@ -328,6 +330,7 @@ class Relay:
                 self.config.kafka.bootstrap_servers,
             )
             self.stats.state = "running"
+            self.publishing = True
             self._loop(self.config.publish.retry.start(sleep=self._stopping.wait))
             rooms.recovery.drain()
         except BaseException as exc:

@@ -91,8 +91,15 @@ def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -
         else:
             if keys is not None:
                 only = _among(only, set(keys))
+            above = request.get("above_generation")
             try:
-                reason = instance.request_snapshot(only, str(request.get("id")), where, keys)
+                reason = instance.request_snapshot(
+                    only,
+                    str(request.get("id")),
+                    where,
+                    keys,
+                    above_generation=above if isinstance(above, int) else None,
+                )
             except RelayError as exc:
                 reason = str(exc)
             if reason == NO_CAPTURED_TABLE:

@@ -75,6 +75,7 @@ def connect(cfg: SourceConfig) -> pymysql.connections.Connection:
         tls=cfg.tls,
         connect_timeout=cfg.connect_timeout,
         read_timeout=cfg.read_timeout,
+        origin=cfg.origin,
     )
 
 

@@ -5,10 +5,13 @@ side-by-side table and its targets, the command line, and the /proc probe. No ti
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -294,7 +297,8 @@ def test_the_probe_counts_the_cpu_and_memory_of_a_process_and_its_children() -> 
         assert len(probe.pids()) == 2
         assert probe.peak_rss_mb() > 64
     finally:
-        for pid in ProcessProbe(parent.pid).pids()[::-1]:
-            subprocess.run(["kill", str(pid)], check=False)
+        for pid in ProcessProbe(parent.pid).pids()[::-1]:  # the processes this test started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         parent.wait(30)
     assert ProcessProbe(parent.pid).cpu_seconds() is None  # gone

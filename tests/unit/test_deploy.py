@@ -280,7 +280,9 @@ def test_the_build_context_leaves_out_what_must_not_ship() -> None:
         assert any(source == a or source.startswith(a + "/") for a in allowed), f"{source}: not in context"
 
 
-def test_the_development_broker_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_development_brokers_missing_are_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from relay.dev import services
     from relay.errors import ServiceError
 
@@ -288,7 +290,10 @@ def test_the_development_broker_missing_is_a_clear_error(monkeypatch: pytest.Mon
     with pytest.raises(ServiceError, match=r"dev extra .*scripts/bootstrap.*canal-relay\[dev\]"):
         services.tansu_binary()
     with pytest.raises(ServiceError, match="dev extra"):
-        services.start_kafka(services.StartOptions(Path("/nonexistent")))
+        services.start_tansu(services.StartOptions(Path("/nonexistent")))
+    monkeypatch.setenv("RELAY_JARS_DIR", str(tmp_path))  # Apache Kafka's jars not resolved there
+    with pytest.raises(ServiceError, match=r"not resolved .*scripts/bootstrap.*resolve kafka"):
+        services.start_kafka(services.StartOptions(tmp_path / "kafka"))
 
 
 def test_the_systemd_unit_runs_the_relay_unprivileged_and_stops_it_gracefully() -> None:

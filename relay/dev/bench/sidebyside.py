@@ -2,12 +2,12 @@
 
 For each workload the runner (``relay.dev.bench.runner``) writes the backlog once; then, in every
 repetition, the relay's drain (the ``relay-drain`` worker it runs anyway, watched from here) and each peer's
-run on the same binlog range, one after the other, each on an empty broker (the embedded one restarted, or
-a given broker's topics deleted and created again). Every run is measured from outside
-(``relay.dev.bench.observe``): rows/s on the broker's clock from the first record's append to the last's,
-CPU seconds of the system's processes between those two moments per row, peak RSS; and what it wrote is read
-back and checked against ``SELECT`` (``relay.dev.bench.landed``). Latency: each system streams while the
-bench offers the workload at a fixed rate, commit → the broker's append time of the row's record. The
+run on the same binlog range, one after the other, each on an empty broker (the embedded one's topics
+emptied, or Tansu restarted; a given broker's topics deleted and created again). Every run is measured from
+outside (``relay.dev.bench.observe``): rows/s on the broker's clock from the first record's append to the
+last's, CPU seconds of the system's processes between those two moments per row, peak RSS; and what it wrote
+is read back and checked against ``SELECT`` (``relay.dev.bench.landed``). Latency: each system streams while
+the bench offers the workload at a fixed rate, commit → the broker's append time of the row's record. The
 snapshot workload S: each system snapshots the same table. Runs on the bench's main thread.
 """
 
@@ -39,8 +39,9 @@ def relay_topics(table: str) -> list[str]:
 
 
 def fresh_topics(ctx: Context, topics: list[str]) -> None:
-    """An empty broker for the next run: the embedded one restarted (its topics created by the runner), or,
-    on a broker given with --kafka, ``topics`` deleted and created again."""
+    """An empty broker for the next run: the embedded one renewed (Apache Kafka: every record of the bench's
+    topics deleted; Tansu: restarted, its topics created by the runner), or, on a broker given with
+    --kafka, ``topics`` deleted and created again."""
     from confluent_kafka.admin import AdminClient
 
     if ctx.fresh_broker is not None:

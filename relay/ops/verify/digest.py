@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Final
 
@@ -162,6 +162,21 @@ def column_text(kind: HashKind, text: object) -> str | None:
         return _number_text(text, True)
     return str(text)
 
+
+def _double_text(text: str) -> str:
+    return _number_text(text, False)
+
+
+def _float_text(text: str) -> str:
+    return _number_text(text, True)
+
+
+# A kind's conversion of a str value (what ``column_text`` does after its NULL and type checks).
+STR_CONVERTERS: dict[HashKind, Callable[[str], str]] = {
+    HashKind.BINARY: _binary_text,
+    HashKind.DOUBLE: _double_text,
+    HashKind.FLOAT: _float_text,
+}
 
 _HEADERS: dict[int, str] = {}
 
