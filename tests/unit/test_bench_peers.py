@@ -35,7 +35,7 @@ from relay.dev.bench.landed import (
     decode_debezium,
     sample_keys,
 )
-from relay.dev.bench.observe import ProcessProbe
+from relay.dev.bench.observe import ProcessProbe, TopicWatch
 from relay.dev.bench.peer_debezium import DebeziumPeer
 from relay.dev.bench.peers import Capture
 from relay.dev.bench.sidebyside_stats import (
@@ -302,3 +302,73 @@ def test_the_probe_counts_the_cpu_and_memory_of_a_process_and_its_children() -> 
                 os.kill(pid, signal.SIGTERM)
         parent.wait(30)
     assert ProcessProbe(parent.pid).cpu_seconds() is None  # gone
+
+
+# ---- the watch: broker errors ---------------------------------------------------------------------------
+
+
+class _Partitions:
+    def __init__(self, count: int) -> None:
+        self.partitions = dict.fromkeys(range(count))
+
+
+class _Metadata:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = {name: _Partitions(count) for name, count in topics.items()}
+
+
+class _ScriptedConsumer:
+    """Answers get_watermark_offsets from a script: a (low, high) pair, or a KafkaError raised."""
+
+    def __init__(self, topics: dict[str, int], script: list[Any]) -> None:
+        self.metadata = _Metadata(topics)
+        self.script = script
+        self.closed = False
+
+    def list_topics(self, timeout: float) -> _Metadata:
+        return self.metadata
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        from confluent_kafka import KafkaException
+
+        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if not isinstance(answer, tuple):
+            raise KafkaException(answer)
+        return answer
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_watch_takes_a_retriable_broker_error_as_no_news_and_counts_high_minus_low() -> None:
+    from confluent_kafka import KafkaError
+
+    not_leader = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "scripted", retriable=True)
+    # two partitions: a retriable error on the first look, then records above a moved low watermark
+    script: list[Any] = [not_leader, (0, 0), (0, 0), (5, 9), (10, 16), (5, 9), (10, 16)]
+    consumer = _ScriptedConsumer({"t": 2}, script)
+    watch = TopicWatch("unused:1", ["t"], 10, None, consumer=consumer)
+    assert watch.count() == 0  # the error: the last count (none yet)
+    assert watch.count() == 0
+    watch.start()
+    try:
+        assert watch.wait(30), watch.marks
+        assert watch.marks.records == 10 and watch.marks.first_at is not None
+    finally:
+        watch.close()
+    assert consumer.closed
+
+
+def test_a_watch_that_cannot_read_the_watermarks_fails_its_run_with_the_reason() -> None:
+    from confluent_kafka import KafkaError
+
+    denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "scripted: not allowed", retriable=False)
+    consumer = _ScriptedConsumer({"t": 1}, [(0, 1), denied])
+    watch = TopicWatch("unused:1", ["t"], 10, None, consumer=consumer).start()
+    try:
+        with pytest.raises(BenchError, match=r"watching t failed: .*not allowed"):
+            deadline = time.monotonic() + 30
+            while not watch.wait(0.5):
+                assert time.monotonic() < deadline, "the watch neither finished nor failed"
+    finally:
+        watch.close()

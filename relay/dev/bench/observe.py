@@ -109,7 +109,14 @@ class TopicWatch:
     so the first watermark above 0 is the run's first acknowledged record and reaching ``expected`` its last.
     """
 
-    def __init__(self, bootstrap: str, topics: list[str], expected: int, probe: ProcessProbe | None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: list[str],
+        expected: int,
+        probe: ProcessProbe | None,
+        consumer: Any = None,  # a confluent_kafka Consumer; None: one made for ``bootstrap``
+    ) -> None:
         from confluent_kafka import Consumer
 
         self.topics = topics
@@ -119,7 +126,7 @@ class TopicWatch:
         self._last_cpu = 0.0
         self._closed = False
         self.error: Exception | None = None
-        self._consumer = Consumer(
+        self._consumer = consumer or Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "relay-bench-watch", "enable.auto.commit": False}
         )
         self._partitions = self._list_partitions()
