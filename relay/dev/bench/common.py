@@ -135,8 +135,8 @@ def empty_topics(bootstrap: str, names: list[str]) -> None:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay-bench-empty"})
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
+    consumer = Consumer(quiet({"bootstrap.servers": bootstrap, "group.id": "relay-bench-empty"}))
     try:
         metadata = admin.list_topics(timeout=30).topics
         ends = []
