@@ -5,9 +5,9 @@ Maven Central (``relay.common.jars``: pinned, resolved once into a local folder,
 configured as its own documentation says for throughput. Each run gives a peer one ``Capture`` (a table of
 the bench database, from a binlog position, or from a snapshot of the table) and gets back a running
 ``PeerProcess``; the bench measures it from outside (``relay.dev.bench.observe``) and reads what it wrote
-(``relay.dev.bench.landed``), exactly as it does the relay. The peers: ``debezium``
-(``relay.dev.bench.peer_debezium``) and ``canal`` (``relay.dev.bench.peer_canal``). Runs on the bench's main
-thread.
+(``relay.dev.bench.landed``), exactly as it does the relay. The peer: ``debezium``
+(``relay.dev.bench.peer_debezium``); ``canal`` was looked for and does not install (``UNAVAILABLE`` says why).
+Runs on the bench's main thread.
 """
 
 from __future__ import annotations
