@@ -47,6 +47,13 @@ class JarSet:
 
 
 KAFKA_VERSION = "4.1.1"
+# The peers ``relay bench --peers`` measures the relay against. Debezium: every module at one release, the
+# newest whose MariaDB connector Maven Central serves (3.6.x publishes no debezium-connector-mariadb, and
+# 3.6.1's MySQL connector refuses MariaDB 10.11: it asks for SHOW BINARY LOG STATUS on any server it takes
+# for MySQL >= 8.4). Kafka Connect in standalone mode from Apache Kafka's jars, at the version that release
+# is built against (its debezium-build-parent's version.kafka), which is also the broker's.
+DEBEZIUM_VERSION = "3.5.0.Final"
+CONNECT_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"  # the log4j-api/log4j-core that kafka_2.13 depends on
 
 # The one list of pinned Java artifacts. Change a version here and scripts/bootstrap resolves that set again.
@@ -60,6 +67,17 @@ SETS: dict[str, JarSet] = {
             f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
         ),
         "the Apache Kafka broker (KRaft) of relay dev up, the tests, the demo and relay bench",
+    ),
+    "debezium": JarSet(
+        "debezium",
+        (
+            f"io.debezium:debezium-connector-mariadb:{DEBEZIUM_VERSION}",
+            f"org.apache.kafka:connect-runtime:{CONNECT_VERSION}",
+            f"org.apache.kafka:connect-json:{CONNECT_VERSION}",
+            # Connect logs through SLF4J 1.7; this binds it to log4j 2 (its log goes to the run's folder).
+            f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+        ),
+        "Debezium's MariaDB connector on Kafka Connect (standalone), a peer of relay bench --peers debezium",
     ),
 }
 
