@@ -110,16 +110,39 @@ class Cut:
 # --- the tables' logs ---------------------------------------------------------------------------------
 
 
-def _delta_log(target: MirrorTarget, table: str) -> TableLog:
-    from deltalake import DeltaTable
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 
+
+def _delta_commits(target: MirrorTarget, table: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(version, commit info) of the table's commits, newest first, read from its ``_delta_log`` files:
+    the version is the file's name. (deltalake's ``history()`` numbers its entries down from a latest
+    version it reads apart from them: a commit landing in between shifts every number by one.)"""
+    from pyarrow import fs as pafs
+
+    storage = target.storage
+    fs = storage.filesystem()
+    where = storage.fs_path(storage.uri(table, "_delta_log"))
+    names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))]
+    versions = sorted((int(m[1]) for n in names if (m := _COMMIT_FILE.match(n))), reverse=True)
+    for version in versions:
+        try:
+            with fs.open_input_stream(f"{where}/{version:020d}.json") as src:
+                lines = src.read().decode().splitlines()
+        except FileNotFoundError:
+            continue  # removed by the log's own clean-up since the listing
+        for line in lines:
+            if line.startswith('{"commitInfo"'):
+                yield version, json.loads(line)["commitInfo"]
+                break
+
+
+def _delta_log(target: MirrorTarget, table: str) -> TableLog:
     from relay.spark.delta import _relay_state
 
-    delta = DeltaTable(target.storage.delta_uri(table), storage_options=target.storage.delta_options())
     log = TableLog(table, {}, [])
     state_seen = False
-    for entry in delta.history():  # newest first
-        text = _relay_state(entry)
+    for version, info in _delta_commits(target, table):
+        text = _relay_state(info)
         if text is None:
             continue  # maintenance, table properties: no data
         state = MirrorState.from_json(text)
@@ -129,9 +152,9 @@ def _delta_log(target: MirrorTarget, table: str) -> TableLog:
             continue
         if not state.cut:
             if not log.commits and log.uncut is None:
-                log.uncut = int(entry["version"])
+                log.uncut = version
             continue
-        log.commits.append(Commit(int(entry["version"]), int(entry.get("timestamp", 0)), state.cut))
+        log.commits.append(Commit(version, int(info.get("timestamp", 0)), state.cut))
     return log
 
 
