@@ -57,12 +57,16 @@ _EMPTY = (
 )
 
 
-def load_mapping(path: str | os.PathLike[str]) -> Mapping:
-    """Read and validate a mapping file; raises ``MappingError`` (``InvalidMappingError`` when invalid)."""
+def load_mapping(path: str | os.PathLike[str], setting: str = "the mapping file") -> Mapping:
+    """Read and validate a mapping file; raises ``MappingError`` (``InvalidMappingError`` when invalid).
+    ``setting``: the key or flag that named the file (``mapping.file``, ``--file``), for the message."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MappingError(os.fspath(path), f"cannot read the mapping file: {exc}") from exc
+    except OSError as exc:
+        why = (exc.strerror or str(exc)).lower()
+        raise MappingError(os.fspath(path), f"cannot read the mapping file ({setting}): {why}") from exc
+    except UnicodeDecodeError as exc:
+        raise MappingError(os.fspath(path), f"the mapping file ({setting}) is not UTF-8 text: {exc}") from exc
     return parse_mapping(text, source=os.fspath(path))
 
 

@@ -234,8 +234,11 @@ class FileMappingStore:
     beside the configuration.
     """
 
-    def __init__(self, path: str | os.PathLike[str], history_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], history_dir: str | os.PathLike[str], setting: str = "mapping.file"
+    ) -> None:
         self.path = Path(path)
+        self.setting = setting  # the key or flag that named the file, for messages
         self.history_dir = Path(history_dir)
         self.legacy_history_dir = self.path.with_name(self.path.name + ".history")  # read only
 
@@ -247,7 +250,7 @@ class FileMappingStore:
         return self.path.exists()
 
     def read(self) -> Mapping:
-        return load_mapping(self.path)
+        return load_mapping(self.path, self.setting)
 
     def create(self, mapping: Mapping, *, note: str = "") -> Mapping:
         real = self.path.resolve()
@@ -364,7 +367,10 @@ class FileMappingStore:
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise MappingStoreError(str(folder), f"cannot open the mapping file's folder: {exc}") from exc
+            why = (exc.strerror or str(exc)).lower()
+            raise MappingStoreError(
+                self.setting, f"cannot open {folder}, the folder of {self.path}: {why}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -61,6 +61,7 @@ class ZooKeeperStoreConfig:
     path: str = "/canal-relay/mapping"
     auth: str | None = None
     timeout_seconds: float = 10.0
+    setting: str = "mapping.zookeeper.hosts"  # where ``hosts`` came from, for messages (or ``--zookeeper``)
 
     def __repr__(self) -> str:  # never show the password
         auth = None if self.auth is None else self.auth.split(":", 1)[0] + ":***"
@@ -84,9 +85,10 @@ class ZooKeeperMappingStore:
                 session_timeout=config.timeout_seconds,
                 connect_timeout=config.timeout_seconds,
                 auth=config.auth,
+                setting=config.setting,
             )
         except ZooKeeperUnavailableError as exc:
-            raise MappingStoreUnavailableError("mapping.zookeeper.hosts", str(exc)) from exc
+            raise MappingStoreUnavailableError(config.setting, str(exc)) from exc
 
     @property
     def name(self) -> str:

@@ -26,6 +26,7 @@ from mapping.model import Mapping
 from mapping.store import FileMappingStore, MappingStore, keep_version
 from mapping.store_zk import ZooKeeperMappingStore, ZooKeeperStoreConfig
 from mapping.watch import MappingWatcher
+from relay.canal.captures import CapturedTables
 from relay.canal.ring_store import RingStore
 from relay.canal.server import EmbeddedServer
 from relay.canal.sink import NameFilter, Sink
@@ -59,14 +60,18 @@ from relay.source.snapshot_control import SnapshotControl
 
 # --- mapping store ---------------------------------------------------------------------------------
 def open_mapping_store(
-    kind: str, file: str, zookeeper: ZooKeeperStoreConfig | None = None, history: Path | None = None
+    kind: str,
+    file: str,
+    zookeeper: ZooKeeperStoreConfig | None = None,
+    history: Path | None = None,
+    setting: str = "mapping.file",
 ) -> MappingStore:
     """The mapping store named by ``kind``: ``file`` (the YAML file, its versions in ``history``: the
     state directory's ``mapping-history``) or ``zookeeper`` (a node)."""
     if kind == "file":
         if history is None:
             raise MappingStoreError("mapping.file", "no history directory given")
-        return FileMappingStore(file, history)
+        return FileMappingStore(file, history, setting)
     if kind == "zookeeper":
         if zookeeper is None:
             raise MappingStoreError("mapping.zookeeper", "no ZooKeeper settings given")
@@ -267,17 +272,13 @@ def open_schema_history(config: RelayConfig) -> Iterator[SchemaHistory]:
             client.close()
 
 
-def snapshot_captures(config: RelayConfig, mapping: Mapping) -> Callable[[str, str], bool]:
-    """Which physical tables a snapshot reads: those the sink filters keep and the mapping routes."""
+def snapshot_captures(config: RelayConfig, mapping: Mapping) -> CapturedTables:
+    """Which physical tables the relay captures (a snapshot reads, the schema history must follow): those
+    the sink filters keep and the mapping routes (a hot reload gives it the new mapping)."""
     sink = sink_config(config)
     include = NameFilter("filter.include", sink.filter, empty_value=True)
     exclude = NameFilter("filter.exclude", sink.black_filter, empty_value=False)
-
-    def captures(db: str, table: str) -> bool:
-        name = f"{db}.{table}"
-        return include.matches(name) and not exclude.matches(name) and mapping.resolve(db, table) is not None
-
-    return captures
+    return CapturedTables(include, exclude, mapping)
 
 
 def transactional_id(config: RelayConfig) -> str | None:
@@ -294,6 +295,7 @@ def publisher_config(config: RelayConfig, mapping: Mapping) -> PublisherConfig:
         client_id=k.client_id.format(instance=config.instance),
         kafka=dict(k.settings),
         delivery_timeout_s=k.delivery_timeout_seconds,
+        admin_timeout_s=k.connect_timeout_seconds,
         dead_letter_topic=k.dead_letter_topic,
         dead_letter_value_bytes=k.dead_letter_value_bytes,
         create_topics=topics.create,
@@ -364,9 +366,10 @@ def build_relay(
         finally:
             store.close()
 
+    settings = instance_config(config, mapping)
     parts = RelayParts(
         instance=canal_instance(
-            instance_config(config, mapping),
+            settings,
             store,
             schema_history(config, coordination.client, coordination.leadership),
         ),
@@ -378,6 +381,7 @@ def build_relay(
         exactly_once=store if isinstance(store, KafkaPositionStore) and store.bound else None,
         read_mapping=read_mapping,
         open_move=move_opener(config, coordination.leadership),
+        captures=settings.captures if isinstance(settings.captures, CapturedTables) else None,
     )
     relay = Relay(config, mapping, parts, RelayRooms.build(config, mapping, parts))
     relay.observe(MetricsExporter(config.metrics, relay))

@@ -1,4 +1,4 @@
-"""Session fixtures for real services: MySQL/MariaDB, a Kafka-protocol broker, ZooKeeper.
+"""Session fixtures for real services: MySQL/MariaDB, Apache Kafka, ZooKeeper.
 
 Each service is started lazily, once per test session, the first time a test asks for it. Where it comes
 from, in this order:
@@ -8,8 +8,14 @@ from, in this order:
 2. testcontainers (MySQL 8.4 — ``RELAY_TEST_MYSQL_IMAGE=mysql:9.4`` runs the same tests on MySQL 9 —,
    Apache Kafka in KRaft mode, ZooKeeper) when a Docker daemon answers — ``RELAY_TEST_DOCKER=0`` skips
    this step;
-3. the embedded servers of ``relay.dev.services`` (MariaDB, Tansu, Debian's ZooKeeper), started attached to
-   this process so that they die with it.
+3. the embedded servers of ``relay.dev.services`` (MariaDB, Apache Kafka in KRaft mode from the jars
+   ``scripts/bootstrap`` resolved, Debian's ZooKeeper), started attached to this process so that they die
+   with it.
+
+``spare_kafka``: a second embedded Apache Kafka (one broker, started the first time a test asks for it) that
+tests freeze, kill and restart — never the session's shared broker; ``spare_broker`` hands it to one test and
+makes sure it runs again, thawed, afterwards. ``tansu_broker``: the Tansu broker, which shows aborted records
+to read_committed consumers, for the test of exactly-once mode's refusal of such a broker.
 
 ``spark``: ONE local SparkSession (local[2], Spark's Kafka, Delta and s3a connectors from ``.jars/``, the
 relay's Python source ``relay-kafka`` registered) for the whole test session, started
@@ -154,7 +160,7 @@ def mysql_server_factory(tmp_path: Path) -> Iterator[Callable[..., MySQLService]
 
 @pytest.fixture(scope="session")
 def kafka_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
-    """A Kafka-protocol broker: Apache Kafka (env or container) or the embedded Tansu broker."""
+    """Apache Kafka: named in the environment, a container, or the embedded single KRaft broker."""
     named = os.environ.get("RELAY_TEST_KAFKA")
     if named:
         service = KafkaService.parse(named)
@@ -165,6 +171,31 @@ def kafka_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSer
     else:
         with services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("kafka"))) as running:
             yield running.service
+
+
+@pytest.fixture(scope="session")
+def spare_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.KafkaCluster]:
+    """An embedded Apache Kafka of its own (one broker), for the tests that freeze, kill or restart one."""
+    with services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("spare-kafka"))) as cluster:
+        assert isinstance(cluster, services.KafkaCluster)
+        yield cluster
+
+
+@pytest.fixture
+def spare_broker(spare_kafka: services.KafkaCluster) -> Iterator[services.KafkaCluster]:
+    """``spare_kafka`` for one test; afterwards it runs again, thawed, whatever the test did to it."""
+    yield spare_kafka
+    spare_kafka.thaw(1)
+    process = spare_kafka.node(1).process
+    if process is None or not process.alive():
+        spare_kafka.start_node(1)
+
+
+@pytest.fixture
+def tansu_broker(tmp_path: Path) -> Iterator[KafkaService]:
+    """A Tansu broker (memory storage) for one test: a Kafka-protocol broker that shows aborted records."""
+    with services.start_tansu(services.StartOptions(tmp_path / "tansu")) as running:
+        yield running.service
 
 
 def _kafka_container() -> Iterator[KafkaService]:

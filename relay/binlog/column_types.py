@@ -29,6 +29,11 @@ SPATIAL = frozenset({
 })  # fmt: skip
 
 
+# MariaDB's fixed-size binary plugin types and the bytes the binlog holds of each (sql_type_inet.h,
+# sql_type_uuid.h: ``Binlog_type_info_fixed_string`` of ``binary_length()``).
+FIXED_BINARY = {"inet4": 4, "inet6": 16, "uuid": 16}
+
+
 def set_bytes(members: int) -> int:
     """The pack length of a SET of ``members`` members: 1-4 bytes, or 8."""
     size = (members + 7) // 8
@@ -72,6 +77,8 @@ def table_map_type(
         return types.BIT, (bits // 8) << 8 | bits % 8
     if kind in ("char", "binary"):
         return types.STRING, length
+    if kind in FIXED_BINARY:  # MariaDB INET4 / INET6 / UUID: BINARY(4) / BINARY(16) in the binlog
+        return types.STRING, FIXED_BINARY[kind]
     if kind == "enum":
         return types.ENUM, 1 if members < 256 else 2
     if kind == "set":

@@ -253,6 +253,9 @@ class TableMapEvent(BinlogEvent):
     # True when column names came from the event's optional metadata (binlog_row_metadata=FULL);
     # otherwise names are placeholders ("@1", ...) until the source fills them from the schema.
     names_from_binlog: bool = True
+    # True when the event carried the SIGNEDNESS field (binlog_row_metadata MINIMAL or FULL): each
+    # numeric column's ``unsigned`` is then the server's word, ``False`` included.
+    signedness_from_binlog: bool = False
 
     def __init__(
         self,
@@ -262,6 +265,7 @@ class TableMapEvent(BinlogEvent):
         table: str,
         columns: tuple[ColumnMeta, ...],
         names_from_binlog: bool = True,
+        signedness_from_binlog: bool = False,
     ) -> None:
         self.header = header
         self.table_id = table_id
@@ -269,6 +273,7 @@ class TableMapEvent(BinlogEvent):
         self.table = table
         self.columns = columns
         self.names_from_binlog = names_from_binlog
+        self.signedness_from_binlog = signedness_from_binlog
 
 
 @dataclass(init=False, slots=True)

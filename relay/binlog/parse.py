@@ -340,6 +340,7 @@ class BinlogParser:
             decoded.table,
             decoded.columns,
             decoded.names_from_binlog,
+            decoded.signedness_from_binlog,
         )
         if self.table_resolver is not None:
             event = self.table_resolver(event)

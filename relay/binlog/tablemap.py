@@ -7,18 +7,40 @@ caches the result by body bytes so an unchanged table map is decoded once per co
 Layouts (MySQL ``Table_map_event`` documentation, MariaDB's "TABLE_MAP_EVENT" page): post-header
 table id (6 bytes) + flags (2); body: schema and table (length byte, name, NUL), column count
 (length-encoded), one type byte per column, metadata block (length-encoded size), null bitmap, then
-optional metadata as TLV fields (type byte, length-encoded length, value). Signedness bits are kept
-for numeric columns only, charsets for character columns only (ENUM/SET have their own charset
-fields), each in column order — so the column class decides which list entry belongs to a column.
+optional metadata as TLV fields (type byte, length-encoded length, value).
 
-Which columns are "character" columns differs by flavour, and a wrong count shifts every later
-column's charset: MySQL counts CHAR, VARCHAR, the BLOB/TEXT family and (9.0+) VECTOR, not GEOMETRY
-(sql/log_event.cc ``is_character_type``); MariaDB also counts GEOMETRY ("Base class is blob for geom
-type", MariaDB log_event_server.cc / log_event_client.cc ``is_character_type``).
+Which columns each optional-metadata field counts — the rules, per flavour, as the servers write them.
+A list field has one entry per column of its class, in column order, so a wrong class shifts every
+later column's entry onto its neighbour (a signed TINYINT after a YEAR read as unsigned: 255 for -1).
 
-ENUM and SET member names are bytes in the column's character set (ENUM_AND_SET_DEFAULT_CHARSET /
-ENUM_AND_SET_COLUMN_CHARSET give its collation): they are decoded with it once the charsets are
-known, never as UTF-8 (a latin1 'café' is not valid UTF-8).
+* Which fields are written: MINIMAL writes SIGNEDNESS, DEFAULT_CHARSET / COLUMN_CHARSET and
+  GEOMETRY_TYPE; FULL adds COLUMN_NAME, ENUM_AND_SET_DEFAULT_CHARSET / ENUM_AND_SET_COLUMN_CHARSET,
+  SET_STR_VALUE, ENUM_STR_VALUE and the primary key; NO_LOG (MariaDB's default) and MySQL 5.7 write
+  none (MySQL 8.0 sql/log_event.cc and MariaDB sql/log_event_server.cc
+  ``Table_map_log_event::init_metadata_fields``). MySQL 8.0.23+ adds COLUMN_VISIBILITY (FULL: one bit
+  per column) and 9.0+ VECTOR_DIMENSIONALITY; MariaDB writes neither.
+* SIGNEDNESS — one bit per numeric column, most significant bit first; written only when the table
+  has one. MySQL (5.7-9.x: ``init_signedness_field`` → ``is_numeric_field`` = sql/field.h
+  ``is_numeric_type(field->binlog_type())``): TINYINT, SMALLINT, MEDIUMINT, INT, BIGINT, FLOAT,
+  DOUBLE, DECIMAL (old and new) — not YEAR, whose binlog type is YEAR. MariaDB (10.5-11.x:
+  ``init_signedness_field`` counts every column whose ``Binlog_type_info`` has a signedness, i.e. every
+  ``Field_num``, sql/field.h): the same types **and YEAR** (``Field_year`` is a ``Field_tiny`` built
+  unsigned, so its bit is 1). ``_NUMERIC`` / ``_NUMERIC_MARIADB`` below.
+* DEFAULT_CHARSET / COLUMN_CHARSET — one collation per character column. MySQL
+  (``is_character_type(field->real_type())``): CHAR/BINARY, VARCHAR/VARBINARY, the TEXT/BLOB family,
+  and (9.0+) VECTOR — not JSON, GEOMETRY, ENUM or SET. MariaDB (``is_character_field``: a collation
+  and no ENUM/SET type library): the same plus GEOMETRY ("Base class is blob for geom type",
+  sql_type_geom.cc ``Field_geom::binlog_type_info`` passes its charset), JSON (a LONGTEXT there) and
+  the fixed binary plugin types INET4, INET6, UUID (``Binlog_type_info_fixed_string`` with the binary
+  collation: they are BINARY(4) / BINARY(16) in the binlog).
+* ENUM_AND_SET_*_CHARSET — one collation per ENUM or SET column (both flavours); SET_STR_VALUE /
+  ENUM_STR_VALUE — the member names of each SET / ENUM column, in column order. Member names are bytes
+  in the column's character set: decoded with it once the charsets are known, never as UTF-8 (a latin1
+  'café' is not valid UTF-8).
+* GEOMETRY_TYPE — one geometry type per GEOMETRY column (both flavours); COLUMN_NAME — one per
+  column; SIMPLE_PRIMARY_KEY / PRIMARY_KEY_WITH_PREFIX — column indexes; COLUMN_VISIBILITY — one bit
+  per column; VECTOR_DIMENSIONALITY — one per VECTOR column. Of these canal reports only names, keys
+  and (ours) dimensions; the rest is skipped by its length.
 """
 
 from __future__ import annotations
@@ -44,11 +66,16 @@ ENUM_AND_SET_COLUMN_CHARSET = 11
 COLUMN_VISIBILITY = 12
 VECTOR_DIMENSIONALITY = 13  # MySQL 9.0: dimensions of each VECTOR column, in column order
 
-# Column classes as the server counts them when it writes optional metadata (MySQL/MariaDB
-# log_event.cc ``is_numeric_type`` / ``is_character_type`` / ``is_enum_or_set_type``), applied to
-# the real type (a STRING column's real type is in its metadata).
-_NUMERIC = frozenset({1, 2, 3, 4, 5, 8, 9, 246})  # TINY SHORT LONG FLOAT DOUBLE LONGLONG INT24 NEWDECIMAL
-# VARCHAR, the BLOBs, VAR_STRING, STRING (CHAR/BINARY), VECTOR; MariaDB adds GEOMETRY.
+# Column classes as each flavour counts them when it writes optional metadata (the module docstring
+# has the rules and where each is in the servers' sources), applied to the real type (a STRING
+# column's real type is in its metadata).
+# SIGNEDNESS, MySQL: DECIMAL TINY SHORT LONG FLOAT DOUBLE LONGLONG INT24 NEWDECIMAL (sql/field.h
+# ``is_numeric_type`` of the binlog type).
+_NUMERIC = frozenset({0, 1, 2, 3, 4, 5, 8, 9, 246})
+# SIGNEDNESS, MariaDB: every Field_num, YEAR included (sql/field.h: Field_year is a Field_tiny).
+_NUMERIC_MARIADB = _NUMERIC | {types.YEAR}
+# Charsets: VARCHAR, the BLOBs, VAR_STRING, STRING (CHAR/BINARY), VECTOR; MariaDB adds GEOMETRY (its JSON
+# is a BLOB, its INET4/INET6/UUID a STRING).
 _CHARACTER_MYSQL = frozenset({15, 249, 250, 251, 252, 253, 254, types.VECTOR})
 _CHARACTER_MARIADB = frozenset({15, 249, 250, 251, 252, 253, 254, types.GEOMETRY})
 _ENUM, _SET = 247, 248
@@ -72,7 +99,7 @@ def read_lenenc(data: bytes, pos: int) -> tuple[int, int]:
 class _Optional:
     """What the optional metadata block said, per column class."""
 
-    unsigned: list[bool] = field(default_factory=list)
+    unsigned: list[bool] | None = None  # None: no SIGNEDNESS field
     default_charset: tuple[int, dict[int, int]] | None = None
     column_charsets: list[int] | None = None
     enum_set_default: tuple[int, dict[int, int]] | None = None
@@ -94,6 +121,9 @@ class TableMapBody:
     table: str
     columns: tuple[ColumnMeta, ...]
     names_from_binlog: bool
+    # The event carried SIGNEDNESS (binlog_row_metadata MINIMAL or FULL, a table with a numeric column):
+    # then every column's ``unsigned`` is the server's word, signed columns included.
+    signedness_from_binlog: bool = False
 
 
 def _text(raw: bytes) -> str:
@@ -103,7 +133,8 @@ def _text(raw: bytes) -> str:
 def parse_table_map(data: bytes, pos: int, end: int, id_len: int, mariadb: bool = False) -> TableMapBody:
     """Decode the TABLE_MAP body at ``data[pos:end]`` (post-header included, checksum excluded).
 
-    ``mariadb``: the server flavour, which decides how character columns are counted (module doc).
+    ``mariadb``: the server flavour, which decides how numeric and character columns are counted
+    (module doc).
     """
     table_id = int.from_bytes(data[pos : pos + id_len], "little")
     p = pos + id_len + 2
@@ -131,9 +162,8 @@ def parse_table_map(data: bytes, pos: int, end: int, id_len: int, mariadb: bool 
     if p > end:
         raise DecodeError(f"TABLE_MAP {schema}.{table}: truncated before the optional metadata")
     opt = _parse_optional(data, p, end)
-    character = _CHARACTER_MARIADB if mariadb else _CHARACTER_MYSQL
-    columns = _build_columns(type_codes, metas, null_bytes, opt, character)
-    return TableMapBody(table_id, schema, table, columns, opt.names is not None)
+    columns = _build_columns(type_codes, metas, null_bytes, opt, mariadb)
+    return TableMapBody(table_id, schema, table, columns, opt.names is not None, opt.unsigned is not None)
 
 
 def _parse_optional(data: bytes, p: int, end: int) -> _Optional:
@@ -230,8 +260,11 @@ def _members(raw: tuple[bytes, ...] | None, collation: int | None) -> tuple[str,
 
 
 def _build_columns(
-    type_codes: bytes, metas: list[int], null_bytes: bytes, opt: _Optional, character_types: frozenset[int]
+    type_codes: bytes, metas: list[int], null_bytes: bytes, opt: _Optional, mariadb: bool
 ) -> tuple[ColumnMeta, ...]:
+    numeric_types = _NUMERIC_MARIADB if mariadb else _NUMERIC
+    character_types = _CHARACTER_MARIADB if mariadb else _CHARACTER_MYSQL
+    bits = opt.unsigned or []
     numeric = character = enum_set = enums = sets = vectors = 0
     columns = []
     for i, code in enumerate(type_codes):
@@ -240,8 +273,9 @@ def _build_columns(
         unsigned = False
         charset = dimensions = None
         enum_values = set_values = None
-        if real in _NUMERIC:
-            unsigned = numeric < len(opt.unsigned) and opt.unsigned[numeric]
+        if real in numeric_types:
+            # A YEAR takes its bit on MariaDB (always 1) but is no signed or unsigned number to us.
+            unsigned = real != types.YEAR and numeric < len(bits) and bits[numeric]
             numeric += 1
         elif real in (_ENUM, _SET):
             charset = _charset_at(enum_set, opt.enum_set_default, opt.enum_set_charsets)

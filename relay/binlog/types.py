@@ -25,7 +25,8 @@ sqlType — the ``java.sql.Types`` code canal's ``LogEventConvert`` reports (fac
   canal reports VARBINARY/LONGVARBINARY for a NULL BLOB (its conversion is skipped for NULL); we
   report the column's type whatever the value.
 
-mysqlType — MySQL 8's ``COLUMN_TYPE`` text without display widths: ``int unsigned``, ``decimal(12,2)``,
+mysqlType — MySQL 8's ``COLUMN_TYPE`` text without display widths and ZEROFILL: ``int unsigned``,
+``decimal(12,2)``, ``decimal(5,2) unsigned``, ``float unsigned``,
 ``varchar(16)`` (characters = max bytes / the charset's max bytes per char), ``char(4)``, ``binary(4)``,
 ``varbinary(8)``, ``text``/``mediumtext``…, ``blob``/…, ``datetime(6)``, ``time(3)``, ``timestamp``,
 ``year``, ``bit(5)``, ``enum('a','b')``, ``set('x','y')``, ``json``, ``float``, ``double``, ``geometry``,
@@ -268,7 +269,7 @@ def describe(
         return prefix + "text", T_CLOB, 0
     if type_code == NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
-        return f"decimal({precision},{scale})", T_DECIMAL, precision
+        return f"decimal({precision},{scale})" + (" unsigned" if unsigned else ""), T_DECIMAL, precision
     if type_code in _FRACTIONAL:
         name = _FRACTIONAL[type_code]
         sql = T_TIME if type_code == TIME2 else T_TIMESTAMP
@@ -283,7 +284,7 @@ def describe(
               GEOMETRY: ("geometry", T_BLOB)}  # fmt: skip
     if type_code in simple:
         name, sql = simple[type_code]
-        return name, sql, 0
+        return name + (" unsigned" if unsigned and type_code in (FLOAT, DOUBLE) else ""), sql, 0
     raise DecodeError(f"unsupported column type {type_code} (metadata 0x{meta:04x})")
 
 

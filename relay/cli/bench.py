@@ -21,6 +21,8 @@ from relay.dev.bench.runner import BenchReport, run_bench
 from relay.dev.bench.snapshot import render_snapshot
 from relay.dev.bench.stats import render_stall, render_table, render_targets
 from relay.dev.bench.verify import render_verify
+from relay.dev.services import MySQLService
+from relay.errors import ArgumentError, BenchError
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 
@@ -29,7 +31,7 @@ def add_bench_parser(subparsers: Any) -> None:
     bench = subparsers.add_parser(
         "bench",
         help="measure the relay end to end against the stock python-mysql-replication reader",
-        description="Starts MariaDB and a Kafka-protocol broker (or uses --mysql/--kafka), writes each "
+        description="Starts MariaDB and Apache Kafka (or uses --mysql/--kafka), writes each "
         "workload's binlog backlog once (W1 single-row INSERT/UPDATE/DELETE, W2 100-row INSERT "
         "transactions, W3 1,000-row UPDATEs, W4 ~4 KB rows, W5 ONE transaction: an INSERT ... SELECT of N "
         "rows and an UPDATE of 40 % of them), and on that same binlog measures: the relay "
@@ -40,8 +42,9 @@ def add_bench_parser(subparsers: Any) -> None:
         "memory); then latency commit -> Kafka ack at a fixed offered rate (W1-W4), the relay's peak RSS "
         "against its bound (store budget + 200 MB; a target for W5), and the relay's peak RSS while a "
         "dedicated broker is SIGSTOPped under a large backlog. The "
-        "embedded broker is restarted empty before every measured Kafka run (it slows as it holds "
-        "more); a --kafka broker is used as it is. Cleans up everything it started.",
+        "embedded broker's topics are emptied before every measured Kafka run (DeleteRecords; Tansu, "
+        "which slows as it holds more, is restarted empty); a --kafka broker is used as it is. Cleans up "
+        "everything it started.",
     )
     bench.add_argument(
         "--quick", action="store_true", help="small backlogs, 1 repetition, 128 MB stall (~1 min)"
@@ -91,7 +94,16 @@ def add_bench_parser(subparsers: Any) -> None:
         type=values.mysql_url,
         help="mysql://user:password@host:port with REPLICATION SLAVE (default: embedded MariaDB)",
     )
-    bench.add_argument("--kafka", help="bootstrap host:port (default: an embedded Tansu broker)")
+    bench.add_argument(
+        "--kafka", help="bootstrap host:port of a Kafka cluster to use (default: an embedded one, --broker)"
+    )
+    bench.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="the embedded broker: kafka (Apache Kafka, one KRaft broker from the jars scripts/bootstrap "
+        "resolved; the default) or tansu (the Tansu broker, Kafka protocol, memory storage)",
+    )
     bench.add_argument(
         "--set",
         type=values.dotted_setting,
@@ -164,7 +176,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     names = tuple(n.strip().upper() for n in args.workloads.split(",") if n.strip() and n.strip() != "none")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown or (not names and args.workloads.strip() != "none"):
-        raise SystemExit(f"relay bench: unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+        raise ArgumentError("--workloads", f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
     base = BenchOptions.quick() if args.quick else BenchOptions()
     rows = dict(base.rows)
     for name in WORKLOADS:
@@ -183,9 +195,35 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         if value is not None:
             kw[key] = value
     if kw.get("repeat", base.repeat) < 1:
-        raise SystemExit("relay bench: --repeat must be at least 1")
+        raise ArgumentError("--repeat", "must be at least 1")
     kw["profile"] = str(Path(args.profile).resolve()) if args.profile else None
-    return BenchOptions(**{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka})
+    return BenchOptions(
+        **{**base.__dict__, **kw, "mysql": args.mysql, "kafka": args.kafka, "broker": args.broker}
+    )
+
+
+def check_servers(options: BenchOptions, timeout: float = 10.0) -> None:
+    """The servers given by --kafka and --mysql answer (and the account logs in) before the embedded ones
+    start and the workloads run."""
+    if options.kafka:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from relay.common.kafka_log import quiet
+
+        try:
+            AdminClient(quiet({"bootstrap.servers": options.kafka})).list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise ArgumentError(
+                "--kafka", f"{options.kafka}: kafka did not answer within {timeout:g} s ({exc.args[0].str()})"
+            ) from exc
+    if options.mysql:
+        from relay.common import mysql
+
+        s = MySQLService.parse(options.mysql)
+        mysql.connect(
+            s.host, s.port, s.user, s.password, tls=None, connect_timeout=timeout, origin="--mysql"
+        ).close()
 
 
 def parse_settings(items: list[str]) -> dict[str, Any]:
@@ -194,7 +232,7 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
-            raise SystemExit(f"relay bench: --set wants SECTION.KEY=VALUE, got {item!r}")
+            raise ArgumentError("--set", f"wants SECTION.KEY=VALUE, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -270,9 +308,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.zookeeper or any(
         getattr(args, f"cluster_{k}") is not None for k in ("instances", "kill", "session", "rows")
     ):
-        raise SystemExit("relay bench: --zookeeper and --cluster-* apply only with --cluster")
+        given = " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if (k == "zookeeper" or k.startswith("cluster_")) and v is not None and k != "cluster"
+        )
+        raise ArgumentError(given, "--zookeeper and --cluster-* apply only with --cluster")
     options = options_from_args(args)
-    report = run_bench(options, progress)
+    check_servers(options)  # before anything starts: a given server that cannot serve is one line
+    import pymysql
+
+    try:
+        report = run_bench(options, progress)
+    except pymysql.err.MySQLError as exc:
+        where = "--mysql" if options.mysql else "the embedded MariaDB"
+        raise BenchError(
+            f"{where}: {exc.args[-1]} (the account needs all privileges on relay_bench)"
+        ) from exc
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

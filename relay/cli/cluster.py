@@ -54,8 +54,10 @@ def add_cluster_parser(subparsers: Any) -> None:
     run = sub.add_parser(
         "run",
         help="run a cluster node: join, take part in the leader election, run the instances assigned here",
-        description="Joins the cluster named in node.yaml (conf/node.yaml documents every key) and runs, "
-        "each as its own process, the instances the leader assigns to this node; a crashed instance is "
+        description="Runs until stopped: joins the cluster named in node.yaml (conf/node.yaml documents "
+        "every key) — while ZooKeeper does not answer it tries again (1 s doubling to 30 s, one warning "
+        "line per attempt) — and runs, each as its own process, the instances the leader assigns to this "
+        "node; a crashed instance is "
         "restarted with a backoff, one moved away is stopped with SIGTERM (it drains: in-flight batches "
         "acked, position saved). With no answer from ZooKeeper for half its session timeout (cut off, "
         "frozen) it stops every instance (SIGKILL by three quarters of it) before its session can expire, "
@@ -68,7 +70,8 @@ def add_cluster_parser(subparsers: Any) -> None:
     child = sub.add_parser(
         "child",
         help="one instance's process, as a node starts it (not run by hand)",
-        description="Runs INSTANCE as `relay run` would, with the config built in this process from its "
+        description="Runs INSTANCE until stopped, as `relay run` would, with the config built in this "
+        "process from its "
         "stored definition and the node's settings (secrets resolved from this environment), HA on the "
         "cluster's ZooKeeper. Stops (draining) when the node that started it is gone. A node starts one per "
         "instance it is assigned; run by hand it refuses unless the node named in node.yaml is live.",
@@ -156,15 +159,19 @@ def _where_options() -> argparse.ArgumentParser:
 
 def _connect(args: argparse.Namespace) -> tuple[KazooClient, str]:
     hosts, root, auth = os.environ.get(ZOOKEEPER_ENV) or "127.0.0.1:2181", "/canal-relay", None
+    setting = f"${ZOOKEEPER_ENV}" if os.environ.get(ZOOKEEPER_ENV) else "--zookeeper (default 127.0.0.1:2181)"
     if args.config:
         node = load_node_config(args.config)
         hosts, root, auth = node.zookeeper.hosts, node.root, node.zookeeper.auth or None
+        setting = f"zookeeper.hosts of {args.config}"
+    if args.zookeeper:
+        setting = "--zookeeper"
     hosts, root = args.zookeeper or hosts, (args.root or root).rstrip("/") or "/"
     if auth:
         register_secret(auth.partition(":")[2])
     try:
         client = zookeeper.start_client(
-            hosts, session_timeout=args.timeout, connect_timeout=args.timeout, auth=auth
+            hosts, session_timeout=args.timeout, connect_timeout=args.timeout, auth=auth, setting=setting
         )
     except ZooKeeperUnavailableError as exc:
         raise ClusterUnavailableError(str(exc)) from exc
@@ -230,7 +237,11 @@ def cmd_child(args: argparse.Namespace) -> int:
     watchdogs: list[NodeWatchdog] = []
 
     def started(relay: Relay) -> None:
-        # the relay's own ZooKeeper session (it is always an HA relay here): one session per instance
+        # the relay's own ZooKeeper session (it is always an HA relay here): one session per instance;
+        # a start tried again (relay.cli.running) replaces the watchdog of the attempt before
+        for old in watchdogs:
+            old.close()
+        watchdogs.clear()
         leadership = relay.leadership
         watchdog = NodeWatchdog(node, relay.stop, client=leadership.client if leadership else None)
         watchdogs.append(watchdog)

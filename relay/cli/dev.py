@@ -1,4 +1,4 @@
-"""``relay dev up | down | status``: real local MariaDB, broker and ZooKeeper for a developer's machine.
+"""``relay dev up | down | status``: real local MariaDB, Apache Kafka and ZooKeeper for a developer's machine.
 
 Owns the dev state directory (``$RELAY_DEV_DIR``, default ``./.relay-dev``): one sub-directory per service
 (data and log) and ``state.json``, which records each detached server's pid, process start time, address
@@ -25,7 +25,7 @@ from typing import Any
 
 from relay.cli import values
 from relay.dev import services
-from relay.errors import RelayError, ServiceError
+from relay.errors import ArgumentError, RelayError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,10 @@ _STATE_FILE = "state.json"
 
 @dataclass(frozen=True)
 class ServiceRecord:
-    """One detached server as ``state.json`` remembers it; ``address`` is the service's text form."""
+    """One detached server as ``state.json`` remembers it; ``address`` is the service's text form.
+
+    ``others``: the (pid, start time) of every further process of the service — the other nodes of a Kafka
+    cluster — and ``broker``: which broker the ``kafka`` service is (``kafka`` or ``tansu``)."""
 
     name: str
     pid: int
@@ -43,9 +46,14 @@ class ServiceRecord:
     address: str
     directory: str
     log: str
+    others: tuple[tuple[int, int], ...] = ()
+    broker: str = ""
+
+    def processes(self) -> list[tuple[int, int]]:
+        return [(self.pid, self.start_time), *((int(p), int(t)) for p, t in self.others)]
 
     def alive(self) -> bool:
-        return services.pid_alive(self.pid, self.start_time)
+        return all(services.pid_alive(pid, start) for pid, start in self.processes())
 
     def answers(self) -> bool:
         if self.name == "mysql":
@@ -64,6 +72,8 @@ class ServiceRecord:
             )
         elif self.name == "kafka":
             out["bootstrap_servers"] = self.address
+            out["broker"] = self.broker or "tansu"  # a state file from before Apache Kafka was the default
+            out["brokers"] = len(self.processes())
         else:
             out["hosts"] = self.address
         return out
@@ -105,27 +115,34 @@ def locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _starter(name: str) -> Callable[[services.StartOptions], services.Running[Any]]:
+def _starter(name: str, args: argparse.Namespace) -> Callable[[services.StartOptions], services.Running[Any]]:
+    if name == "kafka" and args.broker == "tansu":
+        return services.start_tansu
+    if name == "kafka":
+        return lambda opts: services.start_kafka(opts, brokers=args.brokers)
     starters: dict[str, Callable[[services.StartOptions], services.Running[Any]]] = {
         "mysql": services.start_mysql,
-        "kafka": services.start_kafka,
         "zk": services.start_zookeeper,
     }
     return starters[name]
 
 
-def _start_one(name: str, directory: Path) -> ServiceRecord:
+def _start_one(name: str, directory: Path, args: argparse.Namespace) -> ServiceRecord:
     service_dir = directory / name
     shutil.rmtree(service_dir, ignore_errors=True)  # left over from a server that died without `down`
-    running = _starter(name)(services.StartOptions(service_dir, detached=True))
+    running = _starter(name, args)(services.StartOptions(service_dir, detached=True))
     proc = running.process
-    return ServiceRecord(
-        name, proc.pid, proc.start_time, str(running.service), str(service_dir), str(proc.log_path)
-    )
+    others: tuple[tuple[int, int], ...] = ()
+    if isinstance(running, services.KafkaCluster):
+        others = tuple((n.process.pid, n.process.start_time) for n in running.nodes[1:] if n.process)
+    broker = args.broker if name == "kafka" else ""
+    address, log_path = str(running.service), str(proc.log_path)
+    return ServiceRecord(name, proc.pid, proc.start_time, address, str(service_dir), log_path, others, broker)
 
 
 def _stop_record(record: ServiceRecord) -> None:
-    services.stop_pid(record.pid, record.start_time)
+    for pid, start_time in record.processes():
+        services.stop_pid(pid, start_time)
     shutil.rmtree(record.directory, ignore_errors=True)
 
 
@@ -134,9 +151,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     wanted = _parse_only(args.only)
     with locked(directory):
         records = load_state(directory)
+        if "kafka" in wanted and "kafka" in records and records["kafka"].alive():
+            mismatch = _kafka_mismatch(records["kafka"], args)
+            if mismatch:
+                print(f"relay dev up: {mismatch}", file=sys.stderr)
+                return 2
         missing = [name for name in wanted if name not in records or not records[name].alive()]
+        for name in missing:
+            if name in records:  # a cluster with a dead node: stop the rest before starting afresh
+                _stop_record(records.pop(name))
         with ThreadPoolExecutor(max_workers=len(SERVICES)) as pool:
-            futures = {name: pool.submit(_start_one, name, directory) for name in missing}
+            futures = {name: pool.submit(_start_one, name, directory, args) for name in missing}
         errors: list[str] = []
         started: dict[str, ServiceRecord] = {}
         for name, future in futures.items():
@@ -151,12 +176,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         if errors:
             for record in started.values():  # all or nothing: a half-started set only confuses
                 _stop_record(record)
-            print("relay dev up failed:\n" + "\n".join(errors), file=sys.stderr)
-            return 1
+            raise ServiceError("dev up: nothing started: " + "; ".join(errors))
         records.update(started)
         save_state(directory, records)
     _report(directory, {name: records[name] for name in wanted}, started, args.json)
     return 0
+
+
+def _kafka_mismatch(record: ServiceRecord, args: argparse.Namespace) -> str:
+    """Why the running ``kafka`` is not the one asked for ('' when it is)."""
+    running = record.describe()
+    if running["broker"] != args.broker or running["brokers"] != args.brokers:
+        return (
+            f"kafka is already running as {running['broker']} with {running['brokers']} node(s), not "
+            f"--broker {args.broker} --brokers {args.brokers}: run relay dev down first"
+        )
+    return ""
 
 
 def _parse_only(text: str | None) -> list[str]:
@@ -165,8 +200,8 @@ def _parse_only(text: str | None) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
-        raise SystemExit(
-            f"relay dev: unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}"
+        raise ArgumentError(
+            "--only", f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}"
         )
     return [name for name in SERVICES if name in names]
 
@@ -238,9 +273,9 @@ def add_dev_parser(subparsers: Any) -> None:
     """Add ``dev`` with ``up``, ``down`` and ``status`` to the ``relay`` command."""
     dev = subparsers.add_parser(
         "dev",
-        help="run local MariaDB, Kafka-protocol broker and ZooKeeper for development",
+        help="run local MariaDB, Apache Kafka and ZooKeeper for development",
         description="Run real local servers on free loopback ports, detached from this shell: MariaDB "
-        "(ROW binlog, FULL row image and metadata), a Tansu broker (Kafka protocol, memory storage) and "
+        "(ROW binlog, FULL row image and metadata), Apache Kafka (KRaft; one broker, or --brokers 3) and "
         "ZooKeeper. Their data, logs and state.json live in the state directory.",
     )
     dev.add_argument(
@@ -262,6 +297,22 @@ def add_dev_parser(subparsers: Any) -> None:
         metavar="LIST",
         help="comma-separated subset of: mysql,kafka,zk (default: all)",
     )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        metavar="N",
+        help="Apache Kafka nodes (each a broker and a KRaft controller): 1 (default), or 3 for a replicated "
+        "cluster (topics get replication factor 3 and min.insync.replicas 2 by default)",
+    )
+    up.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="kafka: Apache Kafka from the jars scripts/bootstrap resolved (default); tansu: the Tansu "
+        "broker (Kafka protocol, memory storage; one node)",
+    )
     up.set_defaults(func=cmd_up)
     down = actions.add_parser(
         "down",
@@ -279,6 +330,14 @@ def add_dev_parser(subparsers: Any) -> None:
     status.set_defaults(func=cmd_dev_status)
     for sub in (up, down, status):
         sub.add_argument("--json", action="store_true", help="print one machine-readable JSON object")
+        # also after the action (`relay dev up --state-dir DIR`), where an operator puts it; SUPPRESS
+        # keeps a value given before the action (`relay dev --state-dir DIR up`)
+        sub.add_argument(
+            "--state-dir",
+            metavar="DIR",
+            default=argparse.SUPPRESS,
+            help="state directory (default: $RELAY_DEV_DIR, else ./.relay-dev)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,19 +37,25 @@ log = logging.getLogger("relay")
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command's answer is "no": not running (status), a check failed (check), …
 EXIT_ERROR = 2  # an error, said in one line: a bad option or value, config or mapping, a refusal
+EXIT_INTERNAL = 70  # an unexpected error: a bug (EX_SOFTWARE); one line, --debug shows the traceback
 EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM outside `relay run` (128 + SIGINT)
 EXIT_PIPE_CLOSED = 141  # the reader of the output went away (128 + SIGPIPE); nothing is printed
 
 EXIT_STATUSES = """\
 exit status:
-  0    success (status: the relay is running; check: every check passed; verify: equal)
+  0    success (status: the relay is running; check: every check passed; verify: equal, every key
+       compared)
   1    the answer is no: status: the relay is not running; check: a check failed; verify: differences;
        mapping resolve --all: an ambiguous table; snapshot --follow: the snapshot failed or was
        cancelled; schema resync without --yes: nothing written; dev status: a service is not answering
   2    an error, in one line on stderr: a bad option or value, a bad config or mapping (every problem,
        one line each), a refused edit or request, a server that refused, a relay that stopped on an error
   3    relay run: HA leadership lost or the producer fenced (let the supervisor restart it: it stands by);
-       dev status: no development service recorded
+       dev status: no development service recorded; verify: not verified (no difference found, but keys
+       not compared: changing in every pass, or a target that did not apply them within --wait)
+  4    cluster child (a node's instance process): its node went away, it stopped itself
+  5    cluster child: stopped on a schema error (held until relay schema resync --instance)
+  70   an internal error (a bug), in one line on stderr; run again with --debug for the traceback
   130  interrupted (SIGINT, or SIGTERM outside relay run)
   141  the output's reader went away (relay mapping show | head -1): the command stopped quietly
 """
@@ -120,6 +126,7 @@ def cmd_entries(args: argparse.Namespace) -> int:
         password=service.password,
         server_id=args.server_id,
         start=_parse_start(args),
+        origin="--mysql",
     )
     from relay.wiring import canal_instance, position_file_or_memory  # the composition root, only here
 
@@ -234,12 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, also print its traceback (and every cause) after the one line",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser(
         "demo",
         help="the whole relay on throwaway local services: sharded MySQL in, logical Kafka topics out",
-        description="Starts MariaDB and a Kafka-protocol broker (Tansu) in a temp dir, writes a sharded "
+        description="Starts MariaDB and Apache Kafka (one KRaft broker) in a temp dir, writes a sharded "
         "sample (shop_00..03 x orders_00..03 -> shop.orders, plus shop_00.customers -> shop: inserts, "
         "updates, deletes, one ALTER), runs the relay with the demo's relay.yaml and mapping.yaml until "
         "its saved position reaches the binlog end, shows what landed in each topic, checks that the "
@@ -259,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     ent = sub.add_parser(
         "entries",
         help="read a server's binlog as canal entries and print them",
-        description="Connects as a replica and prints canal entries (BEGIN / row changes / END / DDL). "
+        description="Connects as a replica and prints canal entries (BEGIN / row changes / END / DDL) "
+        "until stopped (Ctrl-C), --limit or --idle-exit. "
         "Start: --start-gtid, --start-position, --start-timestamp, or the current end of the binlog.",
     )
     ent.add_argument(
@@ -315,7 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the relay: binlog → canal store → logical Kafka topics, acking only what Kafka accepted",
         description="The long-running relay. Reads the config (every key is documented in conf/relay.yaml) "
         "and the mapping it names, refuses bad values naming the key, then publishes until SIGTERM/SIGINT, "
-        "which stops at a batch boundary, saves the position and exits 0.",
+        "which stops at a batch boundary, saves the position and exits 0. A start that fails on something "
+        "that may come back (the broker, the source or ZooKeeper not answering) is tried again with "
+        "publish.retry's backoff, one warning line per attempt, until it starts or is stopped; what a "
+        "person must fix (a refused login, a bad mapping, a missing topic with topics.create: false) ends "
+        "it with exit status 2.",
     )
     run.add_argument("-c", "--config", required=True, help="relay config file (YAML), e.g. conf/relay.yaml")
     run.set_defaults(func=cmd_run)
@@ -424,11 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # a bad value: one line, status 2 (relay.cli.values)
     except BrokenPipeError:
         return _stdout_gone()
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    level = logging.DEBUG if args.debug else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # secrets never reach a log line (relay.redact)
         handler.setFormatter(RedactingFormatter(handler.formatter or logging.Formatter()))
-    if args.command != "run" and not _runs_relays(args) and args.verbose == 0:
+    if args.command != "run" and not _runs_relays(args) and args.verbose == 0 and not args.debug:
         # kazoo logs every failed connection attempt as a warning (15 of them while `relay status`
         # waited for an unreachable ZooKeeper); the command says what it could not reach in one line
         logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -441,9 +458,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_gone()
     except RelayError as exc:
         print(f"relay: error: {error_text(exc)}", file=sys.stderr)
+        _traceback(args)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except OSError as exc:  # a file or socket the command was given: its name and what the OS said
+        print(f"relay: error: {redact(os_error_text(exc))}", file=sys.stderr)
+        _traceback(args)
+        return EXIT_ERROR
+    except Exception as exc:
+        # Not an error the command knows: a bug. One line all the same; the traceback with --debug.
+        print(
+            f"relay: internal error: {type(exc).__name__}: {redact(str(exc))} (a bug: run again with "
+            "--debug and report the traceback)",
+            file=sys.stderr,
+        )
+        _traceback(args)
+        return EXIT_INTERNAL
+
+
+def os_error_text(exc: OSError) -> str:
+    """``[Errno 13] Permission denied: '/etc/relay.yaml'`` as ``/etc/relay.yaml: permission denied``."""
+    what = (exc.strerror or str(exc)).rstrip(".")
+    where = exc.filename if exc.filename is not None else None
+    return f"{where}: {what[:1].lower()}{what[1:]}" if where is not None else what
+
+
+def _traceback(args: argparse.Namespace) -> None:
+    if getattr(args, "debug", False):
+        import traceback
+
+        traceback.print_exc()
 
 
 if __name__ == "__main__":

@@ -55,14 +55,17 @@ def open_from_args(args: argparse.Namespace) -> MappingStore:
     defaults': ``RELAY_STATE_DIR`` or ``var/default`` under the working directory)."""
     if args.zookeeper:
         auth = args.zk_auth or os.environ.get("RELAY_MAPPING_ZK_AUTH") or None
-        return open_mapping_store("zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth))
+        return open_mapping_store(
+            "zookeeper", "", ZooKeeperStoreConfig(args.zookeeper, args.zk_path, auth, setting="--zookeeper")
+        )
     from relay.config.load import load_config, parse_config
 
     config = load_config(args.config) if args.config else parse_config({})
     if args.config and not args.file:
         return mapping_store(config)
     history = config.state_path(MAPPING_HISTORY_DIR)
-    return open_mapping_store("file", args.file or "conf/mapping.yaml", history=history)
+    setting = "--file" if args.file else "--file (default conf/mapping.yaml)"
+    return open_mapping_store("file", args.file or "conf/mapping.yaml", history=history, setting=setting)
 
 
 def _live_tables(args: argparse.Namespace, timeout: float = 10.0) -> list[tuple[str, str]]:
@@ -189,7 +192,7 @@ def _resolve_all(args: argparse.Namespace, mapping: Mapping) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, store: MappingStore) -> int:
-    mapping = load_mapping(args.source_file) if args.source_file else store.read()
+    mapping = load_mapping(args.source_file, "SOURCE_FILE") if args.source_file else store.read()
     where = args.source_file or store.name
     warnings = mapping.warnings()
     controls = bool(mapping.column_controls())
@@ -422,7 +425,7 @@ def cmd_rollback(args: argparse.Namespace, store: MappingStore) -> int:
 
 
 def cmd_import(args: argparse.Namespace, store: MappingStore) -> int:
-    new = load_mapping(args.source_file)
+    new = load_mapping(args.source_file, "SOURCE_FILE")
     try:
         store.read()
     except MappingError as exc:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from relay.cli import values
+
+EXIT_INTERRUPTED = 130  # relay.cli.main's: stopped by SIGTERM/SIGINT
 
 
 def add_spark_parser(subparsers: Any) -> None:
@@ -97,6 +101,14 @@ def add_spark_parser(subparsers: Any) -> None:
         "--max-offsets-per-trigger", type=values.positive_int, help="records per micro-batch at most"
     )
     mirror.add_argument("--available-now", action="store_true", help="stop once caught up")
+    mirror.add_argument(
+        "--connect-timeout",
+        type=values.positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the checks made before Spark starts wait for the brokers and the object store "
+        "(default 10)",
+    )
     mirror.add_argument(
         "--trigger-seconds", type=values.positive_float, default=5.0, help="micro-batch interval (default 5)"
     )
@@ -234,10 +246,13 @@ def _catalog(args: argparse.Namespace) -> dict[str, str]:
     return {**catalog, **{k: v for k, v in named.items() if v}}
 
 
-def cmd_mirror(args: argparse.Namespace) -> int:
+def _mirror_config(args: argparse.Namespace) -> Any:
+    """The mirror's config from the options, checked — before Spark starts (its start and retries took
+    ~40 s, then a traceback): the programs, the catalog settings, the object store's endpoint, the
+    brokers, the topics (``relay.cli.spark_checks``)."""
+    from relay.cli.spark_checks import mirror_preflight
     from relay.errors import OptionError
-    from relay.spark.guide import how_to_read
-    from relay.spark.mirror import MirrorConfig, local_session, start
+    from relay.spark.mirror import MirrorConfig
     from relay.spark.storage import Storage, parse_options
 
     extra = parse_options(args.kafka_option, "--kafka-option")
@@ -266,38 +281,72 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         writer=args.writer,
         transaction_topic=args.transaction_topic,
     )
-    target = config.target()  # checks the format and the catalog settings before Spark starts
+    config.target()
+    mirror_preflight(
+        bootstrap_servers=args.bootstrap_servers,
+        topics=config.topics + ((config.transaction_topic,) if config.transaction_topic else ()),
+        kafka_options=extra,
+        storage=storage,
+        format=args.format,
+        catalog=config.catalog,
+        timeout=args.connect_timeout,
+    )
+    return config
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.errors import SparkSourceError
+    from relay.spark.guide import how_to_read
+    from relay.spark.mirror import local_session, start
+
+    config = _mirror_config(args)
+    target = config.target()
 
     def announce(table: str) -> None:  # Spark's stream thread, once per table: where it is, how to read it
         kinds = ("latest", "history") if config.history else ("latest",)
         print("\n".join(how_to_read(target, table, kind) for kind in kinds), flush=True)
 
+    # SIGTERM/SIGINT only ask to stop: raised inside a call into the JVM (Spark's start takes seconds) a
+    # KeyboardInterrupt printed py4j's traceback; the query is stopped between micro-batches instead.
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopping.set())
     spark = local_session(
         args.master,
         driver_memory=args.driver_memory,
         connectors=config.connectors(),
-        storage_options=storage.options,
+        storage_options=config.storage_options,
     )
-    query = start(spark, config, announce)
+    query = None if stopping.is_set() else start(spark, config, announce)
+    if query is None:
+        return EXIT_INTERRUPTED
     print(
         f"relay spark mirror: query {query.id} running; {args.format} tables under {config.out} "
         f"(checkpoint {config.checkpoint}); each table is listed with how to read it once it is written",
         flush=True,
     )
     try:
-        query.awaitTermination()
+        while not stopping.is_set() and not query.awaitTermination(1.0):
+            pass
+    except Exception as exc:  # the query failed (pyspark's StreamingQueryException): its first line
+        if type(exc).__name__ != "StreamingQueryException":
+            raise
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise SparkSourceError(f"the mirror query stopped: {first.strip()}") from exc
     finally:
         if query.isActive:
             query.stop()
         progress = query.lastProgress
         if progress:
             print(json.dumps({"batchId": progress["batchId"], "sources": progress["sources"]}), flush=True)
-    return 0
+    return EXIT_INTERRUPTED if stopping.is_set() else 0
 
 
 def cmd_spark_bench(args: argparse.Namespace) -> int:
+    from relay.cli.spark_checks import check_programs
     from relay.spark.bench import main as bench_main
 
+    check_programs()  # before Spark starts
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]

@@ -4,7 +4,8 @@ Parses the command, builds the run (``relay.ops.verify.setup``; the mirror side 
 the one place the two meet), draws a progress bar with ETA on a terminal (stderr), prints the report
 (text or ``--json``), writes the ``relay_verify_*`` metrics (``--metrics-file`` for node_exporter's
 textfile collector, ``--pushgateway``), and with ``--repair`` asks the running relay to snapshot the
-differing keys again and checks them once more. Exit status: 0 equal, 1 differences (also when a repair
+differing keys again and checks them once more. Exit status: 0 equal, 3 not verified (no difference, but keys
+not compared), 1 differences (also when a repair
 left some), 2 a usage or run error. Runs on the CLI's main thread.
 """
 
@@ -19,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from relay.errors import VerifyError
+
 
 def add_verify_parser(sub: Any) -> None:
     verify = sub.add_parser(
@@ -31,7 +34,11 @@ def add_verify_parser(sub: Any) -> None:
         "canal text, and rows are read only where digests differ. A key is compared only once the target "
         "has applied the change stream up to the read for that key; a key that changed meanwhile is "
         "re-checked in later passes and reported as skipped only if it keeps changing; a difference is "
-        "reported after two reads agree. Exit status 0: equal; 1: differences; 2: usage or run error.",
+        "reported after two reads agree; a target that has not applied a key's latest change (a mirror "
+        "job behind or stopped) is waited for up to --wait, and keys left are not verified. A record "
+        "beyond the relay's position (forged, foreign) is a difference; --repair first moves the relay "
+        "above it. Exit status 0: equal (every key compared); 1: differences; 3: not verified (none "
+        "found, keys not compared); 2: usage or run error.",
     )
     verify.add_argument("-c", "--config", required=True, help="the relay's config file")
     verify.add_argument("--table", required=True, help="the logical db.table, e.g. shop.orders")
@@ -58,7 +65,8 @@ def add_verify_parser(sub: Any) -> None:
         "--wait",
         type=float,
         default=60.0,
-        help="seconds the relay (and a mirror) may take to catch up with a read (default 60)",
+        help="seconds the relay, and a mirror job, may take to apply what a read saw; keys a mirror still "
+        "has not applied then are not verified (exit 3) (default 60)",
     )
     verify.add_argument("--json", action="store_true", help="print the report as one JSON object")
     verify.add_argument(
@@ -135,10 +143,24 @@ def _mirror_target(args: argparse.Namespace, config: Any, shards: list[Any], loc
         config.source_id,
         shards,
         parse_values=False,
+        connect_timeout=config.kafka.connect_timeout_seconds,
     )
     target = MirrorTarget(reader, index, args.table, config.source_id, config.source.timezone)
     target.use(shards)
     return target
+
+
+def _check_mirror(args: argparse.Namespace, location: str, timeout: float) -> None:
+    """The mirror's location, catalog and object store, before the source is read."""
+    from relay.cli.spark import _catalog
+    from relay.cli.spark_checks import check_storage
+    from relay.spark.storage import Storage, parse_options
+
+    if not location:
+        raise VerifyError("--against mirror:PATH: give the mirror table's PATH (local or s3://…)")
+    storage = Storage(location, parse_options(args.storage_option, "--storage-option"))
+    catalog = _catalog(args) if args.format == "iceberg" else {}
+    check_storage(storage, "--against", args.format, catalog, timeout, read_only=True)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -156,6 +178,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if against != "topic" and not against.startswith("mirror:"):
         raise VerifyError(f"--against must be topic or mirror:PATH, got {against!r}")
     config = load_config(args.config)
+    if against.startswith("mirror:"):
+        _check_mirror(args, against[7:], config.kafka.connect_timeout_seconds)
     store = mapping_store(config)
     try:
         mapping = store.read()
@@ -188,11 +212,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.metrics_file or args.pushgateway:
         write_metrics(report, args.metrics_file, args.pushgateway, instance=config.instance)
     print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.text())
-    remaining = report.repair.get("remaining") if report.repair else None
-    code = (0 if not remaining else 1) if report.repair is not None else (0 if report.equal else 1)
+    code = exit_status(report)
     if mirror:
         _exit_now(code)
     return code
+
+
+EXIT_NOT_VERIFIED = 3  # no difference found, but keys not compared (relay --help: exit statuses)
+
+
+def exit_status(report: Any) -> int:
+    """0 equal; 1 differences (left after a repair); 3 not verified: no difference, keys not compared."""
+    if report.repair is not None:
+        differ, unsettled = report.repair.get("differ", 0), report.repair.get("not_verified", 0)
+    else:
+        differ, unsettled = len(report.differences), len(report.skipped)
+    return 1 if differ else EXIT_NOT_VERIFIED if unsettled else 0
 
 
 def _exit_now(code: int) -> None:

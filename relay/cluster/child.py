@@ -51,6 +51,7 @@ def instance_config(node: NodeConfig, instance: str) -> tuple[RelayConfig, int]:
         node.root,
         timeout=node.zookeeper.connect_timeout_seconds,
         auth=node.zookeeper.auth or None,
+        setting="zookeeper.hosts",
     )
     try:
         stored = store.read(instance)
@@ -100,6 +101,7 @@ class NodeWatchdog(threading.Thread):
                     session_timeout=node.zookeeper.session_timeout_seconds,
                     connect_timeout=node.zookeeper.connect_timeout_seconds,
                     auth=node.zookeeper.auth or None,
+                    setting="zookeeper.hosts",
                 )
             except ZooKeeperUnavailableError as exc:
                 raise ClusterUnavailableError(str(exc)) from exc

@@ -10,6 +10,7 @@ status|rebalance|drain`` print. Under the cluster root::
     <root>/assignments/<name>     persistent: the node an instance is placed on, the plan's generation
     <root>/pins/<name>            persistent: `relay cluster move NAME NODE` — the node the instance is
                                   pinned to (``relay.cluster.placement``: honoured while it is eligible)
+    <root>/placement-generation   persistent: the last plan's generation (bumped by every plan written)
     <root>/destinations/<name>/status
                                   ephemeral, written by the node running the instance: its state, lag,
                                   last error, restarts, and the relay's whole status record (next to
@@ -72,6 +73,10 @@ class Paths:
     @property
     def assignments(self) -> str:
         return self._at("assignments")
+
+    @property
+    def generation(self) -> str:
+        return self._at("placement-generation")
 
     def node(self, name: str) -> str:
         return self._at("nodes", name)

@@ -9,7 +9,11 @@ another node was elected. Runs on the node's main thread (``relay.cluster.node``
 Placement is ``relay.cluster.placement.place`` on ``relay.cluster.layout.read_view``: whenever a node
 joins, leaves or changes (capacity, drained), or an instance is added or removed, the leader writes the
 plan's changed assignments — moved instances to their new node, removed or unplaceable ones deleted —
-in one transaction, with the plan's generation (the highest stored + 1).
+in one transaction, with the plan's generation. Generations strictly increase across every plan, also
+one that only removes assignments: the last one written is kept in ``<root>/placement-generation`` and
+bumped (compare-and-set on its version) in the same transaction, so two placements never share one
+(``max(counter, highest assignment) + 1``: a cluster from before the counter continues above what it
+stored).
 """
 
 from __future__ import annotations
@@ -57,10 +61,12 @@ def try_lead(client: KazooClient, paths: Paths, node: str, watch: object) -> Lea
 def apply_plan(client: KazooClient, paths: Paths, term: LeaderTerm, view: ClusterView, plan: Plan) -> bool:
     """Write what ``plan`` changes in ``view``'s assignment, in one transaction checked against the
     term's epoch; False when there was nothing to write. ``BadVersionError`` when the term is over."""
-    generation = view.generation() + 1
+    counter = _generation_counter(client, paths)
+    generation = max(view.generation(), counter.value) + 1
     reasons = {m.instance: m.reason for m in plan.moves}
     tx = client.transaction()
     tx.check(f"{paths.leader}-epoch", term.epoch)
+    tx.set_data(paths.generation, str(generation).encode(), version=counter.version)
     writes = 0
     client.ensure_path(paths.assignments)
     for instance, node in sorted(plan.assignment.items()):
@@ -80,8 +86,11 @@ def apply_plan(client: KazooClient, paths: Paths, term: LeaderTerm, view: Cluste
         return False
     results = tx.commit()
     failed = [r for r in results if isinstance(r, Exception) and type(r).__name__ != "RolledBackError"]
-    if any(isinstance(r, BadVersionError) for r in failed):
-        raise BadVersionError()
+    if isinstance(results[0], BadVersionError):
+        raise BadVersionError()  # the epoch: another node leads now
+    if isinstance(results[1], BadVersionError):
+        log.info("placement generation moved while writing the plan; placing again")
+        return False
     if any(isinstance(r, NodeExistsError | NoNodeError) for r in failed):
         log.info("assignment changed while writing the plan; placing again")  # another leader's leftovers
         return False
@@ -92,6 +101,33 @@ def apply_plan(client: KazooClient, paths: Paths, term: LeaderTerm, view: Cluste
     for instance in plan.unplaced:
         log.warning("instance %s: no node has capacity for it; it runs nowhere", instance)
     return True
+
+
+class _Counter:
+    """The last placement generation written and the version of its node."""
+
+    def __init__(self, value: int, version: int) -> None:
+        self.value, self.version = value, version
+
+
+def _generation_counter(client: KazooClient, paths: Paths) -> _Counter:
+    client.ensure_path(paths.generation)
+    data, stat = client.get(paths.generation)
+    try:
+        value = int(data.decode("ascii") or "0")
+    except (UnicodeDecodeError, ValueError):
+        log.warning("%s: not a generation number (%r); counting from the assignments", paths.generation, data)
+        value = 0
+    return _Counter(value, stat.version)
+
+
+def last_generation(client: KazooClient, paths: Paths) -> int:
+    """The last placement generation written (0: none), for reports."""
+    try:
+        data, _ = client.get(paths.generation)
+        return int(data.decode("ascii") or "0")
+    except (NoNodeError, UnicodeDecodeError, ValueError):
+        return 0
 
 
 def resign(client: KazooClient, paths: Paths, term: LeaderTerm | None) -> None:

@@ -53,15 +53,17 @@ from relay.cluster.node_config import NodeConfig
 from relay.cluster.requests import RequestDesk
 from relay.cluster.session_guard import SessionGuard, SessionWatch, StopOrder
 from relay.common import zookeeper
+from relay.common.retry import RetryPolicy
 from relay.config.state import STATUS_FILE
 from relay.daemon.status import read_status
-from relay.errors import ClusterUnavailableError, ZooKeeperUnavailableError
+from relay.errors import ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ClusterNode"]
 
 _TICK = 1.0  # seconds between passes when no watch fires
+CONNECT_RETRY = RetryPolicy(initial=1.0, maximum=30.0)  # joining while ZooKeeper does not answer
 
 
 class ClusterNode:
@@ -105,16 +107,11 @@ class ClusterNode:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> int:
         settings = self.config.settings()
-        connecting = time.monotonic()
-        try:
-            client = zookeeper.start_client(
-                settings.zookeeper,
-                session_timeout=settings.session_timeout_seconds,
-                connect_timeout=settings.connect_timeout_seconds,
-                auth=self.config.zookeeper.auth or None,
-            )
-        except ZooKeeperUnavailableError as exc:
-            raise ClusterUnavailableError(str(exc)) from exc
+        connected = self._connect()
+        if connected is None:
+            log.info("node %s stopped before it reached ZooKeeper", self.name)
+            return 0
+        client, connecting = connected
         self._client = client
         self.guard.session_timeout = zookeeper.session_timeout(client, settings.session_timeout_seconds)
         self.guard.heard(connecting)  # the server heard the session's connect request
@@ -148,6 +145,33 @@ class ClusterNode:
             self._leave(client)
         log.info("node %s left the cluster", self.name)
         return 0
+
+    def _connect(self) -> tuple[KazooClient, float] | None:
+        """The node's session and when its connect request was sent; while ZooKeeper does not answer,
+        tried again with a backoff (1 s doubling to 30 s), one warning line per attempt, until it does or
+        the node is stopped (None)."""
+        settings = self.config.settings()
+        backoff = CONNECT_RETRY.start(sleep=self._stopping.wait)
+        while not self._stopping.is_set():
+            connecting = time.monotonic()
+            try:
+                client = zookeeper.start_client(
+                    settings.zookeeper,
+                    session_timeout=settings.session_timeout_seconds,
+                    connect_timeout=settings.connect_timeout_seconds,
+                    auth=self.config.zookeeper.auth or None,
+                    setting="zookeeper.hosts",
+                )
+                return client, connecting
+            except ZooKeeperUnavailableError as exc:
+                delay = backoff.next_delay()
+                backoff.tries += 1
+                log.warning(
+                    "node %s cannot join yet (attempt %d): %s; trying again in %.1f s",
+                    self.name, backoff.tries, exc, delay,
+                )  # fmt: skip
+                backoff.sleep(delay)
+        return None
 
     def _pass(self, client: KazooClient) -> None:
         try:
@@ -312,6 +336,9 @@ def _status_record(node: str, process: dict[str, Any], state_dir: Path) -> dict[
     and ``relay``, the relay's whole status record (``relay status --instance`` shows it as the local
     command shows the status file)."""
     status = read_status(state_dir / STATUS_FILE) or {}
+    # the relay's own lag (relay.daemon.status.lag_seconds: 0 when caught up), only while the process that
+    # wrote it runs — as `relay status --instance` shows it (relay.cluster.operate)
+    alive = process.get("process") == "running" and status.get("pid") == process.get("pid")
     return {
         "node": node,
         "process": process.get("process", "waiting"),
@@ -321,7 +348,7 @@ def _status_record(node: str, process: dict[str, Any], state_dir: Path) -> dict[
         "last_error": status.get("error") or process.get("last_error"),
         "definition_version": process.get("definition_version"),
         "state": status.get("state") if process.get("pid") else None,
-        "lag_seconds": status.get("lag_seconds"),
+        "lag_seconds": status.get("lag_seconds") if alive else None,
         "ha_role": status.get("ha_role"),
         "published_at": time.time(),
         "state_dir": str(state_dir),

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from relay.cluster.child import METRICS_PORT_FILE
+from relay.errors import ConfigError
 
 if TYPE_CHECKING:
     from relay.cluster.node import ClusterNode
@@ -103,4 +104,9 @@ def serve_metrics(node: ClusterNode, host: str, port: int) -> None:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread of prometheus_client's."""
     registry = CollectorRegistry()
     registry.register(_NodeCollector(node))
-    start_http_server(port, addr=host, registry=registry)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # the port taken (another node, another program): one line naming the setting
+        raise ConfigError(
+            "metrics.port", f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}"
+        ) from exc

@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from relay.cluster.layout import ClusterView, Paths, read_view
+from relay.cluster.leader import last_generation
 
 __all__ = ["cluster_report"]
 
@@ -48,6 +49,7 @@ def cluster_report(client: KazooClient, root: str) -> dict[str, Any]:
     }
     return {
         "leader": view.leader,
+        "placement_generation": last_generation(client, paths) or view.generation() or None,
         "nodes": nodes,
         "drain_marks": sorted(view.drain_marks),
         "instances": instances,

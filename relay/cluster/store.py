@@ -53,7 +53,12 @@ class ZooKeeperInstanceStore:
     the session."""
 
     def __init__(
-        self, hosts: str, root: str = "/canal-relay", timeout: float = 10.0, auth: str | None = None
+        self,
+        hosts: str,
+        root: str = "/canal-relay",
+        timeout: float = 10.0,
+        auth: str | None = None,
+        setting: str = "--zookeeper",
     ) -> None:
         if not root.startswith("/"):
             raise ClusterError(f"--root: must be an absolute ZooKeeper path, got {root!r}")
@@ -63,7 +68,7 @@ class ZooKeeperInstanceStore:
         self._auth = auth
         try:
             self._client = zookeeper.start_client(
-                hosts, session_timeout=timeout, connect_timeout=timeout, auth=auth
+                hosts, session_timeout=timeout, connect_timeout=timeout, auth=auth, setting=setting
             )
         except ZooKeeperUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc

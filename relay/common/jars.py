@@ -47,12 +47,18 @@ class JarSet:
 
 
 KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.24.3"  # the log4j-api/log4j-core that kafka_2.13 depends on
 
 # The one list of pinned Java artifacts. Change a version here and scripts/bootstrap resolves that set again.
 SETS: dict[str, JarSet] = {
     "kafka": JarSet(
         "kafka",
-        (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",),
+        (
+            f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
+            # The broker logs through SLF4J 1.7 and ships no binding in its Maven dependencies: without one it
+            # logs nothing, not even why it failed to start. Log4j 2's, the version the broker itself pins.
+            f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+        ),
         "the Apache Kafka broker (KRaft) of relay dev up, the tests, the demo and relay bench",
     ),
 }

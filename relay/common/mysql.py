@@ -16,6 +16,7 @@ from relay.common.tls import TlsConfig, connect_arguments, ensure_encrypted
 from relay.errors import SourceConnectionError, SourceError
 
 ER_ACCESS_DENIED_ERROR = 1045
+ER_PARSE_ERROR = 1064
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 # Errors that reconnecting cannot repair: a person has to change the account or the position.
 PERMANENT_ERRORS = frozenset({ER_ACCESS_DENIED_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG})
@@ -31,8 +32,11 @@ def connect(
     connect_timeout: float = 10.0,
     read_timeout: float | None = None,
     write_timeout: float | None = None,
+    origin: str = "source",
 ) -> pymysql.connections.Connection:
-    """An autocommit utf8mb4 connection, encrypted as ``tls`` demands; ``SourceError`` when refused."""
+    """An autocommit utf8mb4 connection, encrypted as ``tls`` demands; ``SourceError`` when refused,
+    naming the settings to change: ``origin`` is the config section (``source``, ``source.standby``) or
+    the flag (``--mysql``) the address and account came from."""
     where = f"{host}:{port}"
     try:
         conn = pymysql.connect(
@@ -50,9 +54,20 @@ def connect(
             **connect_arguments(tls),
         )
     except pymysql.err.MySQLError as exc:
-        raise translate(exc, f"cannot connect to MySQL at {where}") from exc
+        if error_code(exc) == ER_ACCESS_DENIED_ERROR:
+            doing = f"MySQL at {where} refused the login of {user!r} ({named(origin, 'user', 'password')})"
+        else:
+            doing = f"cannot connect to MySQL at {where} ({named(origin, 'host', 'port')})"
+        raise translate(exc, doing) from exc
     ensure_encrypted(conn, tls, where)
     return conn
+
+
+def named(origin: str, *keys: str) -> str:
+    """The settings an operator changes: ``source.host, source.port``, or the flag itself."""
+    if origin.startswith("-"):
+        return origin
+    return ", ".join(f"{origin}.{k}" for k in keys)
 
 
 def translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:
@@ -68,3 +83,19 @@ def translate(exc: pymysql.err.MySQLError, doing: str) -> SourceError:
 def error_code(exc: BaseException) -> int:
     args: Any = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else 0
+
+
+def binlog_status(cur: Any) -> tuple[Any, ...] | None:
+    """The server's binlog status row (file, position, …, GTID set), or None when binary logging is off.
+
+    ``SHOW MASTER STATUS`` on MariaDB and MySQL before 8.4 (8.4 removed the name: a parse error there), else
+    ``SHOW BINARY LOG STATUS`` (MySQL 8.2 and later). PyMySQL's errors other than that one go to the caller.
+    """
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except pymysql.err.ProgrammingError as exc:
+        if error_code(exc) != ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW BINARY LOG STATUS")
+    row = cur.fetchone()
+    return tuple(row) if row else None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mapping.names import topic_problem
+from relay.common.addresses import hosts_problem
 from relay.config.model import RelayConfig
 from relay.config.sections import (
     compile_filter,
@@ -94,6 +95,7 @@ def config_problems(c: RelayConfig) -> list[ConfigError]:
     p.run(validate_counter, f.empty_transaction_interval_ms, "filter.empty_transaction_interval_ms")
     p.run(validate_counter, f.empty_transaction_threshold, "filter.empty_transaction_threshold")
     p.run(validate_kafka_settings, c.kafka.settings, "kafka.settings")
+    _addresses(c, p)
     _schema(c, p)
     _transaction_topic(c, p)
     return p.errors
@@ -118,6 +120,34 @@ def _transaction_topic(c: RelayConfig, p: _Problems) -> None:
     for name, other in others.items():
         if other == topic:
             p.add("kafka.transaction_topic", f"{topic!r} is also {name}; give it a topic of its own")
+
+
+def _addresses(c: RelayConfig, p: _Problems) -> None:
+    """The host lists: a URL or a stray word where ``host:port`` belongs is refused here, naming the key,
+    not found later as a timeout."""
+    problem = hosts_problem(c.kafka.bootstrap_servers)
+    if problem is not None:
+        p.add("kafka.bootstrap_servers", problem)
+    if not 0 < c.kafka.connect_timeout_seconds <= 600:
+        p.add(
+            "kafka.connect_timeout_seconds",
+            f"must be 0..600 seconds, got {c.kafka.connect_timeout_seconds!r}",
+        )
+    zk = "10.0.0.5:2181,10.0.0.6:2181"
+    if c.ha.enabled or c.positions.backend == "zookeeper":
+        problem = hosts_problem(c.ha.zookeeper, chroot=True, example=zk)
+        if problem is not None:
+            p.add("ha.zookeeper", problem)
+    if c.mapping.store == "zookeeper":
+        problem = hosts_problem(c.mapping.zookeeper.hosts, chroot=True, example=zk)
+        if problem is not None:
+            p.add("mapping.zookeeper.hosts", problem)
+    host = c.source.host
+    if not isinstance(host, str) or not host.strip() or "/" in host or host.count(":") == 1 or " " in host:
+        p.add(
+            "source.host",
+            f"must be a host name or address (the port goes in source.port), got {c.source.host!r}",
+        )
 
 
 def _schema(c: RelayConfig, p: _Problems) -> None:

@@ -89,6 +89,9 @@ class KafkaSettings:
     client_id: str = "canal-relay-{instance}"
     settings: dict[str, str] = field(default_factory=dict)
     delivery_timeout_seconds: float = 120.0
+    # How long a command waits for the brokers to answer before it says they are unreachable (relay check,
+    # status, verify, replay, positions); ``relay run`` keeps retrying instead.
+    connect_timeout_seconds: float = 10.0
     ddl_topic: str | None = "relay.ddl"
     dead_letter_topic: str | None = None
     dead_letter_value_bytes: int = 1_024

@@ -126,6 +126,9 @@ class SourceConfig:
     # Entry bytes of XA transactions prepared but not yet committed or rolled back that the relay holds
     # in memory; past it the relay stops (relay.canal.xa).
     xa_buffer_bytes: int = 64 * 1024 * 1024
+    # Where these settings come from, for error messages: the config section, or a flag (``--mysql``);
+    # set by whoever builds the config, never by YAML (the loader's "derived" fields).
+    origin: str = field(default="source", metadata={"derived": True})
 
     @property
     def address(self) -> str:

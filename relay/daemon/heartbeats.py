@@ -23,8 +23,10 @@ documentation, "heartbeat.interval.ms" and "topic.heartbeat.prefix"): partition 
 relay. Debezium carries the binlog offset (``file``, ``pos``, ``gtids``, ``server_id``, ``ts_sec``) as
 the Connect record's source offset; a Kafka consumer never sees that, so here the same names sit in the
 value beside ``ts_ms``, with ours: ``skip`` (entries of the transaction at ``pos`` already published),
-``generation``, ``position_ts_ms`` (binlog time of the last acknowledged entry), ``source_ts_ms`` (binlog
-time of the last event read, captured or not) and ``instance``. The topic is created when missing (one
+``generation``, ``position_ts_ms`` (binlog time of the last acknowledged entry; while a snapshot runs
+and that entry is a chunk, which has no binlog time, the time its rows were read — never 0, so lag
+computed from it is real; ``ts_sec`` is the same in seconds), ``source_ts_ms`` (binlog time of the last
+event read, captured or not) and ``instance``. The topic is created when missing (one
 partition, compacted: the latest heartbeat per source is what matters). The records go through a
 producer of their own (idempotent, ``acks=all``, never transactional): a heartbeat is never part of a
 data batch, so it can neither hold back nor roll back data, and a failed one is logged, counted and
@@ -52,6 +54,7 @@ from typing import Any
 import pymysql
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from relay.common.kafka_log import quiet
 from relay.common.mysql import connect
 from relay.config.load import RelayConfig
 from relay.daemon.status import RelayStats
@@ -59,6 +62,7 @@ from relay.errors import ConfigError, PublishError, RelayError
 from relay.kafka.compacted import CompactedTopic, CompactedTopicConfig
 from relay.positions.store import ResumePoint
 from relay.source.instance import CanalInstance
+from relay.source.snapshot_checkpoint import READ_MS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +103,27 @@ def heartbeat_key(source_id: str) -> bytes:
     return json.dumps({"serverName": source_id}, separators=(",", ":")).encode()
 
 
+def position_ms(point: ResumePoint) -> int:
+    """The time of a saved position: the binlog time of its last entry, or when that entry is a snapshot
+    chunk (no binlog time) the time its rows were read; 0 only for a point that records neither (one
+    saved by an earlier version after a chunk, or set by an operator)."""
+    if point.timestamp > 0:
+        return point.timestamp
+    read = point.extra.get(READ_MS_KEY)
+    return int(read) if isinstance(read, int | float) and read > 0 else 0
+
+
 def heartbeat_value(config: HeartbeatConfig, point: ResumePoint, source_ms: int, now_ms: int) -> bytes:
     """Debezium's ``ts_ms`` (the relay's time), the binlog offset under Debezium's offset names, ours."""
+    at_ms = position_ms(point)
     value: dict[str, Any] = {
         "ts_ms": now_ms,
         "file": point.journal,
         "pos": point.offset,
         "skip": point.skip,
         "server_id": point.server_id,
-        "ts_sec": point.timestamp // 1000,
-        "position_ts_ms": point.timestamp,
+        "ts_sec": at_ms // 1000,
+        "position_ts_ms": at_ms,
         "source_ts_ms": source_ms or None,
         "generation": point.generation,
         "instance": config.instance,
@@ -152,7 +167,7 @@ class Heartbeats:
                 self._topic.ensure()
             except RelayError as exc:  # the broker away, or no right to create it: say which setting
                 raise PublishError(f"kafka.heartbeat_topic {self.config.topic!r}: {exc}") from exc
-            self._producer = Producer(self.config.producer)
+            self._producer = Producer(quiet(self.config.producer))
         if self.config.query:
             problem = self._run_query()
             if problem is not None:

@@ -185,13 +185,11 @@ class RelayCollector(Collector):
             return ServerView(checked=now, up=False)
 
     def lag_seconds(self, view: ServerView) -> float | None:
-        if view.lag_bytes == 0:
-            return 0.0  # at the server's binlog end: nothing waits to be published, however old
-        event_ms = self.relay.stats.last_event_ms
-        if not event_ms:
-            point = self.saved()
-            event_ms = point.timestamp if point is not None else 0
-        return max(0.0, time.time() - event_ms / 1000.0) if event_ms else None
+        """The status file's lag (``relay.daemon.status.lag_seconds``); also 0 when the server says the
+        saved position is its binlog end, as ``relay status`` says."""
+        point = self.saved()
+        caught_up = view.lag_bytes == 0 or self.relay.instance.caught_up()
+        return self.relay.stats.lag_seconds(caught_up, point.timestamp if point is not None else 0)
 
     def collect(self) -> Iterator[Metric]:
         yield from self._counters()
@@ -302,7 +300,9 @@ class RelayCollector(Collector):
         lag = self.lag_seconds(view)
         if lag is not None:
             yield _gauge(
-                "relay_lag_seconds", "Now minus the binlog time of the last acknowledged change", lag
+                "relay_lag_seconds",
+                "Now minus the binlog time of the last acknowledged change (0 while caught up)",
+                lag,
             )
         if view.lag_bytes is not None:
             yield _gauge("relay_lag_bytes", "Binlog bytes written after the saved position", view.lag_bytes)

@@ -38,6 +38,7 @@ from typing import Protocol
 
 from mapping import Mapping
 from mapping.watch import MappingWatcher
+from relay.canal.captures import CapturedTables
 from relay.canal.entry import Entry, RowChange
 from relay.common.gc_tuning import gc_thresholds
 from relay.common.retry import Backoff
@@ -99,7 +100,8 @@ class RelayParts:
     transactions (None: not exactly-once mode). ``read_mapping``: reads the mapping store's current
     mapping (None) or a version of its history (a number); None: the relay keeps the mapping it was given
     and cannot resume another. ``open_move``: starts the history copy of a switch that moves tables to
-    another topic (None: ``mapping.move: switch``, the history stays where it is).
+    another topic (None: ``mapping.move: switch``, the history stays where it is). ``captures``: the
+    captured tables the instance's snapshots and schema history use (a mapping switch updates them).
     """
 
     instance: CanalInstance
@@ -111,6 +113,8 @@ class RelayParts:
     exactly_once: KafkaPositionStore | None = None
     read_mapping: Callable[[int | None], Mapping] | None = None
     open_move: Callable[[MovePlan], TableMove] | None = None
+    # The instance's captured tables (the filters and the mapping in use): a mapping switch updates them.
+    captures: CapturedTables | None = None
 
 
 class BatchPath:
@@ -228,6 +232,7 @@ class RelayRooms:
             instance,
             config.state_path(SNAPSHOT_REQUEST_FILE),
             after_switch=config.snapshot.mode != "never",
+            captures=parts.captures,
         )
         reload = HotReload(
             config,
@@ -272,6 +277,8 @@ class Relay:
         self.rooms = rooms or RelayRooms.build(config, mapping, parts)
         self.stats = self.rooms.stats
         self._stopping = threading.Event()
+        # it got past its start (claimed, source open, topics checked): an error now is the run's
+        self.publishing = False
 
     @property
     def mapping(self) -> Mapping:
@@ -323,6 +330,7 @@ class Relay:
                 self.config.kafka.bootstrap_servers,
             )
             self.stats.state = "running"
+            self.publishing = True
             self._loop(self.config.publish.retry.start(sleep=self._stopping.wait))
             rooms.recovery.drain()
         except BaseException as exc:

@@ -74,6 +74,8 @@ class StatusReporter:
         mapping = self._reload.state()
         self._announcer.update(mapping)
         data = self.stats.snapshot(
+            caught_up=instance.caught_up(),
+            saved_ms=0 if saved is None else saved.timestamp,
             instance=self.config.instance,
             source=self.config.source.address,
             position=None if saved is None else json.loads(replace(saved, source=None).to_json()),

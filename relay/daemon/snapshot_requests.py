@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mapping.model import Mapping
+from relay.canal.captures import CapturedTables
 from relay.errors import RelayError
 from relay.source.instance import CanalInstance
 from relay.source.snapshot_control import NO_CAPTURED_TABLE
@@ -90,8 +91,15 @@ def handle(instance: CanalInstance, mapping: Mapping, request: dict[str, Any]) -
         else:
             if keys is not None:
                 only = _among(only, set(keys))
+            above = request.get("above_generation")
             try:
-                reason = instance.request_snapshot(only, str(request.get("id")), where, keys)
+                reason = instance.request_snapshot(
+                    only,
+                    str(request.get("id")),
+                    where,
+                    keys,
+                    above_generation=above if isinstance(above, int) else None,
+                )
             except RelayError as exc:
                 reason = str(exc)
             if reason == NO_CAPTURED_TABLE:
@@ -136,10 +144,19 @@ class SnapshotDesk:
     """Takes on-demand snapshot requests for the publisher thread and keeps the last answer.
 
     ``after_switch``: a mapping switch snapshots the tables it adds (``snapshot.mode`` is not ``never``).
+    ``captures``: the instance's captured tables, which follow every switch.
     """
 
-    def __init__(self, instance: CanalInstance, request_path: Path, *, after_switch: bool) -> None:
+    def __init__(
+        self,
+        instance: CanalInstance,
+        request_path: Path,
+        *,
+        after_switch: bool,
+        captures: CapturedTables | None = None,
+    ) -> None:
         self._instance, self._path, self._after_switch = instance, request_path, after_switch
+        self._captures = captures
         self._next_check = 0.0
         self.answer: dict[str, Any] | None = None  # the last request's answer, shown in the status file
 
@@ -157,6 +174,9 @@ class SnapshotDesk:
         return True
 
     def mapping_switched(self, old: Mapping, new: Mapping) -> None:
-        """Right after a switch: snapshot the tables ``new`` routes and ``old`` did not."""
+        """Right after a switch: the captured tables follow ``new`` (snapshots, the schema history's
+        checks), and the tables ``new`` routes and ``old`` did not are snapshotted."""
+        if self._captures is not None:
+            self._captures.route_with(new)
         if self._after_switch:
             self.answer = after_mapping_switch(self._instance, old, new)

@@ -6,7 +6,10 @@ reads from another process.
 
 The publish rate is measured over the last ``RATE_WINDOW`` seconds, so it falls to 0 while nothing is
 acknowledged (a broker outage, an idle source) instead of repeating the last busy figure. Lag in
-seconds is the age of the last acknowledged change's binlog time.
+seconds (``lag_seconds``, the one definition the status file, the metrics, ``relay status`` and a cluster
+node's status record share) is 0 while the relay is caught up — everything read is published and
+acknowledged and the parser waits at the binlog end — however old the last change; otherwise the age of
+the last acknowledged change's binlog time (before any this run: the saved position's).
 """
 
 from __future__ import annotations
@@ -71,22 +74,35 @@ class RelayStats:
         published = self.records_published - base_count
         return published / elapsed if elapsed > 0 and published > 0 else 0.0
 
-    def lag_seconds(self) -> float | None:
-        if not self.last_event_ms:
-            return None
-        return max(0.0, time.time() - self.last_event_ms / 1000.0)
+    def lag_seconds(self, caught_up: bool = False, saved_ms: int = 0) -> float | None:
+        """``lag_seconds`` of this relay: 0 when ``caught_up``, else the age of the last acknowledged
+        change (``saved_ms``, the saved position's binlog time, before any this run)."""
+        return lag_seconds(caught_up, self.last_event_ms or saved_ms)
 
-    def snapshot(self, **extra: Any) -> dict[str, Any]:
+    def snapshot(self, caught_up: bool = False, saved_ms: int = 0, **extra: Any) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        lag = self.lag_seconds(caught_up, saved_ms)
         data.update(
             pid=os.getpid(),
             host=socket.gethostname(),
             updated=time.time(),
             publish_rate=round(self.publish_rate(), 1),
-            lag_seconds=None if self.lag_seconds() is None else round(self.lag_seconds() or 0.0, 3),
+            lag_seconds=None if lag is None else round(lag, 3),
+            caught_up=caught_up,
         )
         data.update(extra)
         return data
+
+
+def lag_seconds(caught_up: bool, event_ms: int, now: float | None = None) -> float | None:
+    """A relay's lag in seconds: 0 while it is caught up (nothing read waits to be published, the
+    parser waits at the binlog end), else now minus the binlog time ``event_ms`` of the last change
+    acknowledged; None when there is none to go by."""
+    if caught_up:
+        return 0.0
+    if not event_ms:
+        return None
+    return max(0.0, (time.time() if now is None else now) - event_ms / 1000.0)
 
 
 def write_status(path: Path, data: dict[str, Any]) -> None:

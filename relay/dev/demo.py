@@ -1,11 +1,12 @@
 """``relay demo``: the README's main command — the whole relay, end to end, on throwaway local services.
 
-In a temp dir: starts MariaDB (ROW binlog) and the Tansu broker, creates a sharded sample (``shop_00..03``
-× ``orders_00..03`` → logical ``shop.orders``, plus the unsharded ``shop_00.customers`` → ``shop``), writes
-the demo's ``conf/relay.yaml`` and ``conf/mapping.yaml``, runs the relay from the binlog position before
-the sample rows, writes inserts, updates, deletes and one ALTER, waits until the saved position reaches the
-server's binlog end, reads every logical topic back and shows what landed there. Its last check is the
-demo's promise: the latest state rebuilt from ``shop.orders`` equals SELECT over the physical shards.
+In a temp dir: starts MariaDB (ROW binlog) and Apache Kafka (one KRaft broker), creates a sharded sample
+(``shop_00..03`` × ``orders_00..03`` → logical ``shop.orders``, plus the unsharded ``shop_00.customers`` →
+``shop``), writes the demo's ``conf/relay.yaml`` and ``conf/mapping.yaml``, runs the relay from the binlog
+position before the sample rows, writes inserts, updates, deletes and one ALTER, waits until the saved
+position reaches the server's binlog end, reads every logical topic back and shows what landed there. Its last
+check is the demo's promise: the latest state rebuilt from ``shop.orders`` equals SELECT over the physical
+shards.
 
 Runs in the CLI's thread (this is the CLI layer: printing is its job). The relay runs in a thread of this
 process, stopped as SIGTERM stops it; with ``--keep`` it runs as a detached ``relay run`` process instead,
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
+from relay.common.jars import KAFKA_VERSION
 from relay.config.state import STATUS_FILE
 from relay.dev.demo_sample import (
     DB_TOPIC,
@@ -83,7 +85,9 @@ class RelayThread:
         from relay.wiring import build_relay
 
         config = load_config(config_path)
-        self.relay: Relay | None = build_relay(config, load_mapping(config.config_path(config.mapping.file)))
+        self.relay: Relay | None = build_relay(
+            config, load_mapping(config.config_path(config.mapping.file), "mapping.file")
+        )
         self.pid = os.getpid()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="relay-demo", daemon=True)
@@ -333,7 +337,8 @@ class Demo:
         say(f"Started {mysql.flavor} {version} at {mysql.host}:{mysql.port} (pid {pid})")
         kafka = self.kafka.start()
         assert self.kafka.running is not None
-        say(f"Started the Tansu broker at {kafka.bootstrap_servers} (pid {self.kafka.running.process.pid})")
+        pid = self.kafka.running.process.pid
+        say(f"Started Apache Kafka {KAFKA_VERSION} (KRaft) at {kafka.bootstrap_servers} (pid {pid})")
         return mysql, kafka.bootstrap_servers
 
     def _relay(self, config: Path) -> Progress:

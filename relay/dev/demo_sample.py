@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.common.mysql import binlog_status
+from relay.errors import ServiceError
+
 SHARDS, TABLES, PARTITIONS = 4, 4, 3
 ORDERS, CUSTOMERS = 600, 24
 INSTANCE = "demo"
@@ -135,8 +138,9 @@ class Workload:
 
 def binlog_end(conn: Any) -> tuple[str, int]:
     with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
+    if row is None:
+        raise ServiceError("the demo's MariaDB has binary logging off")
     return str(row[0]), int(row[1])
 
 

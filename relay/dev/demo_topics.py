@@ -1,6 +1,6 @@
 """The demo's read-back: every record of the logical topics, shown per topic and checked against MySQL.
 
-Owns reading the topics with ``assign`` from offset 0 (no consumer-group join, which is slow on Tansu), until
+Owns reading the topics with ``assign`` from offset 0 (no consumer-group join: nothing to commit), until
 every change the sample wrote is there or a deadline passes (a broker's high watermark is not trusted); the
 one-line rendering of a canal-json record; and the demo's promise — the latest state rebuilt from a topic
 equals SELECT over its physical tables. Runs on the CLI's thread and prints (this is CLI code).
@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from relay.common.kafka_log import quiet
 from relay.dev.demo_sample import DB_TOPIC, DDL_TOPIC, ORDERS_TOPIC, PARTITIONS, Written, physical_orders
 from relay.errors import DemoError
 
@@ -56,7 +57,7 @@ class Rec:
 
 def partitions_of(bootstrap: str) -> dict[str, int]:
     try:
-        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        meta = AdminClient(quiet({"bootstrap.servers": bootstrap})).list_topics(timeout=10)
     except KafkaException as exc:
         raise DemoError(f"cannot list the broker's topics: {exc}") from exc
     return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
@@ -65,7 +66,7 @@ def partitions_of(bootstrap: str) -> dict[str, int]:
 def read_topics(bootstrap: str, parts: dict[str, int], done: Callable[[dict[str, list[Rec]]], bool]) -> Any:
     """Every record of the topics from offset 0 (``assign``: no group join) until ``done``, or a deadline."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "relay-demo", "enable.auto.commit": False}
+        quiet({"bootstrap.servers": bootstrap, "group.id": "relay-demo", "enable.auto.commit": False})
     )
     consumer.assign([TopicPartition(t, p, 0) for t, n in parts.items() for p in range(n)])
     out: dict[str, list[Rec]] = {t: [] for t in parts}

@@ -93,6 +93,7 @@ def connect(config: HAConfig) -> KazooClient:
             config.zookeeper,
             session_timeout=config.session_timeout_seconds,
             connect_timeout=config.connect_timeout_seconds,
+            setting="ha.zookeeper",
         )
     except ZooKeeperUnavailableError as exc:
         raise LeadershipUnavailableError(str(exc)) from exc

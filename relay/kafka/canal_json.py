@@ -13,7 +13,8 @@ Field order is canal's, then ours (readers of canal-json ignore unknown fields):
 
 ``utcMicros`` appears only where the row has TIMESTAMP values that know their instant. ``snapshot`` (true)
 appears only on snapshot reads (``snapshot_row_text``, right after ``sequence``): INSERTs with ``es``/``ts``
-0, ``old`` null, ``rowIndex`` 0 and the sequence their chunk shares (``relay.source.snapshot_entry``).
+the time the chunk's rows were read, ``old`` null, ``rowIndex`` 0 and the sequence their chunk shares
+(``relay.source.snapshot_entry``).
 ``part`` (``relay.kafka.codec``) comes last where a record has one.
 
 - ``id`` is our sequence (canal's batch id restarts at 1 on every start; ours is stable across
@@ -31,8 +32,9 @@ appears only on snapshot reads (``snapshot_row_text``, right after ``sequence``)
 - ``utcMicros`` (rows of tables with TIMESTAMP columns, decoded from the binlog): ``[{column: epoch
   microseconds}]`` of the row's non-zero TIMESTAMP values in ``data``. ``data`` renders TIMESTAMP in the
   server's zone as canal does (unchanged for canal/Flink readers), which is ambiguous in the hour a DST
-  change repeats and needs the zone to read; ``utcMicros`` is the instant itself. Absent where no value
-  has one (no TIMESTAMP column, all NULL or zero, rows read by a snapshot SELECT).
+  change repeats and needs the zone to read; ``utcMicros`` is the instant itself (a snapshot SELECT reads
+  it with ``UNIX_TIMESTAMP``: the same as the binlog's). Absent where no value has one (no TIMESTAMP
+  column, all NULL or zero).
 - Output is ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` encoded as UTF-8. A statement
   whose SQL text holds bytes that are not UTF-8 (the binlog parser keeps them as lone surrogates) is
   written with ASCII escapes instead, so the value is still valid UTF-8 JSON and keeps those bytes.

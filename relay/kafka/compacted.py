@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from relay.common.kafka_log import quiet
 from relay.errors import PublishError, RelayError
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,9 @@ class CompactedTopic:
         if self._ready:
             return True
         try:
-            topics = AdminClient(self.config.client()).list_topics(timeout=self.config.timeout_s).topics
+            topics = (
+                AdminClient(quiet(self.config.client())).list_topics(timeout=self.config.timeout_s).topics
+            )
         except KafkaException as exc:
             raise self._failure(f"cannot list topics: {exc.args[0].str()}") from exc
         return self.topic in topics and topics[self.topic].error is None
@@ -84,7 +87,7 @@ class CompactedTopic:
         if self._ready:
             return
         if not self.exists():
-            admin = AdminClient(self.config.client())
+            admin = AdminClient(quiet(self.config.client()))
             futures = admin.create_topics([NewTopic(self.topic, 1, -1, config=dict(topic_config))])
             try:
                 futures[self.topic].result(timeout=self.config.timeout_s)
@@ -100,13 +103,15 @@ class CompactedTopic:
         """(key, value) of every record a consumer of ``group``-<random> with ``settings`` may see in the
         partition, from ``start`` to its end (EOF); the consumer is closed when the iteration ends."""
         consumer = Consumer(
-            self.config.client(
-                **{
-                    "group.id": f"{group}-{uuid.uuid4().hex}",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    **(settings or {}),
-                }
+            quiet(
+                self.config.client(
+                    **{
+                        "group.id": f"{group}-{uuid.uuid4().hex}",
+                        "enable.auto.commit": False,
+                        "enable.partition.eof": True,
+                        **(settings or {}),
+                    }
+                )
             )
         )
         try:
@@ -142,9 +147,11 @@ class CompactedTopic:
         undelivered within ``timeout_s``). ``KafkaException`` and ``BufferError`` are the caller's."""
         errors: list[KafkaError] = []
 
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
+        def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
                 errors.append(err)
+            elif msg.offset() is None:  # acked implicitly: its landing is unknown (relay.kafka.delivery)
+                errors.append(KafkaError(KafkaError._FAIL, "acknowledged without an offset: landing unknown"))
 
         for key, value in records:
             producer.produce(self.topic, value=value, key=key, partition=PARTITION, on_delivery=delivered)

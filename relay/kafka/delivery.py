@@ -6,6 +6,13 @@ dead-letter topic) and ``FailedDeliveries``, which acts on ``relay.kafka.verdict
 - fatal: the producer is unusable; the session's fatal latch fails every batch in flight.
 - retriable: the batch fails with a ``PublishError`` (the caller aborts, rolls back, resends after a backoff);
   a topic the broker says it does not know is checked again before the next send.
+- acknowledged without an offset: librdkafka reports a record delivered *implicitly*, with no offset, when
+  a later request of the same partition succeeded while the record's own request had failed — assuming the
+  broker keeps the idempotent sequence order. Kafka accepts any first sequence from a producer it holds no
+  state for (a new producer id, a partition just created or just moved), so when that first request failed
+  with NOT_LEADER_OR_FOLLOWER and the next one landed, the record is reported delivered and is not in the
+  log (seen on Apache Kafka 4.1 with librdkafka 2.16: the first records to a freshly created topic lost).
+  Its landing is unknown: the batch fails retriably and is sent again (in a transaction: aborted first).
 - rejected: the record can never be sent. With a dead-letter topic it goes there (value cut to
   ``dead_letter_value_bytes`` when it was too large, the original topic, partition, size and error in
   headers) and the batch completes once that is delivered; otherwise — or when the dead-letter topic
@@ -76,6 +83,26 @@ class FailedDeliveries:
             if count is not None:
                 partition = partition_for_key(record.key, count)
         self._failed(handle, record, partition, err, True)
+
+    def unplaced(self, handle: BatchHandle, record: Record, partition: int | None) -> None:
+        """librdkafka reported ``record`` delivered without an offset (see the module docstring): whether it
+        is in the log is unknown, so its batch fails retriably and is sent again."""
+        if handle.aborted:
+            return
+        log_failure = log.warning if handle.error is None else log.debug
+        log_failure(
+            "%s: a record to %s [%s] was acknowledged without an offset (implicitly, after a later request "
+            "succeeded): whether it landed is unknown; the batch will be sent again",
+            handle.label,
+            record.topic,
+            partition,
+        )
+        handle.fail(
+            PublishError(
+                f"{handle.label}: a record to {record.topic} [{partition}] was acknowledged without an "
+                "offset (its landing is unknown)"
+            )
+        )
 
     def uncreatable_topic(self, handle: BatchHandle, record: Record, exc: ConfigError) -> None:
         """A topic that cannot be created (a bad name, a policy): a rejection like any other. (One that
@@ -212,8 +239,12 @@ class RecordReport:
     def __call__(self, err: KafkaError | None, msg: Message | None) -> None:
         handle = self.handle
         if err is None:
-            if not handle.aborted:
-                handle.pending -= 1
+            if handle.aborted:
+                return
+            if msg is not None and msg.offset() is None:  # acked implicitly: see the module docstring
+                self.failures.unplaced(handle, self.record, msg.partition())
+                return
+            handle.pending -= 1
             return
         self.failures.reported(handle, self.record, self.partition, err, msg)
 

@@ -39,12 +39,14 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mapping.model import Route
+from relay.common.kafka_log import quiet
 from relay.common.retry import RetryPolicy
 from relay.errors import PublishError
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import Record
 from relay.kafka.remap import Consumed, Identity, Remapper
 from relay.kafka.settings import PublisherConfig
+from relay.kafka.verdicts import describe
 
 __all__ = [
     "CopyPlan",
@@ -132,13 +134,16 @@ class DestinationIndex:
         return False
 
 
-def partitions_of(settings: dict[str, Any], topics: Iterable[str]) -> list[Partition]:
+def partitions_of(settings: dict[str, Any], topics: Iterable[str], timeout: float = 30.0) -> list[Partition]:
     """Every (topic, partition) of ``topics``; a topic that does not exist has none."""
-    consumer = Consumer({**settings, "group.id": f"relay-copy-{uuid.uuid4().hex[:8]}"})
+    consumer = Consumer(quiet({**settings, "group.id": f"relay-copy-{uuid.uuid4().hex[:8]}"}))
     try:
-        meta = consumer.list_topics(timeout=30)
+        meta = consumer.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise PublishError(f"cannot list topics: {exc.args[0]}") from exc
+        raise PublishError(
+            f"kafka {settings.get('bootstrap.servers')} (kafka.bootstrap_servers) did not answer within "
+            f"{timeout:g} s: {describe(exc.args[0])}"
+        ) from exc
     finally:
         consumer.close()
     out: list[Partition] = []
@@ -158,13 +163,15 @@ class TopicReader:
         self.eof: set[Partition] = set()
         self.paused: set[Partition] = set()
         self._consumer = Consumer(
-            {
-                **settings,
-                "group.id": f"relay-copy-{uuid.uuid4().hex[:8]}",  # assign() only: no group offsets
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "queued.max.messages.kbytes": 8192,
-            }
+            quiet(
+                {
+                    **settings,
+                    "group.id": f"relay-copy-{uuid.uuid4().hex[:8]}",  # assign() only: no group offsets
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "queued.max.messages.kbytes": 8192,
+                }
+            )
         )
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from relay.common.kafka_log import quiet
 from relay.errors import ConfigError, PositionError, PublishError
 from relay.kafka.compacted import PARTITION, CompactedTopic, CompactedTopicConfig
 from relay.kafka.records import Record
@@ -110,7 +111,7 @@ class KafkaPositionStore:
     def _save_alone(self, point: ResumePoint) -> None:
         record = self.record(point)
         assert record.key is not None and record.value is not None
-        producer = Producer(self.config.client(**{"transactional.id": self.config.transactional_id}))
+        producer = Producer(quiet(self.config.client(**{"transactional.id": self.config.transactional_id})))
         try:
             producer.init_transactions(self.config.timeout_s)
             producer.begin_transaction()
@@ -147,7 +148,7 @@ def prove_aborted_records_hidden(config: KafkaPositionConfig) -> None:
     CompactedTopic(config, PositionError, topic).ensure({"retention.ms": "3600000"})  # not compacted
     nonce = uuid.uuid4().hex
     aborted, committed = f"aborted-{nonce}".encode(), f"committed-{nonce}".encode()
-    producer = Producer(config.client(**{"transactional.id": f"{config.transactional_id}.probe"}))
+    producer = Producer(quiet(config.client(**{"transactional.id": f"{config.transactional_id}.probe"})))
     offsets: list[int] = []
     try:
         producer.init_transactions(config.timeout_s)
@@ -188,7 +189,7 @@ def _probe_transaction(
     producer.begin_transaction()
 
     def delivered(err: KafkaError | None, msg: Any) -> None:
-        if err is None:
+        if err is None and msg.offset() is not None:  # None: acked implicitly, landing unknown
             offset(msg.offset())
 
     producer.produce(topic, value=value, partition=PARTITION, on_delivery=delivered)
@@ -200,12 +201,14 @@ def _probe_read(config: KafkaPositionConfig, topic: str, start: int, committed: 
     """Every value a read_committed consumer sees from ``start`` until the committed probe shows (or the
     deadline): the end of the partition is not enough, the commit markers are written after the commit."""
     consumer = Consumer(
-        config.client(
-            **{
-                "group.id": f"relay-probe-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
+        quiet(
+            config.client(
+                **{
+                    "group.id": f"relay-probe-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                }
+            )
         )
     )
     seen: set[bytes] = set()

@@ -41,6 +41,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from mypy_extensions import mypyc_attr
 
+from relay.common.kafka_log import quiet
 from relay.errors import ConfigError, PublishError
 from relay.kafka.delivery import FailedDeliveries, RecordReport
 from relay.kafka.records import BatchHandle, Record
@@ -72,7 +73,7 @@ class KafkaPublisher:
     ) -> None:
         """The factories are for tests (a scripted producer); production uses confluent-kafka's classes."""
         self._config = config
-        self._topics = TopicCatalog(config, admin_factory(config.admin_settings()))
+        self._topics = TopicCatalog(config, admin_factory(quiet(config.admin_settings())))
         self._window = InflightWindow()
         session_type = TransactionalSession if config.transactional else IdempotentSession
         self._session: ProducerSession = session_type(config, self._window, producer_factory)

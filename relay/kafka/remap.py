@@ -11,10 +11,12 @@ What a moved record keeps and what changes:
   ``relay.source.id``, ``relay.type`` and physical headers — its change identity (source id, sequence,
   part) is the one the original carries, so consumers order and de-duplicate copies like any record;
 - changed: the topic; the ``relay.db`` / ``relay.table`` / ``relay.tag`` headers, and for canal-json the
-  value's ``database`` / ``table`` fields, when the logical names changed; the key, recomputed for
-  canal-json rows from the route's key columns (or the primary key) and its ``key_shard``, so a row stays
-  in one partition of its new topic; a tombstone (null value) goes under the key its DELETE got.
-  canal-protobuf values and keys are re-published as they are;
+  value's ``database`` / ``table`` fields (canal-protobuf: each entry header's ``schemaName`` /
+  ``tableName``), when the logical names changed; the key, recomputed for canal-json rows from the
+  route's key columns (or the primary key) and its ``key_shard``, so a row stays in one partition of its
+  new topic; a tombstone (null value) goes under the key its DELETE got. canal-protobuf keys are
+  re-published as they are (a move that changes a canal-protobuf table's key is refused:
+  ``relay.kafka.history.plan_move``);
 - added: ``relay.replay.from`` = ``topic:partition:offset`` of the original.
 
 A DDL barrier (one copy per partition of the old topic) is re-published once, to every partition of the
@@ -31,6 +33,7 @@ from confluent_kafka import Message
 
 from mapping.key_shard import KEY_SHARD_PHYSICAL, SHARD_FIELD, shard_column
 from mapping.model import Route
+from relay.canal.proto.convert import renamed_packet
 from relay.kafka.codec import (
     H_DB,
     H_PART,
@@ -165,7 +168,11 @@ def remap_headers(headers: Headers, route: Route, origin: bytes) -> Headers:
 
 
 def remap_value(value: bytes, route: Route, key: bytes | None) -> tuple[bytes, bytes | None]:
-    """canal-json: logical names and the key under ``route``; anything else as it is."""
+    """canal-json: logical names and the key under ``route``; canal-protobuf: logical names; anything
+    else as it is."""
+    if route.codec == "canal-protobuf" and not value.startswith(b"{"):
+        renamed = renamed_packet(value, route.logical_db, route.logical_table)
+        return (value if renamed is None else renamed), key
     if route.codec != "canal-json" or not value.startswith(b"{"):
         return value, key
     try:

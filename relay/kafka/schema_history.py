@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
+from relay.common.kafka_log import quiet
 from relay.errors import PublishError, SchemaError
 from relay.kafka.compacted import CompactedTopic, CompactedTopicConfig
 from relay.schema.history import PartAssembler, Record, SchemaHistory, encode_parts, record_id
@@ -102,8 +103,10 @@ class KafkaSchemaHistory(SchemaHistory):
         # One record per produce request: brokers that compute a partition's end from its last batch's
         # base offset (Tansu) then report it exactly, and a history write is rare enough not to batch.
         self._producer = Producer(
-            self.config.client(
-                **{"enable.idempotence": True, "acks": "all", "batch.num.messages": 1, "linger.ms": 0}
+            quiet(
+                self.config.client(
+                    **{"enable.idempotence": True, "acks": "all", "batch.num.messages": 1, "linger.ms": 0}
+                )
             )
         )
         return self._producer

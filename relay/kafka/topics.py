@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from relay.common.kafka_log import quiet
 from relay.common.retry import RetryPolicy
 from relay.errors import ConfigError, MissingTopicError, PublishError
 from relay.kafka.settings import PublisherConfig
@@ -81,7 +82,10 @@ class TopicCatalog:
         try:
             meta = self._admin.list_topics(timeout=self._config.admin_timeout_s)
         except KafkaException as exc:
-            raise PublishError(f"cannot list topics: {describe(exc.args[0])}") from exc
+            raise PublishError(
+                f"kafka {self._config.bootstrap_servers} (kafka.bootstrap_servers) did not answer within "
+                f"{self._config.admin_timeout_s:g} s: {describe(exc.args[0])}"
+            ) from exc
         return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
 
     def _create_topics(self, names: list[str]) -> None:
@@ -111,3 +115,16 @@ class TopicCatalog:
                 return
             if not backoff.wait():
                 raise PublishError(f"created topics {names} did not show in metadata in time")
+
+
+def probe_brokers(settings: dict[str, object], timeout: float) -> None:
+    """The brokers of ``settings`` (an admin client's) answer a metadata request within ``timeout``; else a
+    retriable ``PublishError`` naming them — before anything else of a start is done."""
+    admin = AdminClient(quiet(dict(settings)))
+    try:
+        admin.list_topics(timeout=timeout)  # all topics: naming one creates it on some brokers
+    except KafkaException as exc:
+        raise PublishError(
+            f"kafka {settings.get('bootstrap.servers')} (kafka.bootstrap_servers) did not answer within "
+            f"{timeout:g} s: {describe(exc.args[0])}"
+        ) from exc

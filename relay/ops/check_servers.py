@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from mapping.model import Mapping
 from relay.canal.sink import NameFilter
 from relay.common import mysql
+from relay.common.kafka_log import quiet
 from relay.config.load import RelayConfig
 from relay.config.sections import SinkConfig
 from relay.errors import RelayError
@@ -174,21 +175,24 @@ def kafka_checks(config: RelayConfig, mapping: Mapping | None, live: set[str], o
     producer_only = ("linger", "compression", "batch", "queue")
     client: dict[str, str | int | float | bool] = {"bootstrap.servers": k.bootstrap_servers, "log_level": 0}
     client.update({key: str(v) for key, v in k.settings.items() if not key.startswith(producer_only)})
-    admin = AdminClient(client)
+    admin = AdminClient(quiet(client))
     try:
-        meta = admin.list_topics(timeout=min(k.delivery_timeout_seconds, 10.0))  # all topics: creates none
+        meta = admin.list_topics(timeout=k.connect_timeout_seconds)  # all topics: creates none
     except KafkaException as exc:
-        out(Check(FAIL, f"kafka {k.bootstrap_servers}", f"unreachable: {exc.args[0].str()}"))
+        why = f"unreachable within {k.connect_timeout_seconds:g} s: {exc.args[0].str()}"
+        why += " (kafka.bootstrap_servers)"
+        out(Check(FAIL, f"kafka {k.bootstrap_servers}", why))
         return
     out(Check(OK, f"kafka {k.bootstrap_servers}", f"reachable, {len(meta.brokers)} broker(s)"))
     existing = {name: t for name, t in meta.topics.items() if t.error is None}
     wanted = _wanted_topics(config, mapping, live)
+    owned = _relay_owned(config)
     create_ops = _authorized(lambda: admin.describe_cluster(include_authorized_operations=True))
     for topic, settings in sorted(wanted.items()):
         if topic in existing:
             out(_present(admin, topic, len(existing[topic].partitions), settings))
         else:
-            out(_absent(config, mapping, topic, create_ops))
+            out(_absent(mapping, topic, create_ops, owned=topic in owned))
     if k.exactly_once:
         probe = f"the read_committed probe writes to {k.positions_topic}.probe: proved at start only"
         out(Check(SKIP, "kafka exactly-once", probe))
@@ -211,6 +215,19 @@ def _wanted_topics(config: RelayConfig, mapping: Mapping | None, live: set[str])
         if config.schema.history != "off":
             wanted[config.schema.topic] = {"cleanup.policy": "compact"}
     return wanted
+
+
+def _relay_owned(config: RelayConfig) -> set[str]:
+    """The compacted topics the relay creates itself whatever the mapping's ``topics.create`` (one
+    partition, compacted: ``relay.kafka.compacted``): heartbeats, and in exactly-once mode the positions
+    and the schema history."""
+    k = config.kafka
+    owned = {k.heartbeat_topic} if k.heartbeat_topic else set()
+    if k.exactly_once:
+        owned.add(k.positions_topic)
+        if config.schema.history != "off":
+            owned.add(config.schema.topic)
+    return owned
 
 
 def _authorized(call: Callable[[], object]) -> set[str] | None:
@@ -251,9 +268,11 @@ def _present(admin: AdminClient, topic: str, partitions: int, settings: dict[str
     )
 
 
-def _absent(config: RelayConfig, mapping: Mapping | None, topic: str, ops: set[str] | None) -> Check:
+def _absent(mapping: Mapping | None, topic: str, ops: set[str] | None, *, owned: bool = False) -> Check:
+    """An absent topic: created at start when the relay may (``owned``: the relay's own compacted topic,
+    created whatever ``topics.create`` says), else a failure naming what to change."""
     what = f"topic {topic}"
-    if mapping is not None and not mapping.topics.create:
+    if mapping is not None and not mapping.topics.create and not owned:
         return Check(FAIL, what, "absent, and topics.create is false: create it before the start")
     if ops is not None and not ops & {"CREATE", "ALL"}:
         return Check(

@@ -62,7 +62,13 @@ def live_tables(source: LiveSource, timeout: float, *, columns: bool) -> Live:
     marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
     try:
         conn = mysql.connect(
-            source.host, source.port, source.user, source.password, tls=source.tls, connect_timeout=timeout
+            source.host,
+            source.port,
+            source.user,
+            source.password,
+            tls=source.tls,
+            connect_timeout=timeout,
+            origin=source.option,
         )
         with contextlib.closing(conn), conn.cursor() as cur:
             cur.execute(

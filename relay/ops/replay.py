@@ -121,7 +121,8 @@ def replay_remap(
     checkpoint = Checkpoint.load(path, mapping.version, options.restart)
     settings = consumer_settings(config)
     plan = _ReplayPlan(mapping, options.topics)
-    lowest, destinations = _lowest_additions(settings, plan, checkpoint)  # the first pass
+    timeout = config.kafka.connect_timeout_seconds
+    lowest, destinations = _lowest_additions(settings, plan, checkpoint, timeout)  # the first pass
     plan.destinations = tuple(sorted(destinations))
     plan.counts.clear()
     publisher = None if options.dry_run else KafkaPublisher(publisher_config(config, mapping))
@@ -186,7 +187,7 @@ class _ReplayPlan:
 
 
 def _lowest_additions(
-    settings: dict[str, Any], plan: _ReplayPlan, checkpoint: Checkpoint
+    settings: dict[str, Any], plan: _ReplayPlan, checkpoint: Checkpoint, timeout: float
 ) -> tuple[dict[Slot, Identity], set[str]]:
     """The first pass: the destination topics, and per destination slot the lowest change identity the
     replay would add there (a topic that does not exist yet holds nothing to place records behind)."""
@@ -194,7 +195,7 @@ def _lowest_additions(
     destinations: set[str] = set()
     counts: dict[str, int] = {}
     remapper = Remapper()
-    parts = partitions_of(settings, plan.origins)
+    parts = partitions_of(settings, plan.origins, timeout)
     missing = set(plan.origins) - {t for t, _ in parts}
     if missing:
         raise MappingError("--from", f"topic {sorted(missing)[0]!r} does not exist")
@@ -207,7 +208,7 @@ def _lowest_additions(
                 continue
             destinations.add(route.topic)
             if route.topic not in counts:
-                counts[route.topic] = len(partitions_of(settings, [route.topic]))
+                counts[route.topic] = len(partitions_of(settings, [route.topic], timeout))
             if counts[route.topic] == 0:
                 continue
             for record in remapper.records(rec, route, counts[route.topic]):

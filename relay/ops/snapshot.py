@@ -23,10 +23,16 @@ from relay.wiring import open_positions
 
 
 def send_request(
-    config: RelayConfig, action: str, table: str = "", where: str = "", keys: dict[str, Any] | None = None
+    config: RelayConfig,
+    action: str,
+    table: str = "",
+    where: str = "",
+    keys: dict[str, Any] | None = None,
+    above_generation: int | None = None,
 ) -> str:
     """Leave a request for the running relay; returns its id. Refused when no relay runs. ``keys``: a
-    snapshot of these keys only (``relay.source.snapshot_keys``)."""
+    snapshot of these keys only (``relay.source.snapshot_keys``). ``above_generation``: the snapshot (a
+    repair of records beyond the relay's position) is published in a binlog generation above it."""
     status = read_status(config.state_path(STATUS_FILE)) or {}
     pid = status.get("pid")
     if not (isinstance(pid, int) and pid_running(pid)) or status.get("state") in ("stopped", "failed"):
@@ -35,6 +41,8 @@ def send_request(
     body: dict[str, Any] = {"id": request_id, "action": action, "table": table, "where": where}
     if keys is not None:
         body["keys"] = keys
+    if above_generation is not None:
+        body["above_generation"] = above_generation
     atomic_write_text(config.state_path(SNAPSHOT_REQUEST_FILE), json.dumps(body) + "\n")
     return request_id
 

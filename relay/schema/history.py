@@ -34,13 +34,13 @@ import hashlib
 import json
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from relay.common.binlog_names import file_order
 from relay.errors import SchemaError
-from relay.schema.model import Catalog, TableDef
+from relay.schema.model import NUMERIC, Catalog, TableDef
 
 Place = tuple[str, int]
 PART_BYTES = 400_000  # compressed bytes per part: well below ZooKeeper's 1 MB node and Kafka's 1 MB record
@@ -48,6 +48,12 @@ PART_BYTES = 400_000  # compressed bytes per part: well below ZooKeeper's 1 MB n
 
 def place_key(place: Place) -> tuple[tuple[str, int], int]:
     return file_order(place[0]), place[1]
+
+
+# The version of the records this relay writes. 2: numeric signedness read by each flavour's rules
+# (MariaDB's TABLE_MAP counts YEAR among the numeric columns) and FLOAT UNSIGNED kept. Records without
+# a version were written by an earlier relay: ``doubted`` says which of their columns to check again.
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -60,9 +66,12 @@ class Record:
     broken: str = ""
     server: str = ""  # whose binlog ``at`` is a place in (``server_key``); "" in records written before
     when: int = 0  # ddl: the binlog time of its event (epoch seconds); 0 in records written before
+    version: int = RECORD_VERSION  # 1: written by a relay before ``RECORD_VERSION`` existed
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "at": list(self.at)}
+        if self.version >= RECORD_VERSION:
+            out["v"] = self.version
         if self.server:
             out["server"] = self.server
         out["changes"] = [[s, t, d.to_json() if d is not None else None] for (s, t), d in self.changes]
@@ -92,7 +101,29 @@ class Record:
             data.get("broken", ""),
             str(data.get("server", "")),
             int(data.get("when", 0)),
+            int(data.get("v", 1)),
         )
+
+
+def doubted(table: TableDef, record: Record, mariadb: bool) -> TableDef:
+    """``table`` as a record an earlier version wrote gives it, with the columns whose signedness that
+    version may have recorded wrongly in ``doubt`` (CHANGELOG, "schema history records of earlier
+    versions"): on MariaDB, a table learned from a TABLE_MAP with full metadata gave every numeric
+    column after a YEAR column its neighbour's signedness bit (MariaDB counts YEAR in SIGNEDNESS); a
+    definition read from information_schema lost FLOAT UNSIGNED."""
+    if record.version >= RECORD_VERSION:
+        return table
+    names: list[str] = []
+    after_year = False
+    for col in table.columns:
+        if record.kind == "learned" and mariadb:
+            after_year = after_year or col.kind == "year"
+            if after_year and col.kind in NUMERIC:
+                names.append(col.name)
+                continue
+        if record.kind in ("snapshot", "resync") and col.kind == "float" and not col.unsigned:
+            names.append(col.name)
+    return replace(table, doubt=tuple(names)) if names else table
 
 
 def apply_record(catalog: Catalog, record: Record) -> None:
@@ -100,7 +131,7 @@ def apply_record(catalog: Catalog, record: Record) -> None:
         if table is None:
             catalog.tables.pop(key, None)
         else:
-            catalog.tables[key] = table
+            catalog.tables[key] = doubted(table, record, catalog.mariadb)
     if record.kind == "ddl" and record.facts is not None:
         catalog.databases = {str(k): str(v) for k, v in record.facts.get("databases", {}).items()}
 

@@ -31,8 +31,16 @@ _BLOBS = {f"{p}blob": n for p, n in _BLOB_SIZES.items()}
 CHARACTER = frozenset({"char", "varchar", "enum", "set", *_TEXTS})
 BINARY = frozenset({"binary", "varbinary", *_BLOBS})
 NUMERIC = frozenset({*INT_CODES, "decimal", "float", "double"})
-KNOWN = CHARACTER | BINARY | NUMERIC | {"date", "datetime", "timestamp", "time", "year", "bit", "json",
-                                        "geometry"}  # fmt: skip
+# MariaDB's fixed-size binary plugin types: BINARY(4) / BINARY(16) with the binary collation in the
+# binlog (``Binlog_type_info_fixed_string``); their text (an address, a UUID) is not what the binlog holds.
+FIXED_BINARY = frozenset({"inet4", "inet6", "uuid"})
+# The spatial subtypes: every one is GEOMETRY in the binlog (kept as kind ``geometry``).
+SPATIAL = frozenset({
+    "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection",
+    "geomcollection",
+})  # fmt: skip
+KNOWN = CHARACTER | BINARY | NUMERIC | FIXED_BINARY | {"date", "datetime", "timestamp", "time", "year",
+                                                       "bit", "json", "geometry"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,10 @@ class TableDef:
     primary_key: tuple[str, ...] = ()
     collation: str | None = None
     broken: str = ""
+    # Columns whose signedness the record this definition came from may hold wrongly (a record an earlier
+    # version wrote: ``relay.schema.history.doubted``). Never stored: derived when the record is applied,
+    # settled at the table's next TABLE_MAP (``relay.schema.tracker``).
+    doubt: tuple[str, ...] = ()
 
     @property
     def qualified(self) -> str:
@@ -292,6 +304,8 @@ def collation_of(catalog: Catalog, col: ColumnDef) -> int | None:
     GEOMETRY, which it counts as a character column); None for every other type."""
     if col.kind in CHARACTER or col.kind in BINARY or (col.kind == "json" and catalog.mariadb):
         return catalog.collation_id(col.collation)
+    if col.kind in FIXED_BINARY:
+        return charsets.BINARY_COLLATION
     if col.kind == "geometry" and catalog.mariadb:
         return charsets.BINARY_COLLATION
     return None

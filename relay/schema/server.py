@@ -68,13 +68,20 @@ def _tables(conn: Any, where: str, args: Any) -> list[TableDef]:
         args,
     )
     columns: dict[tuple[str, str], list[ColumnDef]] = defaultdict(list)
+    unsupported: dict[tuple[str, str], str] = {}
     for s, t, n, dt, ct, co in _rows(
         conn,
         "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLLATION_NAME "
         f"FROM information_schema.COLUMNS WHERE {where} ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
         args,
     ):
-        columns[(_text(s), _text(t))].append(_column(_text(n), _text(dt), _text(ct), co))
+        key = (_text(s), _text(t))
+        try:
+            columns[key].append(_column(_text(n), _text(dt), _text(ct), co))
+        except ValueError as exc:
+            # A type the history does not model stops nothing here: the table is kept as broken (its
+            # definition unknown), which matters only if the relay captures it (relay.schema.tracker).
+            unsupported.setdefault(key, f"read from the server: {exc}")
     keys: dict[tuple[str, str], list[str]] = defaultdict(list)
     for s, t, n in _rows(
         conn,
@@ -87,7 +94,8 @@ def _tables(conn: Any, where: str, args: Any) -> list[TableDef]:
     for s, t, collation in table_rows:
         key = (_text(s), _text(t))
         out.append(TableDef(key[0], key[1], tuple(columns[key]), tuple(keys[key]),
-                            _text(collation) if collation is not None else None))  # fmt: skip
+                            _text(collation) if collation is not None else None,
+                            unsupported.get(key, "")))  # fmt: skip
     return out
 
 

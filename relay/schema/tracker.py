@@ -22,6 +22,21 @@ on the binlog reader thread, in binlog order:
   ``learned`` record at the TABLE_MAP's place and logged, so a later replay or failover to a server
   without FULL metadata finds it.
 
+Signedness: where the event carries SIGNEDNESS (MINIMAL, FULL) it is the server's word for every
+numeric column, signed ones included, and the history must agree. A definition an earlier version
+wrote (``relay.schema.history.doubted``) may hold a wrong signedness: the first TABLE_MAP with
+SIGNEDNESS settles it — differences are taken from the event, appended as a ``learned`` record and
+logged. Without SIGNEDNESS (NO_LOG) a doubted integer or DECIMAL stops the relay naming
+``relay schema resync``; a doubted FLOAT (only its ``mysqlType`` at stake) is logged.
+
+MariaDB's INET4 / INET6 / UUID columns are BINARY(4) / BINARY(16) in the binlog and text in SELECT:
+a captured table with one stops the relay with one line (``relay.source.snapshot_tables.unsupported``).
+
+Captured tables only: ``captures`` (``relay.canal.captures``; None: every table) names the tables the
+relay publishes. Whatever the history cannot follow in any other table — a DDL it cannot apply, a
+TABLE_MAP that does not match, a type it does not model — is logged once and the event used as it is:
+a table the relay does not publish is never a reason to stop.
+
 Each table's verified columns are cached by the identity of the event's columns (the parser reuses
 them for an unchanged TABLE_MAP body) and of the table's definition: an unchanged TABLE_MAP costs a
 dictionary look-up.
@@ -30,11 +45,13 @@ dictionary look-up.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from relay.binlog.events import ColumnMeta, QueryEvent, TableMapEvent
 from relay.errors import SchemaError, TableMapMismatchError, UnappliedDdlError
 from relay.schema.ddl import SYSTEM_SCHEMAS, apply_ddl
+from relay.schema.doubts import refuse_fixed_binary, settle_doubt
 from relay.schema.history import Place, Record, SchemaHistory, apply_record
 from relay.schema.model import (
     Catalog,
@@ -73,6 +90,18 @@ class SchemaTracker:
         self.catalog: Catalog = history.catalog_at(start, server)
         # (schema, table) -> (the event's columns, the table's definition, the columns to use)
         self._resolved: dict[tuple[str, str], tuple[object, object, tuple[ColumnMeta, ...]]] = {}
+        # The tables the relay publishes (None: all): problems elsewhere are logged, never a stop.
+        self.captures: Callable[[str, str], bool] | None = None
+        self._noted: set[tuple[str, str]] = set()  # uncaptured tables whose problem was logged
+
+    def captured(self, schema: str, table: str) -> bool:
+        return self.captures is None or self.captures(schema, table)
+
+    def _note(self, key: tuple[str, str], problem: str) -> None:
+        """A problem in a table the relay does not publish: logged once, not a stop."""
+        if key not in self._noted:
+            self._noted.add(key)
+            log.info("schema history: %s.%s is not captured; not followed exactly: %s", *key, problem)
 
     @property
     def lenient(self) -> bool:
@@ -114,7 +143,7 @@ class SchemaTracker:
             apply_record(self.catalog, record)
             self._resolved.clear()
             message = self._ddl_message(at, event.sql, exc.reason, exc.tables)
-            if not self.lenient:
+            if not self.lenient and any(self.captured(*key) for key in exc.tables):
                 raise SchemaError(message) from exc
             log.warning("%s — the binlog has full row metadata: going on; the table is learned at its next "
                         "TABLE_MAP", message.split(" The relay stops")[0])  # fmt: skip
@@ -146,7 +175,7 @@ class SchemaTracker:
         last = stored[-1]
         if last.kind == "ddl" and last.broken:
             tables = tuple(k for k, t in last.changes if t is not None and t.broken)
-            if tables:
+            if any(self.captured(*key) for key in tables):
                 raise SchemaError(self._ddl_message(at, last.sql, last.broken, tables))
 
     @staticmethod
@@ -174,7 +203,15 @@ class SchemaTracker:
             self._resolved[key] = cached
         if cached[2] is event.columns:
             return event
-        return TableMapEvent(event.header, event.table_id, event.schema, event.table, cached[2], True)
+        return TableMapEvent(
+            event.header,
+            event.table_id,
+            event.schema,
+            event.table,
+            cached[2],
+            True,
+            event.signedness_from_binlog,
+        )
 
     def check(self, event: TableMapEvent) -> TableMapEvent:
         """``resolve`` without its effects, for a transaction read ahead on a second connection
@@ -185,14 +222,26 @@ class SchemaTracker:
             return event
         table = self.catalog.tables.get((event.schema, event.table))
         try:
-            columns = self._verify(event, table)
+            columns = self._verify(event, table, settle=False)
         except TableMapMismatchError as exc:
-            if not self._learns(event):
+            if not self._learns(event) and self.captured(event.schema, event.table):
                 raise self._mismatch(event, str(exc)) from None
+            columns = event.columns
+        except SchemaError:
+            if self.captured(event.schema, event.table):
+                raise
             columns = event.columns
         if columns is event.columns:
             return event
-        return TableMapEvent(event.header, event.table_id, event.schema, event.table, columns, True)
+        return TableMapEvent(
+            event.header,
+            event.table_id,
+            event.schema,
+            event.table,
+            columns,
+            True,
+            event.signedness_from_binlog,
+        )
 
     def _learns(self, event: TableMapEvent) -> bool:
         """A mismatch is learned from the event (full metadata, mode auto), not a refusal."""
@@ -209,6 +258,16 @@ class SchemaTracker:
         )
 
     def _columns(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
+        try:
+            return self._checked_columns(event, table)
+        except SchemaError as exc:
+            key = (event.schema, event.table)
+            if self.captured(*key):
+                raise
+            self._note(key, str(exc))
+            return event.columns
+
+    def _checked_columns(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
         try:
             return self._verify(event, table)
         except TableMapMismatchError as exc:
@@ -242,7 +301,9 @@ class SchemaTracker:
                     *key, *at, difference)  # fmt: skip
         apply_record(self.catalog, record)
 
-    def _verify(self, event: TableMapEvent, table: TableDef | None) -> tuple[ColumnMeta, ...]:
+    def _verify(
+        self, event: TableMapEvent, table: TableDef | None, *, settle: bool = True
+    ) -> tuple[ColumnMeta, ...]:
         if table is None:
             raise TableMapMismatchError("the history has no such table")
         if table.broken:
@@ -250,6 +311,9 @@ class SchemaTracker:
         if len(table.columns) != len(event.columns):
             counts = f"{len(event.columns)} columns in the event, {len(table.columns)} in the history"
             raise TableMapMismatchError(counts)
+        refuse_fixed_binary(event, table)
+        if table.doubt:
+            table = settle_doubt(self.catalog, self.history, self.server, event, table, write=settle)
         out = []
         for i, ev in enumerate(event.columns):
             col = table.columns[i]
@@ -263,14 +327,18 @@ class SchemaTracker:
                     f"the event has {event_signature(ev)} ({ev.mysql_type})"
                 )
             mine = column_meta(self.catalog, table, i, ev)
-            self._compare(ev, mine, event.names_from_binlog, i)
+            self._compare(ev, mine, event, i)
             out.append(mine)
         return event.columns if event.names_from_binlog else tuple(out)
 
     @staticmethod
-    def _compare(ev: ColumnMeta, mine: ColumnMeta, full: bool, i: int) -> None:
+    def _compare(ev: ColumnMeta, mine: ColumnMeta, event: TableMapEvent, i: int) -> None:
+        full = event.names_from_binlog
+        # With SIGNEDNESS the event's word holds both ways (a signed column the history calls unsigned
+        # would publish 255 for -1); without it (NO_LOG) every column reads as signed: nothing to compare.
+        signedness = event.signedness_from_binlog or ev.unsigned
         checks: list[tuple[str, object, object]] = (
-            [("unsigned", ev.unsigned, mine.unsigned)] if ev.unsigned else []
+            [("unsigned", ev.unsigned, mine.unsigned)] if signedness else []
         )
         if ev.charset is not None:
             checks.append(("collation id", ev.charset, mine.charset))

@@ -219,6 +219,23 @@ class AckPath:
         log.info("instance %s: position %s saved under mapping version %d", self.name, point, mapping_version)
         return point
 
+    def move_generation(self, generation: int) -> ResumePoint | None:
+        """The relay continues under binlog generation ``generation`` (nothing outstanding, parser
+        thread): the saved point is saved again under it now — before any record of the new generation
+        is sent — so a restart re-reads what follows it under that generation too, and a key's later
+        changes never sort below what was published under it. An exactly-once store writes only what a
+        transaction commits: the next batch's point carries the generation. Returns the point, if any."""
+        with self._locks.both():
+            point = self.saved_point
+            if point is None or self._resume or point.generation >= generation:
+                return None
+            point = replace(point, generation=generation)
+            if not self.bound:
+                self._write(point)
+            self.last_acked = point
+        log.warning("instance %s: position %s saved under binlog generation %d", self.name, point, generation)
+        return point
+
     # -- 3. saved --------------------------------------------------------------------------------
     def save_pending(self) -> ResumePoint | None:
         """Write the point after the last acked batch now, if it is not written yet (stopping, failing:
@@ -289,6 +306,13 @@ class AckPath:
             return False
         put, got, _ = self.store.sequences
         return put == got
+
+    def caught_up(self) -> bool:
+        """Whether everything read is published and acknowledged: the parser waits at the binlog end,
+        the store holds nothing not taken, no batch is outstanding (any thread: the status file, the
+        metrics, ``relay status``'s lag of 0)."""
+        with self._locks.state():
+            return self._caught_up()
 
     def at_binlog_end(self) -> None:
         """The parser reached the binlog end (parser thread): the writer may now write the last point."""

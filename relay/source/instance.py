@@ -171,6 +171,11 @@ class CanalInstance:
         the first (heartbeats report it as the source time, ``relay.daemon.heartbeats``)."""
         return self.parser.last_event_ms
 
+    def caught_up(self) -> bool:
+        """Everything read is published and acknowledged, the parser waits at the binlog end
+        (``AckPath.caught_up``): the lag is 0, however old the last change."""
+        return self.acks.caught_up()
+
     @property
     def save_failure(self) -> BaseException | None:
         return self.acks.save_failure
@@ -254,11 +259,14 @@ class CanalInstance:
         snapshot_id: str,
         where: str = "",
         keys: dict[str, Any] | None = None,
+        above_generation: int | None = None,
     ) -> str | None:
         """Start an on-demand snapshot of the physical tables ``only`` names (and the sink filters
         keep) while streaming; returns why not, or None once it runs. ``keys``: only these keys of these
-        tables (``relay.source.snapshot_keys``; the tables must be among those). Publisher thread."""
-        return self.snapshots.request(only, snapshot_id, where, keys)
+        tables (``relay.source.snapshot_keys``; the tables must be among those). ``above_generation``:
+        first move the relay to a binlog generation above it (``SnapshotControl.request``). Publisher
+        thread."""
+        return self.snapshots.request(only, snapshot_id, where, keys, above_generation)
 
     def captured_tables(self) -> list[tuple[str, str]]:
         """(db, table) of the base tables on the server read now that the sink's filters keep."""

@@ -132,7 +132,7 @@ class ParserLoop:
         # transaction; what was published after it is dropped again (``_published_before``).
         start = resolve_start(self.config.source, info, saved.read_from if saved is not None else None)
         self.reading.start_point = start
-        attach_schema_history(self.reading.source, self.schema_history, self.config.schema_history, start)
+        self._attach_history(self.reading.source, start, standby=False)
         self.reading.source.open(start)
         self.failover.track(info, start)
 
@@ -178,6 +178,10 @@ class ParserLoop:
         """Read one event (or wait a little for one) and pass its entries on; a new cursor after a
         failover."""
         holding = cursor.holding()
+        if self.reading.move_to is not None and not (
+            holding or self.pending or cursor.builder.in_transaction
+        ):
+            _move_generation(self)
         snap = self.snapshots.snapshot
         if snap is not None and snap.failure is not None:
             # A reader stopped on an error it cannot retry: the relay stops with it (fail closed), after
@@ -346,7 +350,7 @@ class ParserLoop:
         if wait_acked:
             # Every entry of the master is acknowledged (its position saved under the master's
             # identity) before the source changes: a position never mixes two servers.
-            self._await_acked()
+            _await_acked(self)
         old, self.reading.source = self.reading.source, switch.source
         old.close()
         if not saved_there:
@@ -361,22 +365,42 @@ class ParserLoop:
             switch.drop,
         )
 
-    def _attach_history(self, source: BinlogSource, start: StartPoint) -> None:
-        """The standby's source follows the schema history too, with records of its own (its binlog
-        places are another numbering). Switching by GTID, the standby continues right after the
-        master's last event: the master's schema now is the standby's at its start, carried over.
-        Switching by timestamp it re-reads an overlap, so its definitions are read from it
+    def _attach_history(self, source: BinlogSource, start: StartPoint, *, standby: bool = True) -> None:
+        """The source follows the schema history (``standby`` False: the master, at the start). A standby
+        has records of its own (its binlog places are another numbering). Switching by GTID it continues
+        right after the master's last event: the master's schema now is its schema at its start, carried
+        over. Switching by timestamp it re-reads an overlap, so its definitions are read from it
         (``relay.source.schema_start``: refused when a DDL lies between its start and the read)."""
         master = self.reading.source.schema
-        carry = master.catalog.copy() if master is not None and not start.journal else None
-        attach_schema_history(source, self.schema_history, self.config.schema_history, start, carry)
+        carry = master.catalog.copy() if standby and master is not None and not start.journal else None
+        mode, captures = self.config.schema_history, self.config.captures
+        attach_schema_history(source, self.schema_history, mode, start, carry, captures=captures)
 
-    def _await_acked(self) -> None:
-        while not self._stopping.is_set():
-            put, get, _ = self.store.sequences
-            if put == get and not self.acks.outstanding():
-                return
-            self._stopping.wait(self.config.poll_seconds)
+
+def _await_acked(loop: ParserLoop) -> None:
+    """Until every entry put is handed out and acknowledged (or the loop stops)."""
+    while not loop._stopping.is_set():
+        put, get, _ = loop.store.sequences
+        if put == get and not loop.acks.outstanding():
+            return
+        loop._stopping.wait(loop.config.poll_seconds)
+
+
+def _move_generation(loop: ParserLoop) -> None:
+    """A move to a higher binlog generation asked for (``Reading.move_to``), at a transaction boundary with
+    nothing read ahead (parser thread): once everything put is acknowledged, the position is saved under
+    it, the entries put from now on carry it, and what waited for it starts (a repair's snapshot)."""
+    _await_acked(loop)
+    reading = loop.reading
+    target, then = reading.move_to, reading.after_move
+    if loop._stopping.is_set() or target is None:
+        return
+    loop.acks.move_generation(target)
+    reading.generation = target
+    reading.move_to = reading.after_move = None
+    log.warning("instance %s: publishing under binlog generation %d from here", loop.config.name, target)
+    if then is not None:
+        then()
 
 
 def _closed_prefix(entries: list[Entry]) -> list[Entry]:

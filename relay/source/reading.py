@@ -7,6 +7,8 @@ Written by the start (caller's thread) and by a failover (parser thread); read b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.config.sections import SourceConfig
 from relay.source.binlog_source import BinlogSource
 from relay.source.failover import EntryFilter, standby_config
@@ -26,6 +28,10 @@ class Reading:
         self.drop: EntryFilter | None = None
         # The binlog history being read (``ResumePoint.generation``): the saved one, + 1 on a failover.
         self.generation = 0
+        # A move to a higher generation asked for (a repair of records beyond the relay's position,
+        # ``SnapshotControl.request``), made by the parser at a transaction boundary; then ``after_move``.
+        self.move_to: int | None = None
+        self.after_move: Callable[[], object] | None = None
 
     def source_config(self) -> SourceConfig:
         """The server the snapshot readers read: the one the parser reads (the standby after a failover).

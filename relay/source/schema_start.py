@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -60,10 +61,14 @@ def attach_schema_history(
     mode: str,
     start: StartPoint,
     carry: Catalog | None = None,
+    *,
+    captures: Callable[[str, str], bool] | None = None,
 ) -> SchemaTracker | None:
     """Give ``source`` a schema tracker when ``mode`` calls for one (module docstring). ``carry``: the
     schema exactly at ``start``, known from another server's binlog (a failover by GTID continues right
-    after the master's last event): it becomes this server's first snapshot instead of a read."""
+    after the master's last event): it becomes this server's first snapshot instead of a read.
+    ``captures``: the tables the relay publishes (None: all); what the history cannot follow in any other
+    table is logged, never a reason to stop (``SchemaTracker.captures``)."""
     info = source.info
     assert info is not None
     metadata = info.row_metadata or "not supported by this server (MySQL 5.7)"
@@ -104,6 +109,7 @@ def attach_schema_history(
         how = "carried over from the master" if carry is not None else "read"
         log.info("schema history: %d tables %s for %s %s:%d", len(catalog.tables), how, where, *place)
     tracker = SchemaTracker(history, place, mode, full, server)
+    tracker.captures = captures
     source.schema = tracker
     return tracker
 

@@ -24,7 +24,6 @@ from relay.common import mysql
 from relay.config.sections import SourceConfig
 from relay.errors import SourceConnectionError, SourceError
 
-ER_PARSE_ERROR = 1064
 _VARIABLES = (
     "log_bin",
     "binlog_format",
@@ -76,6 +75,7 @@ def connect(cfg: SourceConfig) -> pymysql.connections.Connection:
         tls=cfg.tls,
         connect_timeout=cfg.connect_timeout,
         read_timeout=cfg.read_timeout,
+        origin=cfg.origin,
     )
 
 
@@ -143,12 +143,9 @@ def binlog_state(cfg: SourceConfig, conn: Any) -> tuple[tuple[tuple[str, int], .
     """The binlog files (oldest first) and the binlog status row (file, position, …, GTID set)."""
     try:
         binlogs = tuple((str(r[0]), int(r[1])) for r in query(conn, "SHOW BINARY LOGS"))
-        try:
-            status = query(conn, "SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError as exc:
-            if exc.args[0] != ER_PARSE_ERROR:
-                raise
-            status = query(conn, "SHOW BINARY LOG STATUS")  # MySQL >= 8.4 removed the old name
+        with conn.cursor() as cur:
+            row = mysql.binlog_status(cur)
+        status = [row] if row else []
     except pymysql.err.MySQLError as exc:
         if _client_side(exc):
             raise

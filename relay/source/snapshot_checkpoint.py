@@ -19,6 +19,10 @@ from typing import Any
 from relay.source.snapshot_tables import TableSpec
 
 EXTRA_KEY = "snapshot"  # ResumePoint.extra key of the checkpoint
+# ResumePoint.extra key of when the rows of the point's last entry were read (ms since the epoch), where
+# that entry is a snapshot chunk: it has no binlog time (``ResumePoint.timestamp`` stays 0, which the
+# failover's placing by time relies on), so this is the time a heartbeat reports for the point.
+READ_MS_KEY = "snapshot_read_ms"
 
 
 def new_state(tables: list[TableSpec], snapshot_id: str, where: str = "") -> dict[str, Any]:

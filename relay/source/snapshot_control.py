@@ -21,11 +21,11 @@ from typing import Any
 from relay.canal.entry import Entry
 from relay.canal.sink import Sink
 from relay.config.sections import SnapshotConfig
-from relay.positions.store import ResumePoint
+from relay.positions.store import MAX_GENERATION, ResumePoint
 from relay.source.acks import AckPath
 from relay.source.reading import Reading
 from relay.source.snapshot import Snapshot
-from relay.source.snapshot_checkpoint import EXTRA_KEY, compacted, state_rows
+from relay.source.snapshot_checkpoint import EXTRA_KEY, READ_MS_KEY, compacted, state_rows
 from relay.source.snapshot_entry import SnapshotEntry
 from relay.source.snapshot_plan import captured_tables, check_where, plan
 
@@ -128,12 +128,27 @@ class SnapshotControl:
         return self.sink.include.matches(name) and not self.sink.exclude.matches(name)
 
     def request(
-        self, only: Callable[[str, str], bool], snapshot_id: str, where: str, keys: dict[str, Any] | None
+        self,
+        only: Callable[[str, str], bool],
+        snapshot_id: str,
+        where: str,
+        keys: dict[str, Any] | None,
+        above_generation: int | None = None,
     ) -> str | None:
-        """Start an on-demand snapshot (``CanalInstance.request_snapshot``); returns why not, or None."""
+        """Start an on-demand snapshot (``CanalInstance.request_snapshot``); returns why not, or None.
+
+        ``above_generation`` (``relay verify --repair`` of records beyond the relay's position: a forged or
+        foreign record whose identity sorts after everything the relay published): the snapshot's rows must
+        sort after those records, and so must every later change of their keys — so the relay first moves
+        to binlog generation ``max(its own, above_generation) + 1``, as after a ``relay positions set``:
+        the parser makes the move at a transaction boundary once everything put is acknowledged, saves the
+        position under it before any record of it is sent (``AckPath.move_generation``), then starts
+        the snapshot."""
         running = self.snapshot
         if running is not None and running.active:
             return f"snapshot {running.state['id']} is still running"
+        if self.reading.move_to is not None:
+            return "a snapshot waits for the move to a new binlog generation"
         if self.reading.info is None:
             return "the instance is not reading a server"
         source = self.reading.source_config()
@@ -149,6 +164,21 @@ class SnapshotControl:
             if unknown:
                 return f"keys name tables this relay does not snapshot for it: {', '.join(unknown)}"
             state["keys"] = keys
+        if above_generation is not None:
+            target = max(self.reading.generation, above_generation) + 1
+            if target > MAX_GENERATION:
+                return (
+                    f"the records to repair carry binlog generation {above_generation}: the relay cannot "
+                    f"publish above it (generations end at {MAX_GENERATION}); publish to new topics"
+                )
+            self.reading.after_move = lambda: self._run(state, self.reading.source.delivered)
+            self.reading.move_to = target
+            log.warning(
+                "instance %s: snapshot %s waits for the move to binlog generation %d (records beyond the "
+                "relay's position are to be repaired)",
+                self.name, snapshot_id, target,
+            )  # fmt: skip
+            return None
         self._run(state, self.reading.source.delivered)
         return None
 
@@ -194,12 +224,17 @@ class SnapshotControl:
         return state
 
     def extra(self, entries: Sequence[Entry]) -> dict[str, Any]:
-        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them."""
+        """The ``extra`` of the resume point after ``entries``: the snapshot checkpoint as of them, and
+        when the last one is a chunk, when its rows were read (``READ_MS_KEY``)."""
         for e in reversed(entries):
             if isinstance(e, SnapshotEntry):
                 self._state = self._unless_cancelled(compacted(e.checkpoint))
                 break
-        return {EXTRA_KEY: self._state} if self._state is not None else {}
+        out: dict[str, Any] = {EXTRA_KEY: self._state} if self._state is not None else {}
+        last = entries[-1] if entries else None
+        if isinstance(last, SnapshotEntry) and last.read_ms > 0:
+            out[READ_MS_KEY] = last.read_ms
+        return out
 
     def rolled_back(self, last: ResumePoint | None) -> None:
         """The checkpoint goes back with the batches: to ``last``, the point after the last one still

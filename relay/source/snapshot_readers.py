@@ -28,6 +28,7 @@ from typing import Any
 import pymysql
 
 from relay.common import mysql
+from relay.common.mysql import binlog_status
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.errors import NoSuchTableError, RelayError, SourceConnectionError, SourceError
 from relay.source import snapshot_keys
@@ -315,11 +316,7 @@ def _row_order(row: Row) -> tuple[tuple[bool, str], ...]:
 def master_position(conn: Any) -> Pos:
     """The binlog end now (SHOW MASTER STATUS; SHOW BINARY LOG STATUS on MySQL >= 8.4): a watermark."""
     with conn.cursor() as cur:
-        try:
-            cur.execute("SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError:
-            cur.execute("SHOW BINARY LOG STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
     if not row:
         raise SourceError("snapshot: SHOW MASTER STATUS is empty: binary logging is off")
     journal = row[0].decode() if isinstance(row[0], bytes) else str(row[0])

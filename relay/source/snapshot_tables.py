@@ -21,7 +21,14 @@ from functools import cached_property
 from typing import Any
 
 from relay.binlog import types as t
-from relay.binlog.column_types import INT_CODES, SPATIAL, TEMPORAL_CODES, table_map_meta, table_map_type
+from relay.binlog.column_types import (
+    FIXED_BINARY,
+    INT_CODES,
+    SPATIAL,
+    TEMPORAL_CODES,
+    table_map_meta,
+    table_map_type,
+)
 from relay.binlog.events import ColumnMeta
 from relay.errors import NoSuchTableError, SourceError
 from relay.source.snapshot_rows import (
@@ -42,6 +49,7 @@ _VALUE_KINDS = {
     "decimal": K_DECIMAL, "float": K_FLOAT, "double": K_DOUBLE, "bit": K_BIT,
 }  # fmt: skip
 _MEMBERS = re.compile(r"'((?:[^']|'')*)'")
+_PADDED = frozenset({K_INT, K_DECIMAL})  # ZEROFILL pads these in SELECT's text (FLOAT is cast to DOUBLE)
 
 
 def quote_name(name: str) -> str:
@@ -59,6 +67,7 @@ class TableSpec:
     key: tuple[int, ...]  # column indexes of the chunk key, in key order; () when none
     key_name: str  # PRIMARY, the unique index's name, or "" (no usable key)
     estimated_rows: int = 0
+    zerofill: frozenset[int] = frozenset()  # indexes of ZEROFILL integer and DECIMAL columns
 
     @property
     def name(self) -> str:
@@ -75,11 +84,13 @@ class TableSpec:
 
     def select_list(self) -> str:
         out = []
-        for c, kind in zip(self.columns, self.kinds, strict=True):
+        for i, (c, kind) in enumerate(zip(self.columns, self.kinds, strict=True)):
             col = quote_name(c.name)
             if kind == K_FLOAT:
                 col = f"CAST({col} AS DOUBLE)"  # the float32 exactly; its text may round it
-            elif kind == K_BIT:
+            elif kind == K_BIT or i in self.zerofill:
+                # BIT: the number; ZEROFILL: the number without the padding SELECT adds (the binlog
+                # holds the number: both paths publish ``42`` for an INT(5) ZEROFILL 42, as canal does).
                 col = f"{col}+0"
             out.append(col)
         # A TIMESTAMP's text is in the session's zone, ambiguous in the hour a DST change repeats: its
@@ -149,18 +160,17 @@ def _members(column_type: str) -> tuple[str, ...]:
     return tuple(m.replace("''", "'") for m in _MEMBERS.findall(inner))
 
 
-def column_meta(
-    index: int, row: dict[str, Any], is_key: bool, *, spatial: bool = False
-) -> tuple[ColumnMeta, int]:
-    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``);
-    ``spatial``: a spatial column is read as bytes (``relay verify`` compares it; a snapshot refuses it)."""
+def column_meta(index: int, row: dict[str, Any], is_key: bool) -> tuple[ColumnMeta, int]:
+    """(ColumnMeta, value kind) of one ``information_schema.COLUMNS`` row (with ``COLLATION_ID``). A
+    spatial column is read as bytes: SELECT sends the value the binlog holds (SRID + WKB). MariaDB's
+    INET4 / INET6 / UUID are refused: SELECT sends their text, the binlog their binary storage."""
     data_type = str(row["DATA_TYPE"]).lower()
     column_type = str(row["COLUMN_TYPE"]).lower()
     charset = int(row["COLLATION_ID"]) if row.get("COLLATION_ID") is not None else None
     enum_values = _members(column_type) if data_type == "enum" else None
     set_values = _members(column_type) if data_type == "set" else None
     try:
-        if data_type in SPATIAL and not spatial:
+        if data_type in FIXED_BINARY:
             raise ValueError(data_type)
         real, size = table_map_type(  # the one mapping, shared with the schema history
             data_type,
@@ -172,9 +182,7 @@ def column_meta(
             members=len(enum_values or set_values or ()),
         )
     except ValueError:
-        raise SourceError(
-            f"column {row['COLUMN_NAME']!r}: type {column_type} cannot be snapshotted"
-        ) from None
+        raise SourceError(unsupported(str(row["COLUMN_NAME"]), column_type)) from None
     code, meta = table_map_meta(real, size)
     if data_type in ("binary", "varbinary") or data_type in SPATIAL or data_type.endswith("blob"):
         charset = 63
@@ -187,12 +195,23 @@ def column_meta(
         meta,
         str(row["IS_NULLABLE"]).upper() == "YES",
         name=str(row["COLUMN_NAME"]),
-        unsigned="unsigned" in column_type,
+        unsigned=" unsigned" in column_type,
         charset=charset if code in (t.VARCHAR, t.STRING, t.BLOB) else None,
         is_key=is_key,
         enum_values=enum_values,
         set_values=set_values,
     ), kind
+
+
+def unsupported(column: str, column_type: str) -> str:
+    """Why a column stops its table's snapshot (and capture): one line naming it and what to do."""
+    if column_type in FIXED_BINARY:
+        return (
+            f"column {column!r}: type {column_type} (MariaDB) is not captured: SELECT gives its text and the "
+            "binlog its binary storage, so no one value can be published for both; leave the table out "
+            "(filter.exclude or the mapping), or store the value in a BINARY or VARCHAR column"
+        )
+    return f"column {column!r}: type {column_type} cannot be snapshotted"
 
 
 def _dicts(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -217,12 +236,9 @@ def list_tables(conn: Any, captures: Callable[[str, str], bool]) -> list[tuple[s
     return sorted(x for x in out if captures(x[0], x[1]))
 
 
-def describe_table(
-    conn: Any, db: str, table: str, estimated_rows: int = 0, *, spatial: bool = False
-) -> TableSpec:
+def describe_table(conn: Any, db: str, table: str, estimated_rows: int = 0) -> TableSpec:
     """The ``TableSpec`` of one table: columns as a full-metadata TABLE_MAP would describe them, and the
-    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none). ``spatial``: see
-    ``column_meta``."""
+    chunk key (PRIMARY, else the first UNIQUE key over NOT NULL columns, else none)."""
     cols = _dicts(
         conn,
         "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.IS_NULLABLE, c.CHARACTER_OCTET_LENGTH, "
@@ -259,10 +275,13 @@ def describe_table(
     metas, kinds = [], []
     for i, c in enumerate(cols):
         try:
-            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary, spatial=spatial)
+            meta, kind = column_meta(i, c, str(c["COLUMN_NAME"]) in primary)
         except SourceError as exc:
             raise SourceError(f"{db}.{table}: {exc}") from exc
         metas.append(meta)
         kinds.append(kind)
     key = tuple(index_of[n] for n in key_cols)
-    return TableSpec(db, table, tuple(metas), tuple(kinds), key, key_name, estimated_rows)
+    zerofill = frozenset(
+        i for i, c in enumerate(cols) if "zerofill" in str(c["COLUMN_TYPE"]).lower() and kinds[i] in _PADDED
+    )
+    return TableSpec(db, table, tuple(metas), tuple(kinds), key, key_name, estimated_rows, zerofill)

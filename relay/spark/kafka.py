@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from relay.common.kafka_log import quiet
 from relay.errors import DataLossError, SparkSourceError
 from relay.spark.offsets import TopicPartition
 
@@ -70,7 +71,7 @@ class Broker:
         self._ck = ck
         self._conf = consumer_config(options)
         try:
-            self._consumer = ck.Consumer(self._conf)
+            self._consumer = ck.Consumer(quiet(self._conf))
         except ck.KafkaException as exc:
             raise SparkSourceError(f"cannot create a Kafka consumer: {exc}") from exc
         self._ends: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (high watermark, true end)
@@ -264,7 +265,7 @@ def _records(
 ) -> Iterator[tuple[Any, ...]]:
     ck = _kafka()
     include_headers = options.get("includeheaders", "false").lower() == "true"
-    consumer = ck.Consumer(consumer_config(options))
+    consumer = ck.Consumer(quiet(consumer_config(options)))
     try:
         consumer.assign([ck.TopicPartition(tp[0], tp[1], start)])
         progress = time.monotonic()

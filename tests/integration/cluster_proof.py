@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooClient
@@ -28,6 +29,8 @@ from relay.cluster.definition import parse_definition
 from relay.cluster.layout import read_view
 from relay.cluster.store import ZooKeeperInstanceStore
 from relay.dev import services
+from relay.errors import ConfigError
+from relay.kafka.positions import KafkaPositionConfig, prove_aborted_records_hidden
 from tests.integration import kafka_batches
 from tests.integration.relay_harness import (
     Rec,
@@ -233,6 +236,20 @@ class Proof(Fleet):
         popen = self.nodes[node].popen
         assert popen is not None
         return popen.pid
+
+
+@pytest.fixture(scope="session")
+def aborted_visible(kafka_service: Any) -> str | None:
+    """Why the session's broker cannot run exactly-once mode (the relay's own start-up probe), or None
+    (Apache Kafka hides aborted records: the proofs run in exactly-once mode)."""
+    config = KafkaPositionConfig(
+        kafka_service.bootstrap_servers, f"relay-test-probe-{uuid.uuid4().hex[:8]}", "t", "relay-test"
+    )
+    try:
+        prove_aborted_records_hidden(config)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 @contextlib.contextmanager

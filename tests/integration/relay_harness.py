@@ -24,6 +24,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from relay.common.mysql import binlog_status
 from relay.config.state import POSITION_FILE, STATUS_FILE
 from relay.kafka.partitioner import partition_for_key
 
@@ -544,8 +545,8 @@ def distinct_rows_at_least(count: int) -> Callable[[list[Rec]], bool]:
 def master_position(conn: Any) -> tuple[str, int]:
     """The server's current binlog end: where a relay started now would begin."""
     with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
+    assert row, "binary logging is off"
     return str(row[0]), int(row[1])
 
 

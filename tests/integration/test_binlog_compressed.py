@@ -18,6 +18,7 @@ from typing import Any
 
 from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.mysql import binlog_status
 from relay.config.sections import SourceConfig
 from relay.dev.services import MySQLService
 from relay.source.server import inspect_server
@@ -36,7 +37,10 @@ def execute(svc: MySQLService, *sql: str) -> list[tuple[Any, ...]]:
 
 
 def binlog_end(svc: MySQLService) -> tuple[str, int]:
-    row = execute(svc, "SHOW MASTER STATUS")[0]
+    conn = svc.connect()
+    with contextlib.closing(conn), conn.cursor() as cur:
+        row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 

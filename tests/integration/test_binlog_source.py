@@ -25,6 +25,7 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.mysql import binlog_status
 from relay.common.retry import RetryPolicy
 from relay.config.sections import SourceConfig, StartConfig
 from relay.dev import services
@@ -102,8 +103,8 @@ def execute(svc: MySQLService, *sql: str) -> list[tuple[Any, ...]]:
 
 
 def end_of(cur: Any) -> tuple[str, int]:
-    cur.execute("SHOW MASTER STATUS")
-    row = cur.fetchone()
+    row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 

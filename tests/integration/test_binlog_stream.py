@@ -20,6 +20,7 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.mysql import binlog_status
 from relay.dev.services import MySQLService
 from relay.errors import SourceConnectionError, SourceError
 
@@ -56,11 +57,11 @@ def execute(svc: MySQLService, *sql: str, args: Any = None) -> list[tuple[Any, .
 
 
 def binlog_end(svc: MySQLService) -> tuple[str, int]:
-    for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
-        with contextlib.suppress(Exception):
-            row = execute(svc, statement)[0]
-            return str(row[0]), int(row[1])
-    raise AssertionError("cannot read the binlog position")
+    conn = svc.connect()
+    with contextlib.closing(conn), conn.cursor() as cur:
+        row = binlog_status(cur)
+    assert row is not None, "binary logging is off"
+    return str(row[0]), int(row[1])
 
 
 def executed_gtids(svc: MySQLService) -> str:

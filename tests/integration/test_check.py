@@ -2,8 +2,9 @@
 
 Against the real MariaDB, broker and ZooKeeper: a sound installation passes (every line ok, skip or
 warn); a broken one fails on each thing a start would stop on (an overlap only the server's tables
-show, a topic present with other settings, a topic absent while creation is off, the metrics port
-taken), each named on its own line. Proven from the outside that nothing was written: the files under
+show, a topic present with other settings, a topic absent while creation is off — but not the relay's
+own compacted topic, which it creates whatever ``topics.create`` says — the metrics port taken), each
+named on its own line. Proven from the outside that nothing was written: the files under
 the test folder (no state directory created), the broker's topic list and the ZooKeeper tree under the
 HA root are the same before and after.
 """
@@ -154,7 +155,8 @@ def test_a_broken_installation_fails_on_each_problem_one_line_each(
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        extra = {"metrics": {"port": taken.getsockname()[1]}}
+        # the relay creates its own compacted topic (heartbeats) whatever topics.create says
+        extra = {"metrics": {"port": taken.getsockname()[1]}, "kafka": {"heartbeat_topic": f"{prefix}.beats"}}
         cfg = _config(tmp_path, mysql_service, bootstrap, mapping, extra)
         code, lines = _check(cfg, tmp_path)
     text = "\n".join(lines)
@@ -166,6 +168,7 @@ def test_a_broken_installation_fails_on_each_problem_one_line_each(
     )
     assert any(f"topic {prefix}.hot: absent, and topics.create is false" in line for line in failed), text
     assert any(line.startswith("FAIL  metrics:") and "in use" in line for line in failed), text
+    assert f"ok    topic {prefix}.beats: absent: created at start" in text, text
 
 
 def test_a_bad_config_is_every_problem_one_line_each(tmp_path: Path) -> None:

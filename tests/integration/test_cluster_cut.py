@@ -27,12 +27,12 @@ from relay.cluster.layout import Paths
 from tests.integration.cluster_proof import (
     EpochObserver,
     Proof,
+    aborted_visible,
     checkpoint,
     children_of,
     open_proof,
     process_state,
 )
-from tests.integration.test_transactions import aborted_visible  # the session's exactly-once probe
 from tests.integration.zk_cut import ZooKeeperCut
 
 __all__ = ["aborted_visible"]  # a fixture: pytest finds it in this module

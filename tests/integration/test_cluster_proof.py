@@ -45,6 +45,7 @@ import pytest
 from tests.integration.cluster_proof import (
     EpochObserver,
     Proof,
+    aborted_visible,
     check_instance,
     checkpoint,
     children_of,
@@ -53,7 +54,6 @@ from tests.integration.cluster_proof import (
     process_state,
 )
 from tests.integration.relay_harness import REPO_ROOT
-from tests.integration.test_transactions import aborted_visible  # the session's exactly-once probe
 
 __all__ = ["aborted_visible"]  # a fixture: pytest finds it in this module
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from relay.common.mysql import binlog_status
 from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService
 from relay.errors import ServiceError
@@ -134,8 +135,8 @@ def distinct_changes(wanted: int) -> Callable[[list[Rec]], bool]:
 
 def master_position(service: MySQLService) -> tuple[str, int]:
     with contextlib.closing(service.connect()) as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 

@@ -317,3 +317,34 @@ def test_no_loss_with_captured_rows_among_busy_uncaptured_ones_across_kills(case
     # apply_records reads each partition in offset order and checks every key's order on the way.
     assert apply_records(records) == select_orders(case.conn, case.prefix, SHARDS, TABLES)
     check_exact_repeats(records)
+
+
+def test_heartbeats_during_a_snapshot_carry_real_times(case: Case) -> None:
+    """A snapshot on an idle server: every saved position is the point after a snapshot chunk, which has no
+    binlog time. The heartbeats made meanwhile (read with an independent consumer) carry the chunks' read
+    times as ``position_ts_ms`` / ``ts_sec`` — real, recent, moving forward — never 0 (which a consumer
+    computing lag read as ~20,000 days)."""
+    values = ", ".join(f"({i}, 'S', {i}.00, NULL)" for i in range(1, 1501))
+    case.sql(f"INSERT INTO {case.table} VALUES {values}")
+    case.start = master_position(case.conn)  # after the rows: only the snapshot publishes them
+    began = time.time()
+    kafka = {
+        "bootstrap_servers": case.bootstrap,
+        "heartbeat_topic": case.heartbeat_topic,
+        "heartbeat_seconds": 0.3,
+    }
+    snapshot = {"mode": "initial", "chunk_rows": 50, "max_rows_per_second": 250}
+    relay = case.relay(case.configure({"kafka": kafka, "snapshot": snapshot}))
+    beats = read_topic(
+        case.bootstrap,
+        case.heartbeat_topic,
+        until=lambda recs: len({r.json["position_ts_ms"] for r in recs}) >= 4,
+        timeout=120,
+    )
+    assert relay.alive()
+    running = relay.status().get("snapshot") or {}
+    assert not running.get("done", False), "the snapshot ended before the heartbeats were read: too fast"
+    times = [(int(r.json["position_ts_ms"]), int(r.json["ts_sec"])) for r in beats]
+    assert all(ms > 0 and sec == ms // 1000 for ms, sec in times), times
+    assert all(began - 5 <= ms / 1000 <= time.time() + 5 for ms, _ in times), (began, times)
+    assert [ms for ms, _ in times] == sorted(ms for ms, _ in times)

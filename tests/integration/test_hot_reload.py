@@ -232,17 +232,9 @@ def test_an_invalid_edit_leaves_the_running_relay_unchanged_and_says_why(
 
 
 @pytest.fixture()
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A broker of this test alone: freezing it must not stall the session's shared broker."""
-    from relay.dev import services
-    from relay.errors import ServiceError
-
-    try:
-        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("reload-broker")))
-    except ServiceError as exc:
-        pytest.skip(f"no embedded broker to freeze: {exc}")
-    yield running
-    running.stop(remove_dir=True)
+def own_broker(spare_broker: Any) -> Any:
+    """A broker of its own (the session's spare): freezing it must not stall the session's shared broker."""
+    return spare_broker
 
 
 def test_a_switch_waits_until_a_rolled_back_range_is_redelivered_under_the_old_mapping(

@@ -30,7 +30,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relay.dev import services
 from relay.dev.services import KafkaService
-from relay.errors import ServiceError
 from tests.integration.relay_harness import (
     REPO_ROOT,
     RelayProcess,
@@ -96,15 +95,10 @@ def relay_account(mysql_service: Any) -> Iterator[tuple[str, str, str]]:
     conn.close()
 
 
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Running[KafkaService]]:
-    """A broker for this module alone: freezing it must not stall the session's shared broker."""
-    try:
-        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("metrics-broker")))
-    except ServiceError as exc:
-        pytest.skip(f"no embedded broker to freeze: {exc}")
-    yield running
-    running.stop(remove_dir=True)
+@pytest.fixture
+def own_broker(spare_broker: services.KafkaCluster) -> services.KafkaCluster:
+    """A broker of its own (the session's spare): freezing it must not stall the session's shared broker."""
+    return spare_broker
 
 
 def _configure(

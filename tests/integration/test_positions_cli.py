@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from relay.common.mysql import binlog_status
 from relay.config.load import load_config
 from relay.config.state import POSITION_FILE
 from relay.dev.services import KafkaService, ZooKeeperService
@@ -52,8 +53,8 @@ def _mapping(prefix: str) -> dict[str, Any]:
 
 def _master(conn: Any) -> tuple[str, int]:
     with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 

@@ -1,20 +1,15 @@
-"""The Kafka publisher against a real Kafka-protocol broker (``kafka_service``: Apache Kafka or Tansu).
+"""The Kafka publisher against a real Apache Kafka (``kafka_service``).
 
-Records are read back with an ``assign``-based consumer (a group ``subscribe`` can take tens of seconds
-on Tansu). Every wait is on a condition with a deadline. The broker-loss test runs its own Tansu broker,
-because it kills it and starts a new one on the same port.
+Records are read back with an ``assign``-based consumer. Every wait is on a condition with a deadline. The
+broker-loss test kills a broker of its own (``spare_broker``) and starts it again on its ports and data.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
@@ -22,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from relay.dev import services
 from relay.dev.services import KafkaService
-from relay.errors import MissingTopicError, PublishError, RecordRejectedError, ServiceError
+from relay.errors import MissingTopicError, PublishError, RecordRejectedError
 from relay.kafka.delivery import DEAD_LETTER_ERROR, DEAD_LETTER_PARTITION, DEAD_LETTER_SIZE, DEAD_LETTER_TOPIC
 from relay.kafka.partitioner import partition_for_key
 from relay.kafka.publisher import KafkaPublisher
@@ -279,56 +274,18 @@ def test_a_full_local_queue_is_waited_out(
 # -- losing the broker ----------------------------------------------------------------------------------
 
 
-class OwnTansu:
-    """A Tansu broker on a fixed loopback port, so that a new one can take the place of a killed one."""
-
-    def __init__(self, directory: Path) -> None:
-        try:
-            self.binary = services.tansu_binary()
-        except ServiceError as exc:
-            pytest.skip(str(exc))
-        self.directory = directory
-        self.port = services.free_port()
-        self.service = KafkaService(f"{services.LOOPBACK}:{self.port}")
-        self.process: services.ServiceProcess | None = None
-
-    def start(self) -> None:
-        url = f"tcp://{services.LOOPBACK}:{self.port}"
-        argv = [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
-        argv += ["--storage-engine", "memory://tansu/"]
-        self.process = services.spawn("tansu", argv, self.directory / "broker.log", detached=False,
-                                      cwd=self.directory)  # fmt: skip
-        services.wait_until(lambda: services.kafka_answers(self.service), 60, "tansu", self.process)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.stop()  # reaps it
-        self.process = None
-
-
-@pytest.fixture
-def own_tansu(tmp_path: Path) -> Iterator[OwnTansu]:
-    broker = OwnTansu(tmp_path)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        if broker.process is not None:
-            with contextlib.suppress(ServiceError):
-                broker.process.stop(timeout=5)
-
-
 def test_a_lost_broker_fails_the_batch_retriably_and_a_resend_succeeds_after_restart(
-    own_tansu: OwnTansu, publishers: Callable[..., KafkaPublisher]
+    spare_broker: services.KafkaCluster, publishers: Callable[..., KafkaPublisher]
 ) -> None:
+    """The broker is SIGKILLed between two batches and started again on its ports and data."""
     topic = unique("loss")
-    pub = publishers(own_tansu.service, delivery_timeout_s=3.0)
+    service = spare_broker.service
+    pub = publishers(service, delivery_timeout_s=3.0)
     pub.ensure_topics([topic])
     pub.send(1, keyed(topic, 1, 5))
     collect(pub, [1])
 
-    own_tansu.kill()
+    spare_broker.kill(1)
     started = time.monotonic()
     pub.send(2, keyed(topic, 2, 5))
     pub.send(3, keyed(topic, 3, 5))
@@ -342,10 +299,10 @@ def test_a_lost_broker_fails_the_batch_retriably_and_a_resend_succeeds_after_res
     assert pub.completed_prefix() == []
     assert pub.abort_inflight() == [2, 3]
 
-    own_tansu.start()  # memory storage: it comes back empty, so the topic is made again
-    create_topic(own_tansu.service, topic, PARTITIONS)
+    spare_broker.start_node(1)  # its data on disk: batch 1 is still there
     pub.send(2, keyed(topic, 2, 5))
     pub.send(3, keyed(topic, 3, 5))
     collect(pub, [2, 3])
-    got = read_back(own_tansu.service, topic, PARTITIONS, 10)
-    assert {m.key() for m in got} == {r.key for r in keyed(topic, 2, 5) + keyed(topic, 3, 5)}
+    got = read_back(service, topic, PARTITIONS, 15)
+    want = keyed(topic, 1, 5) + keyed(topic, 2, 5) + keyed(topic, 3, 5)
+    assert sorted(m.key() for m in got) == sorted(r.key for r in want)

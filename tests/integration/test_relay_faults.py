@@ -33,7 +33,6 @@ from confluent_kafka import Consumer, TopicPartition
 from relay.config.load import load_config
 from relay.dev import services
 from relay.dev.services import KafkaService
-from relay.errors import ServiceError
 from relay.kafka.codec import sequence
 from relay.ops.status import status_report
 from relay.positions.store import ResumePoint
@@ -120,15 +119,10 @@ def case(mysql_service: Any, kafka_service: KafkaService, tmp_path: Path) -> Ite
     conn.close()
 
 
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Running[KafkaService]]:
-    """A Tansu broker for this module alone: freezing it must not stall the session's shared broker."""
-    try:
-        running = services.start_kafka(services.StartOptions(tmp_path_factory.mktemp("frozen-broker")))
-    except ServiceError as exc:
-        pytest.skip(f"no embedded broker to freeze: {exc}")
-    yield running
-    running.stop(remove_dir=True)
+@pytest.fixture
+def own_broker(spare_broker: services.KafkaCluster) -> services.KafkaCluster:
+    """A broker of its own (the session's spare): freezing it must not stall the session's shared broker."""
+    return spare_broker
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -276,11 +270,20 @@ def test_a_frozen_broker_is_waited_out_with_a_full_store_and_nothing_lost(
     wait_for(lambda: relay.status().get("records_published", 0) >= 100, 60, "the relay publishing")
 
     broker = own_broker.process.pid
+    rolled = relay.status().get("batches_rolled_back", 0)
     os.kill(broker, signal.SIGSTOP)
     frozen = time.monotonic()
     try:
-        # Full: the parser's next put (one event's entries, a few at most) no longer fits.
-        wait_for(lambda: relay.status().get("store_entries", 0) >= SLOTS - 4, 20, "the store filled up")
+        # Answers already on their way when the broker froze are still acked: once a delivery has timed
+        # out (8 s) and its batches were rolled back, nothing more can be.
+        wait_for(lambda: relay.status().get("batches_rolled_back", 0) > rolled, 20, "a delivery timed out")
+        # Full: the parser's next put no longer fits. It puts a transaction's entries in bursts of up to a
+        # quarter of the slots (relay.source.read_ahead.Pending.burst_entries), so "full" starts there.
+        wait_for(
+            lambda: relay.status().get("store_entries", 0) >= SLOTS - SLOTS // 4, 20, "the store filled up"
+        )
+        # Batches acknowledged just before the freeze are written by the position writer a moment later.
+        wait_for(lambda: str(saved_point(relay)) == relay.status().get("last_position"), 20, "acks written")
         held, full = relay.position(), relay.status()["store_entries"]
         lag_before = status_report(config)["lag_bytes"]
         samples = 0

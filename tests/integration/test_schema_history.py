@@ -23,6 +23,7 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.cli.main import main
+from relay.common.mysql import binlog_status
 from relay.common.retry import RetryPolicy
 from relay.config.sections import SourceConfig
 from relay.dev.services import MySQLService
@@ -84,8 +85,7 @@ def _execute(svc: MySQLService, statements: list[str]) -> None:
 def _end(svc: MySQLService) -> tuple[str, int]:
     conn = pymysql.connect(host=svc.host, port=svc.port, user=svc.user, password=svc.password)
     with contextlib.closing(conn), conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
         assert row is not None
         return str(row[0]), int(row[1])
 

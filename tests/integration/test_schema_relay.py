@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kazoo.client import KazooClient
 
 from relay.cli.main import main
+from relay.common.mysql import binlog_status
 from relay.config.state import SCHEMA_HISTORY_FILE
 from relay.dev import services
 from relay.dev.services import KafkaService, MySQLService, ZooKeeperService
@@ -128,8 +129,7 @@ def execute(svc: MySQLService, statements: list[str]) -> int:
 def binlog_end(svc: MySQLService) -> tuple[str, int]:
     conn = pymysql.connect(host=svc.host, port=svc.port, user=svc.user, password=svc.password)
     with contextlib.closing(conn), conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        row = binlog_status(cur)
         assert row is not None
         return str(row[0]), int(row[1])
 

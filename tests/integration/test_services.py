@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -17,7 +18,7 @@ from typing import Any
 import pymysql
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 from kazoo.client import KazooClient
 
@@ -174,8 +175,10 @@ def test_zookeeper_creates_and_reads_a_node(zk_service: ZooKeeperService) -> Non
 
 
 def _dev(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RELAY_DEV_DIR": str(state_dir)}
-    argv = [sys.executable, "-m", "relay.cli.dev", "dev", *args]
+    # --state-dir after the action, as an operator writes it (it was refused there); RELAY_DEV_DIR names
+    # another folder, so the flag is proved to win
+    env = {**os.environ, "RELAY_DEV_DIR": str(state_dir.parent / "not-this-one")}
+    argv = [sys.executable, "-m", "relay.cli", "dev", *args, "--state-dir", str(state_dir)]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -204,8 +207,50 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert not any(services.pid_alive(pid, start) for pid, start in pids)
         assert not state_dir.exists() or not any(state_dir.iterdir())
         assert _dev(state_dir, "status").returncode == 3
+        assert not (tmp_path / "not-this-one").exists()
     finally:
         for pid, start in pids:  # never leave servers behind, even when an assertion failed
+            services.stop_pid(pid, start, timeout=5.0)
+
+
+@pytest.mark.long
+def test_dev_up_with_three_brokers_runs_a_replicated_cluster_and_down_stops_every_node(
+    tmp_path: Path,
+) -> None:
+    """``relay dev up --brokers 3``: three KRaft nodes, topics replicated three times with two in sync
+    required; ``status`` sees a node killed; ``up`` asked for one broker refuses while three run."""
+    state_dir = tmp_path / "dev"
+    up = _dev(state_dir, "up", "--only", "kafka", "--brokers", "3", "--json")
+    pids: list[tuple[int, int]] = []
+    try:
+        assert up.returncode == 0, up.stderr
+        kafka = json.loads(up.stdout)["services"]["kafka"]
+        assert kafka["broker"] == "kafka" and kafka["brokers"] == 3
+        record = json.loads((state_dir / "state.json").read_text())["services"]["kafka"]
+        pids = [(record["pid"], record["start_time"]), *((p, t) for p, t in record["others"])]
+        assert len(pids) == 3 and all(services.pid_alive(p, t) for p, t in pids)
+        service = KafkaService.parse(kafka["bootstrap_servers"])
+        assert services.kafka_brokers(service) == 3
+        topic = f"dev-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(service.client_config())
+        admin.create_topics([NewTopic(topic, 3)])[topic].result(60)  # the cluster's default replication
+        meta = admin.list_topics(topic, timeout=30).topics[topic]
+        assert all(len(p.replicas) == 3 for p in meta.partitions.values())
+        configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+        [described] = [future.result(30) for future in configs.values()]
+        assert described["min.insync.replicas"].value == "2"
+
+        refused = _dev(state_dir, "up", "--only", "kafka")
+        assert refused.returncode == 2 and "relay dev down first" in refused.stderr, refused.stderr
+        services.stop_pid(*pids[2], timeout=30.0)  # one node gone
+        status = _dev(state_dir, "status", "--json")
+        assert status.returncode == 1 and not json.loads(status.stdout)["services"]["kafka"]["alive"]
+
+        down = _dev(state_dir, "down", "--json")
+        assert down.returncode == 0, down.stderr
+        assert not any(services.pid_alive(pid, start) for pid, start in pids)
+    finally:
+        for pid, start in pids:
             services.stop_pid(pid, start, timeout=5.0)
 
 
@@ -219,7 +264,8 @@ def test_a_port_taken_before_the_server_binds_it_is_retried(
         squatter.bind((services.LOOPBACK, 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
-        ports = iter([taken, services.free_port()])
+        # Then free ones (an Apache Kafka node takes a second port for its controller).
+        ports = itertools.chain([taken], iter(services.free_port, None))
         # start_on_free_port asks its own module (relay.dev.services.launch) for a port.
         monkeypatch.setattr(launch, "free_port", lambda: next(ports))
         with start(services.StartOptions(tmp_path / "svc")) as running:

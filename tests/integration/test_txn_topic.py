@@ -17,8 +17,8 @@ the data topics and the transaction topic:
 
 Snapshot reads (an initial snapshot) carry no transaction metadata and make no BEGIN/END.
 
-Also in transactional mode (``read_committed``), in exactly-once mode where the broker hides aborted records
-(skipped on Tansu, which shows them: the relay's own start-up probe says why), and across a crash: the relay
+Also in transactional mode (``read_committed``), in exactly-once mode (Apache Kafka hides aborted records),
+and across a crash: the relay
 is SIGKILLed while its saved position is inside a large transaction and restarted; the ENDs (repeated or not)
 all count the whole transaction, and the rows, de-duplicated by change identity, carry the same transaction id
 and orders in every copy. Every wait has a deadline.
@@ -31,7 +31,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,8 +42,6 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from relay.dev.services import KafkaService
-from relay.errors import ConfigError
-from relay.kafka.positions import KafkaPositionConfig, prove_aborted_records_hidden
 from tests.integration.relay_harness import (
     Rec,
     RelayProcess,
@@ -388,18 +385,6 @@ def reassemble(
     return begins, ends
 
 
-def aborted_visible(kafka: KafkaService) -> str | None:
-    """Why this broker cannot run exactly-once mode (the relay's own start-up probe), or None."""
-    config = KafkaPositionConfig(
-        kafka.bootstrap_servers, f"relay-test-probe-{uuid.uuid4().hex[:8]}", "t", "relay-test"
-    )
-    try:
-        prove_aborted_records_hidden(config)
-    except ConfigError as exc:
-        return str(exc)
-    return None
-
-
 @pytest.mark.parametrize("mode", ["idempotent", "transactional", "exactly-once"])
 def test_whole_transactions_reassemble_from_kafka(
     mode: str, tmp_path: Path, mysql_service: Any, kafka_service: KafkaService, schema: str
@@ -407,9 +392,6 @@ def test_whole_transactions_reassemble_from_kafka(
     bootstrap = kafka_service.bootstrap_servers
     extra: dict[str, Any] = {}
     if mode == "exactly-once":
-        why = aborted_visible(kafka_service)
-        if why is not None:
-            pytest.skip(f"exactly-once needs a broker that hides aborted records: {why}")
         extra = {"transactions": True, "exactly_once": True, "positions_topic": f"{schema}.positions"}
     elif mode == "transactional":
         extra = {"transactions": True}

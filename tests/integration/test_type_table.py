@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
 import pytest
 
 from relay.binlog.events import DELETE, INSERT, UPDATE, RowsEvent, TableMapEvent
 from relay.binlog.stream import BinlogStream, StreamConfig
+from relay.common.mysql import binlog_status
 from relay.dev.services import MySQLService
 
 ZONE = "+05:30"  # a non-UTC session zone: TIMESTAMP text must follow the zone we set
@@ -216,11 +216,8 @@ def _snapshot(cur: Any) -> dict[int, tuple[Any, ...]]:
 
 
 def _master_status(cur: Any) -> tuple[str, int]:
-    try:
-        cur.execute("SHOW BINARY LOG STATUS")  # MySQL 8.2+ (8.4 has no SHOW MASTER STATUS)
-    except pymysql.err.MySQLError:
-        cur.execute("SHOW MASTER STATUS")  # MariaDB, MySQL before 8.2
-    row = cur.fetchone()
+    row = binlog_status(cur)
+    assert row is not None
     return str(row[0]), int(row[1])
 
 

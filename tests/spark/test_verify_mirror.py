@@ -8,6 +8,10 @@ by real local Spark (``relay.spark.mirror``) into Delta Lake and Iceberg tables,
   would, no tombstone): found — the first named by key and column, the second as missing — and with the
   mirror job running, ``--repair`` snapshots those keys through the relay, the job applies them, and the
   check passes; a later run is equal too.
+- A mirror whose job is stopped while the relay publishes more changes: ``--wait`` is honoured (the run
+  takes at least that long, waiting for the mirror), then exactly the keys the mirror has not applied are
+  reported as not verified — exit status 3, ``equal`` false, no difference; with the job running again the
+  same check waits for it and ends equal (exit 0).
 """
 
 from __future__ import annotations
@@ -136,7 +140,7 @@ def _verify(
          "--against", f"mirror:{out}", *extra],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
-    assert ran.returncode in (0, 1), ran.stdout[-2000:] + ran.stderr[-3000:]
+    assert ran.returncode in (0, 1, 3), ran.stdout[-2000:] + ran.stderr[-3000:]
     return ran.returncode, json.loads(ran.stdout)
 
 
@@ -189,3 +193,38 @@ def test_iceberg_mirror_equal(spark_with_broker: Any, relayed: tuple[str, Path],
         code, report = _verify(cfg, table, out, "--format", "iceberg")
         assert code == 0 and report["differences"] == [], (table, report["differences"])
         assert report["target"].startswith("mirror")
+
+
+@pytest.mark.timeout(900)  # Spark's start, a mirror run, a job catching up: on a loaded 2-core machine
+def test_a_stopped_mirror_is_waited_for_then_reported_not_verified(
+    spark_with_broker: Any, relayed: tuple[str, Path], tmp_path: Path, mysql_service: Any
+) -> None:
+    spark = spark_with_broker
+    prefix, cfg = relayed
+    out = tmp_path / "mirror"
+    _mirror(spark, prefix, out, available_now=True).awaitTermination()  # then the job is stopped
+    code, report = _verify(cfg, f"{prefix}.orders", out)
+    assert code == 0 and report["equal"], report["differences"]
+
+    conn = mysql_service.connect()  # the relay publishes these; the stopped mirror never applies them
+    later = {3, 9, 1004}  # shard d holds ids d * 1000 + 1..60 (_write)
+    with conn.cursor() as cur:
+        assert cur.execute(f"UPDATE {prefix}_00.orders_00 SET status = 'LATER' WHERE id IN (3, 9)") == 2
+        assert cur.execute(f"UPDATE {prefix}_01.orders_00 SET status = 'LATER' WHERE id = 1004") == 1
+    wait = 8.0
+    began = time.monotonic()
+    code, report = _verify(cfg, f"{prefix}.orders", out, "--wait", str(wait))
+    took = time.monotonic() - began
+    assert code == 3 and not report["equal"] and not report["verified"], report
+    assert report["differences"] == [], report["differences"]
+    assert {int(s["key"]["id"]) for s in report["skipped"]} == later, report["skipped"]
+    assert all(f"--wait {wait:g} s" in s["reason"] for s in report["skipped"]), report["skipped"]
+    assert report["seconds"] >= wait and took >= wait, (report["seconds"], took)
+
+    query = _mirror(spark, prefix, out, trigger_seconds=1.0)  # the job again: the same check waits for it
+    try:
+        code, report = _verify(cfg, f"{prefix}.orders", out, "--wait", "120")
+    finally:
+        query.stop()
+        conn.close()
+    assert code == 0 and report["equal"] and report["total"]["skipped"] == 0, report

@@ -28,7 +28,7 @@ from relay.dev.bench.cluster_stats import (
     first_advance,
     render_cluster,
 )
-from relay.errors import BenchError
+from relay.errors import ArgumentError, BenchError
 
 MNTR = "zk_version\t3.8.0-5a02a05eddb59aee6ac762f7ea82e92a68eb9c0f\nzk_znode_count\t45\nzk_watch_count\t12\n"
 
@@ -156,7 +156,7 @@ def test_cluster_options_from_the_command_line() -> None:
 def test_cluster_options_without_cluster_are_refused() -> None:
     from relay.cli.bench import cmd_bench
 
-    with pytest.raises(SystemExit, match="only with --cluster"):
+    with pytest.raises(ArgumentError, match="only with --cluster"):
         cmd_bench(_parser().parse_args(["bench", "--cluster-kill", "2"]))
 
 

@@ -180,3 +180,37 @@ def test_vector_values_as_vector_to_string_prints_them() -> None:
 def test_malformed_vector_values_are_refused(raw: bytes) -> None:
     with pytest.raises(DecodeError, match="VECTOR"):
         rows.vector_text(raw)
+
+
+# ---- SIGNEDNESS: which columns each flavour gives a bit ---------------------------------------------
+
+# id INT, y YEAR, t TINYINT, d DECIMAL(5,2), f FLOAT, u SMALLINT — t signed, d unsigned, f unsigned, u signed.
+YEAR_COLUMNS = [(t.LONG, b""), (t.YEAR, b""), (t.TINY, b""), (t.NEWDECIMAL, b"\x05\x02"), (t.FLOAT, b"\x04"),
+                (t.SHORT, b"")]  # fmt: skip
+YEAR_NAMES = tlv(4, names("id", "y", "t", "d", "f", "u"))
+# MariaDB gives YEAR a bit (a Field_year is an unsigned Field_tiny): id 0, y 1, t 0, d 1, f 1, u 0.
+MARIADB_BITS = tlv(1, bytes([0b01011000]))
+# MySQL does not (is_numeric_type of the binlog type YEAR is false): id 0, t 0, d 1, f 1, u 0.
+MYSQL_BITS = tlv(1, bytes([0b00110000]))
+
+
+@pytest.mark.parametrize(("mariadb", "bits"), [(True, MARIADB_BITS), (False, MYSQL_BITS)])
+def test_the_signedness_after_a_year_column_on_each_flavour(mariadb: bool, bits: bytes) -> None:
+    tm = decode(mariadb, table_map(YEAR_COLUMNS, YEAR_NAMES + bits))
+    signs = {c.name: c.unsigned for c in tm.columns}
+    assert signs == {"id": False, "y": False, "t": False, "d": True, "f": True, "u": False}
+    assert tm.signedness_from_binlog
+    types_ = {c.name: c.mysql_type for c in tm.columns}
+    assert (types_["y"], types_["t"], types_["d"], types_["f"]) == (
+        "year", "tinyint", "decimal(5,2) unsigned", "float unsigned"
+    )  # fmt: skip
+    # t = -1 is published -1, u = -2 is -2: the bits of the YEAR and the DECIMAL are not theirs.
+    values = [struct.pack("<i", 1), b"\x7c", b"\xff", bytes.fromhex("800132"), struct.pack("<f", 1.5)]
+    values.append(b"\xfe\xff")
+    assert insert_row(tm, values) == ("1", "2024", "-1", "1.50", "1.5", "-2")
+
+
+def test_without_signedness_metadata_the_event_says_so() -> None:
+    tm = decode(True, table_map(YEAR_COLUMNS, YEAR_NAMES))
+    assert not tm.signedness_from_binlog
+    assert not any(c.unsigned for c in tm.columns)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from collections.abc import Callable
+from unittest import mock
 
 import pytest
 
@@ -27,7 +29,7 @@ from relay.canal.server import EmbeddedServer
 from relay.canal.sink import Sink
 from relay.config.sections import BatchMode, InstanceConfig, SinkConfig, SourceConfig, StoreConfig
 from relay.errors import PositionError, ServerError, SourceError
-from relay.positions.store import ResumePoint, SourceIdentity, already_published
+from relay.positions.store import MAX_GENERATION, ResumePoint, SourceIdentity, already_published
 from relay.source.acks import AckPath, _Locks
 from relay.source.instance import CanalInstance, InstanceParts
 from relay.source.reading import Reading
@@ -334,3 +336,38 @@ def test_no_snapshot_without_captures() -> None:
         assert instance.cancel_snapshot() == "no snapshot is running"
     finally:
         instance.stop()
+
+
+def test_a_move_to_a_new_generation_saves_the_acked_point_under_it_before_anything_of_it() -> None:
+    # A repair of records beyond the relay's position (relay verify --repair): the position is saved
+    # under the new generation at once, so a restart re-reads what follows under it too; never while a
+    # batch is outstanding, never downwards.
+    txns = binlog(2)
+    positions = MemoryPositions(ResumePoint(JOURNAL, 1_300, generation=2))
+    instance, _ = build(positions, txns)
+    instance.start()
+    try:
+        batch, _ = take(instance, 3)
+        assert instance.acks.move_generation(5) is None  # a batch is outstanding
+        acked = instance.ack(batch)
+        moved = instance.acks.move_generation(5)
+        assert moved is not None and moved.generation == 5
+        assert (moved.journal, moved.offset) == (acked.journal, acked.offset)  # the same place
+        assert positions.saves[-1] == moved and instance.saved_point == moved
+        assert instance.acks.move_generation(4) is None  # never downwards
+    finally:
+        instance.stop()
+
+
+def test_a_snapshot_above_a_generation_waits_for_the_move_and_refuses_past_the_last_one() -> None:
+    instance, _ = build(MemoryPositions(), binlog(1))
+    snapshots, reading = instance.parts.snapshots, instance.parts.reading
+    reading.info = types.SimpleNamespace(server_id=1, mariadb=True)  # type: ignore[assignment]
+    only = lambda db, table: True  # noqa: E731
+    plan = {"id": "s", "tables": {"db.t": {}}}
+    with mock.patch("relay.source.snapshot_control.plan", return_value=plan):
+        assert "generations end" in (snapshots.request(only, "s", "", None, MAX_GENERATION) or "")
+        assert reading.move_to is None
+        assert snapshots.request(only, "s", "", None, 3) is None
+    assert reading.move_to == 4 and reading.after_move is not None  # started by the parser after the move
+    assert "waits for the move" in (snapshots.request(only, "t", "", None, None) or "")

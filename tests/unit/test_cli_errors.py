@@ -123,7 +123,7 @@ def test_the_exit_statuses_in_help_and_readme_agree(capsys: pytest.CaptureFixtur
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### Exit statuses", 1)[1].split("\n##", 1)[0]
     codes = {line.split()[0] for line in EXIT_STATUSES.splitlines()[1:] if line[:5].strip().isdigit()}
-    assert codes == {"0", "1", "2", "3", "130", "141"}
+    assert codes == {"0", "1", "2", "3", "4", "5", "70", "130", "141"}
     for code in codes:
         assert f"| {code} |" in section, code
     with pytest.raises(SystemExit):

@@ -98,3 +98,39 @@ def test_status_with_zookeeper_unreachable_answers_within_its_connect_timeout(tm
     # one wait of the connect timeout (not one per ZooKeeper reader), plus the interpreter's start and
     # the MySQL probe of a refused port
     assert took < 2 * timeout, took
+
+
+def test_a_silent_broker_is_given_up_within_kafka_connect_timeout_seconds(tmp_path: Path) -> None:
+    # A broker that accepts connections and never answers: the one-shot command waits the configured
+    # kafka.connect_timeout_seconds (default 10 s), says so naming the setting, and ends.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        (tmp_path / "mapping.yaml").write_text(
+            yaml.safe_dump({"logical_dbs": {"shop": {"physical": ["shop_\\d+"], "key_shard": "physical"}}})
+        )
+        config = {
+            "instance": "t",
+            "source": {"host": "127.0.0.1", "port": _closed_port(), "connect_timeout": 1.0},
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{port}", "connect_timeout_seconds": 2.0},
+            "mapping": {"file": "mapping.yaml"},
+        }
+        (tmp_path / "relay.yaml").write_text(yaml.safe_dump(config))
+        started = time.monotonic()
+        done = subprocess.run(
+            [*RELAY, "check", "-c", str(tmp_path / "relay.yaml")],
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=120,
+            check=False,
+        )
+        took = time.monotonic() - started
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL  kafka")]
+    assert len(failed) == 1 and "within 2 s" in failed[0] and "kafka.bootstrap_servers" in failed[0], failed
+    assert _stderr_lines(done.stderr) == [], done.stderr
+    # the wait is the configured 2 s (the line says so); the bound only catches a hang: a loaded 2-core
+    # machine takes up to ~10 s to start the interpreter and import the command
+    assert took < 30.0, took

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -483,3 +484,17 @@ def test_a_switch_snapshots_the_tables_it_adds(tmp_path: Path) -> None:
     desk.mapping_switched(mapping(1), mapping(2))
     assert instance.snapshot_requests == ["mapping-v2"]
     assert desk.answer is not None and desk.answer["id"] == "mapping-v2" and desk.answer["accepted"]
+
+
+def test_lag_is_zero_while_caught_up_and_the_age_of_the_last_acked_change_otherwise() -> None:
+    # The one definition the status file, the metrics, relay status and a cluster node's record share.
+    stats = RelayStats()
+    assert stats.lag_seconds() is None  # nothing acked, no saved position to go by
+    old = int((time.time() - 30) * 1000)
+    assert 29 < (stats.lag_seconds(saved_ms=old) or 0) < 60  # before any ack: the saved position's age
+    stats.acked(1, 1, "mysql-bin.000001:4", old)
+    assert 29 < (stats.lag_seconds() or 0) < 60
+    assert stats.lag_seconds(caught_up=True) == 0.0  # at the binlog end: 0, however old the change
+    assert stats.snapshot(caught_up=True)["lag_seconds"] == 0.0
+    assert stats.snapshot(caught_up=True)["caught_up"] is True
+    assert 29 < stats.snapshot()["lag_seconds"] < 60

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import json
 
+from relay.binlog.events import TableMapEvent
+from relay.binlog.parse import BinlogParser
 from relay.canal.entry import RowChange
 from tests import golden
 from tests.data.golden import capture
@@ -37,3 +39,25 @@ def test_the_fixture_covers_every_column_type_and_change_kind() -> None:
     kinds = {(rc.event_type.name, rc.is_ddl) for rc in changes}
     assert {("INSERT", False), ("UPDATE", False), ("DELETE", False)} <= kinds
     assert {k for k, ddl in kinds if ddl} >= {"CREATE", "ALTER", "TRUNCATE", "RENAME", "ERASE", "CINDEX"}
+
+
+def test_every_table_map_of_the_golden_binlog_says_what_its_table_declares() -> None:
+    """The golden binlog's TABLE_MAPs decoded where their tables are known (``capture.COLUMNS``): each
+    column's signedness and type text as declared, so a miscounted optional-metadata field (a YEAR taking a
+    signedness bit, GEOMETRY a charset) is seen on the server's own events, not only on built ones."""
+    declared = {name: ddl for name, ddl in capture.COLUMNS}
+    parser = BinlogParser(checksum=True, mariadb=True, log_file=golden.LOG_FILE, timestamp_zone=golden.ZONE)
+    seen = 0
+    for packet in golden._received(golden.binlog_events()):
+        event = parser.parse(packet, 1)
+        if not isinstance(event, TableMapEvent) or not event.table.startswith("types_"):
+            continue
+        seen += 1
+        for column in event.columns[1:]:
+            ddl = declared[column.name]
+            assert column.unsigned == (" unsigned" in ddl), (column.name, ddl)
+            kind = ddl.split()[0].split("(")[0]
+            assert column.mysql_type.split("(")[0].split()[0] in (kind, "longtext"), (column.name, ddl)
+            if " unsigned" in ddl:
+                assert column.mysql_type.endswith(" unsigned"), (column.name, column.mysql_type)
+    assert seen > 0

@@ -14,6 +14,7 @@ from relay.daemon.heartbeats import HeartbeatConfig, Heartbeats, heartbeat_key, 
 from relay.daemon.status import RelayStats
 from relay.errors import ConfigError
 from relay.positions.store import ResumePoint
+from relay.source.snapshot_checkpoint import READ_MS_KEY
 
 
 @pytest.mark.parametrize(
@@ -71,6 +72,10 @@ def test_the_record_is_debeziums_heartbeat_with_our_position_beside_it() -> None
     }
     no_gtids = json.loads(heartbeat_value(beats, ResumePoint("mysql-bin.000001", 4), 0, 1))
     assert "gtids" not in no_gtids and no_gtids["source_ts_ms"] is None
+    # After a snapshot chunk (no binlog time): the time its rows were read, not 0.
+    chunk = ResumePoint("mysql-bin.000007", 4567, extra={READ_MS_KEY: 1_700_000_000_500})
+    after_chunk = json.loads(heartbeat_value(beats, chunk, 0, 1_700_000_003_123))
+    assert (after_chunk["position_ts_ms"], after_chunk["ts_sec"]) == (1_700_000_000_500, 1_700_000_000)
 
 
 class _Source:

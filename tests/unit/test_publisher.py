@@ -39,8 +39,21 @@ class Produced:
     headers: list[tuple[str, bytes]]
     on_delivery: Callback
 
-    def deliver(self) -> None:
-        self.on_delivery(None, SimpleNamespace(partition=lambda: self.partition))
+    offset: int | None = None  # where it landed, once delivered
+
+    def deliver(self, offset: int = 0) -> None:
+        self.offset = offset
+        self.on_delivery(None, self.message())
+
+    def deliver_implicitly(self) -> None:
+        """What librdkafka reports for a record it acks because a later request of its partition succeeded:
+        no error, and no offset."""
+        self.on_delivery(None, self.message())
+
+    def message(self) -> Any:
+        return SimpleNamespace(
+            partition=lambda: self.partition, offset=lambda: self.offset, topic=lambda: self.topic
+        )
 
     def fail(self, code: int, fatal: bool = False) -> None:
         self.on_delivery(KafkaError(code, "scripted", fatal=fatal), None)
@@ -260,6 +273,26 @@ def test_a_retriable_failure_blocks_the_prefix_until_abort_then_resend_works() -
     assert h.pub.failed() is None
     h.pub.send(1, [rec(b"a")])
     h.producer.produced[0].deliver()
+    assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
+
+
+def test_a_record_acknowledged_without_an_offset_fails_its_batch_retriably_to_be_sent_again() -> None:
+    """librdkafka acks a record implicitly when a later request of its partition succeeded; on a partition
+    where the producer had no state yet the broker accepted that later request although the record's own
+    failed, and the record is not in the log: its landing is unknown, so the batch goes again."""
+    h = Harness()
+    h.pub.send(1, [rec(b"a"), rec(b"b")])
+    first = h.producer
+    first.produced[0].deliver_implicitly()
+    first.produced[1].deliver(offset=7)
+    failed = h.pub.failed()
+    assert failed is not None and failed.batch_id == 1 and failed.error is not None
+    assert failed.error.retriable and "without an offset" in str(failed.error)
+    assert h.pub.completed_prefix() == []
+    assert h.pub.abort_inflight() == [1]
+    h.pub.send(1, [rec(b"a"), rec(b"b")])
+    for produced in h.producer.produced:
+        produced.deliver(offset=8)
     assert [b.batch_id for b in h.pub.completed_prefix()] == [1]
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from relay.binlog import types
 from relay.errors import UnappliedDdlError
-from relay.schema.ddl import apply_ddl
-from relay.schema.history import FileSchemaHistory, Record
-from relay.schema.model import Catalog, Collation, signature
+from relay.schema.ddl import apply_ddl, column_from_type
+from relay.schema.history import FileSchemaHistory, Record, SchemaHistory
+from relay.schema.model import Catalog, Collation, ColumnDef, TableDef, signature
+from relay.schema.server import read_catalog
 
 COLLATIONS = {
     n: Collation(n, cs, i, d)
@@ -105,3 +107,128 @@ def test_mariadb_if_exists_column_clauses_follow_what_the_table_has() -> None:
     apply_ddl(c, "ALTER TABLE o DROP COLUMN IF EXISTS zz, DROP COLUMN IF EXISTS a", "d")
     t = c.table("d", "o")
     assert t is not None and [col.name for col in t.columns] == ["id", "b"]
+
+
+def test_float_unsigned_spatial_subtypes_real_and_mariadb_types_parse() -> None:
+    c = catalog()
+    apply_ddl(
+        c,
+        "CREATE TABLE s (id INT PRIMARY KEY, f FLOAT UNSIGNED, g FLOAT(7,3) UNSIGNED ZEROFILL, h FLOAT(53), "
+        "r REAL, p POINT NOT NULL, l LINESTRING, m MULTIPOLYGON, gc GEOMETRYCOLLECTION, "
+        "u UUID, i6 INET6, i4 INET4, z INT(5) ZEROFILL, point INT)",
+        "d",
+    )
+    t = c.table("d", "s")
+    assert t is not None
+    kinds = {col.name: (col.kind, col.unsigned) for col in t.columns}
+    assert kinds["f"] == ("float", True) and kinds["g"] == ("float", True)
+    assert kinds["h"] == ("double", False) and kinds["r"] == ("double", False)
+    assert {kinds[n][0] for n in ("p", "l", "m", "gc")} == {"geometry"}
+    assert (kinds["u"], kinds["i6"], kinds["i4"]) == (("uuid", False), ("inet6", False), ("inet4", False))
+    assert kinds["z"] == ("int", True) and kinds["point"] == ("int", False)  # ZEROFILL: UNSIGNED
+    cols = {col.name: col for col in t.columns}
+    assert signature(c, cols["i6"]) == (types.STRING, 16) and signature(c, cols["i4"]) == (types.STRING, 4)
+    assert signature(c, cols["p"]) == (types.GEOMETRY, 4)
+    apply_ddl(c, "ALTER TABLE s ADD COLUMN q POINT, MODIFY f FLOAT", "d")
+    t = c.table("d", "s")
+    assert t is not None and t.columns[-1].kind == "geometry" and not t.columns[1].unsigned
+
+
+@pytest.mark.parametrize(
+    ("type_text", "kind", "unsigned"),
+    [
+        ("float unsigned", "float", True),
+        ("float(7,3) unsigned zerofill", "float", True),
+        ("double unsigned", "double", True),
+        ("decimal(5,2) unsigned zerofill", "decimal", True),
+        ("int(5) unsigned zerofill", "int", True),
+        ("point", "geometry", False),
+        ("geomcollection", "geometry", False),
+        ("inet6", "inet6", False),
+        ("uuid", "uuid", False),
+    ],
+)
+def test_information_schema_types_keep_signedness_and_name_the_mariadb_types(
+    type_text: str, kind: str, unsigned: bool
+) -> None:
+    col = column_from_type("c", type_text, None)
+    assert (col.kind, col.unsigned) == (kind, unsigned)
+    if kind in ("inet6", "uuid"):
+        assert col.collation == "binary"
+
+
+def test_records_of_earlier_versions_name_the_columns_whose_signedness_to_check() -> None:
+    year_first = TableDef(
+        "d", "t", (ColumnDef("id", "int"), ColumnDef("y", "year"), ColumnDef("t", "tinyint", (), True),
+                   ColumnDef("v", "varchar", (4,), False, "latin1_swedish_ci"), ColumnDef("f", "float")),
+    )  # fmt: skip
+    facts = catalog().facts_json()
+    old = Record("learned", ("b.000001", 9), ((("d", "t"), year_first),), version=1)
+    h = SchemaHistory()
+    h.append(Record("snapshot", ("b.000001", 4), (), facts))
+    h.append(old)
+    assert h.catalog_at(("b.000001", 10)).tables[("d", "t")].doubt == ("t", "f")
+    assert Record.from_json(old.to_json()).version == 1  # no "v": an earlier version's record
+    new = Record("learned", ("b.000001", 9), ((("d", "t"), year_first),))
+    assert Record.from_json(new.to_json()).version == 2
+    h2 = SchemaHistory()
+    h2.append(Record("snapshot", ("b.000001", 4), (), facts))
+    h2.append(new)
+    assert h2.catalog_at(("b.000001", 10)).tables[("d", "t")].doubt == ()
+    # A definition read from information_schema by an earlier version: its FLOATs may have lost UNSIGNED.
+    snap = Record("snapshot", ("b.000001", 4), ((("d", "t"), year_first),), facts, version=1)
+    h3 = SchemaHistory()
+    h3.append(snap)
+    assert h3.catalog_at(("b.000001", 4)).tables[("d", "t")].doubt == ("f",)
+
+
+def test_zerofill_makes_a_number_unsigned() -> None:
+    c = catalog()
+    apply_ddl(c, "CREATE TABLE z (a INT(5) ZEROFILL, b DECIMAL(5,2) ZEROFILL, f FLOAT ZEROFILL)", "d")
+    t = c.table("d", "z")
+    assert t is not None and all(col.unsigned for col in t.columns)
+    assert column_from_type("c", "tinyint(3) zerofill", None).unsigned
+
+
+class _Cursor:
+    """What ``relay.schema.server`` asks information_schema, answered from canned rows."""
+
+    def __init__(self, answers: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.answers, self.rows = answers, []
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, args: Any = None) -> None:
+        self.rows = next(rows for key, rows in self.answers.items() if key in sql)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+class _Conn:
+    def __init__(self, answers: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.answers = answers
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self.answers)
+
+
+def test_a_type_the_history_does_not_model_marks_its_table_broken_instead_of_failing_the_start() -> None:
+    conn = _Conn({
+        "COLLATIONS": [("utf8mb4_general_ci", "utf8mb4", 45, "Yes")],
+        "SCHEMATA": [("app", "utf8mb4_general_ci"), ("other", "utf8mb4_general_ci")],
+        "collation_server": [("utf8mb4_general_ci",)],
+        "TABLES": [("app", "t", "utf8mb4_general_ci"), ("other", "v", "utf8mb4_general_ci")],
+        "COLUMNS": [("app", "t", "id", "int", "int(11)", None), ("app", "t", "u", "uuid", "uuid", None),
+                    ("other", "v", "id", "int", "int(11)", None),
+                    ("other", "v", "e", "vector", "vector(3)", None)],
+        "STATISTICS": [("app", "t", "id"), ("other", "v", "id")],
+    })  # fmt: skip
+    catalog = read_catalog(conn, mariadb=True)
+    app, other = catalog.tables[("app", "t")], catalog.tables[("other", "v")]
+    assert not app.broken and app.columns[1].kind == "uuid"
+    assert other.broken.startswith("read from the server: column e:") and "VECTOR(3)" in other.broken

@@ -209,3 +209,116 @@ def test_places_of_two_servers_are_kept_apart() -> None:
     assert [c.name for c in e.columns] == ["key", "name", "doc"]
     with pytest.raises(SchemaError, match="no definitions of server id:2 as old as"):
         h.catalog_at((FILE, 100), "id:2")
+
+
+# ---- MariaDB: YEAR in SIGNEDNESS, the history's signedness both ways, records of earlier versions ------
+
+# CREATE TABLE shop.yt (id INT PRIMARY KEY, y YEAR, t TINYINT) on MariaDB.
+YT = TableDef(
+    "shop", "yt", (ColumnDef("id", "int"), ColumnDef("y", "year"), ColumnDef("t", "tinyint")), ("id",)
+)
+YT_COLUMNS = [(t.LONG, b""), (t.YEAR, b""), (t.TINY, b"")]
+YT_MINIMAL = tlv(1, bytes([0b01000000]))  # id signed, y (MariaDB counts it) unsigned, t signed
+YT_FULL = YT_MINIMAL + tlv(4, names("id", "y", "t")) + tlv(8, lenenc(0))
+AFTER = (FILE, 200)  # a place after the records below
+
+
+def mariadb_history(*records: Record) -> SchemaHistory:
+    h = SchemaHistory()
+    facts = Catalog(mariadb=True, collations=dict(COLLATIONS), databases={"shop": "latin1_swedish_ci"})
+    h.append(Record("snapshot", START, (), facts.facts_json()))
+    for r in records:
+        h.append(r)
+    return h
+
+
+def yt_map(optional: bytes) -> bytes:
+    meta = b""
+    return (
+        (42).to_bytes(6, "little") + b"\x01\x00" + b"\x04shop\x00\x02yt\x00" + lenenc(3)
+        + bytes(code for code, _ in YT_COLUMNS) + lenenc(len(meta)) + meta + bytes([0b110]) + optional
+    )  # fmt: skip
+
+
+def resolve_mariadb(tracker: SchemaTracker, body: bytes) -> ev.TableMapEvent:
+    parser = BinlogParser(checksum=True, mariadb=True, log_file=FILE, table_resolver=tracker.resolve)
+    e = parser.parse(event(ev.TABLE_MAP_EVENT, body, log_pos=500), 1)
+    assert isinstance(e, ev.TableMapEvent)
+    return e
+
+
+def yt_row(table: ev.TableMapEvent) -> tuple[str | None, ...]:
+    data = lenenc(3) + b"\x07" + b"\x00" + struct.pack("<i", 1) + b"\x7c" + b"\xff"
+    (row,) = rows.RowDecoder().decode_rows(ev.INSERT, data, 0, len(data), table)
+    assert row.after is not None
+    return row.after
+
+
+@pytest.mark.parametrize("optional", [YT_MINIMAL, YT_FULL, b""])
+def test_a_tinyint_after_a_year_is_signed_in_every_metadata_mode(optional: bytes) -> None:
+    snapshot = Record("resync", (FILE, 100), ((("shop", "yt"), YT),))
+    e = resolve_mariadb(SchemaTracker(mariadb_history(snapshot), AFTER, "always"), yt_map(optional))
+    assert yt_row(e) == ("1", "2024", "-1")
+    assert [c.mysql_type for c in e.columns] == ["int", "year", "tinyint"]
+
+
+def test_with_signedness_a_history_that_calls_a_signed_column_unsigned_stops() -> None:
+    wrong = TableDef("shop", "yt", (*YT.columns[:2], ColumnDef("t", "tinyint", (), True)), ("id",))
+    h = mariadb_history(Record("resync", (FILE, 100), ((("shop", "yt"), wrong),)))
+    refused = r"column 3 \(t\): unsigned is False in the event, True in the history"
+    with pytest.raises(SchemaError, match=refused):
+        resolve_mariadb(SchemaTracker(h, AFTER, "always"), yt_map(YT_MINIMAL))
+
+
+def test_an_earlier_versions_learned_signedness_is_corrected_from_the_binlog(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What an earlier version learned from FULL metadata: t took the YEAR's bit (unsigned).
+    wrong = TableDef("shop", "yt", (*YT.columns[:2], ColumnDef("t", "tinyint", (), True)), ("id",))
+    h = mariadb_history(Record("learned", (FILE, 100), ((("shop", "yt"), wrong),), version=1))
+    with caplog.at_level(logging.WARNING):
+        e = resolve_mariadb(SchemaTracker(h, AFTER, "always"), yt_map(YT_MINIMAL))
+    assert yt_row(e) == ("1", "2024", "-1")
+    assert "corrected from the binlog's SIGNEDNESS" in caplog.text and "t signed" in caplog.text
+    fixed = h.records[-1]
+    assert fixed.kind == "learned" and fixed.version == 2
+    table = h.catalog_at((FILE, 10**6)).table("shop", "yt")
+    assert table is not None and not table.columns[2].unsigned and table.doubt == ()
+    # Read again from the same start (a restart, a replay): the correction is found, not appended twice.
+    resolve_mariadb(SchemaTracker(h, AFTER, "always"), yt_map(YT_MINIMAL))
+    assert len([r for r in h.records if r.kind == "learned"]) == 2
+    # Without SIGNEDNESS (NO_LOG) nothing can settle it: the relay stops naming the step.
+    h2 = mariadb_history(Record("learned", (FILE, 100), ((("shop", "yt"), wrong),), version=1))
+    with pytest.raises(SchemaError, match=r"relay schema resync -c CONFIG --table shop\.yt --yes"):
+        resolve_mariadb(SchemaTracker(h2, AFTER, "always"), yt_map(b""))
+
+
+def test_tables_the_relay_does_not_capture_never_stop_it(caplog: pytest.LogCaptureFixture) -> None:
+    broken = TableDef("shop", "yt", (), (), None, "read from the server: type vector(3) is not supported")
+    h = mariadb_history(Record("resync", (FILE, 100), ((("shop", "yt"), broken),)))
+    strict = SchemaTracker(h, AFTER, "always")
+    with pytest.raises(SchemaError, match="its definition is unknown"):
+        resolve_mariadb(strict, yt_map(b""))
+    lenient = SchemaTracker(h, AFTER, "always")
+    lenient.captures = lambda db, table: table != "yt"
+    with caplog.at_level(logging.INFO):
+        e = resolve_mariadb(lenient, yt_map(b""))
+    assert [c.name for c in e.columns] == ["@1", "@2", "@3"] and "not captured" in caplog.text
+    # A DDL it cannot apply on such a table is recorded broken, and the relay goes on.
+    lenient.on_query(query("ALTER TABLE yt CONVERT TO CHARACTER SET latin1", 600))
+
+
+def test_inet6_in_a_captured_table_is_refused_in_one_line() -> None:
+    inet = TableDef("shop", "yt", (*YT.columns[:2], ColumnDef("t", "inet6", (), False, "binary")), ("id",))
+    h = mariadb_history(Record("resync", (FILE, 100), ((("shop", "yt"), inet),)))
+    columns = [(t.LONG, b""), (t.YEAR, b""), (t.STRING, b"\xfe\x10")]
+    body = (
+        (42).to_bytes(6, "little") + b"\x01\x00" + b"\x04shop\x00\x02yt\x00" + lenenc(3)
+        + bytes(code for code, _ in columns) + lenenc(2) + b"\xfe\x10" + bytes([0b110]) + YT_MINIMAL
+    )  # fmt: skip
+    refused = r"column 't' is INET6 \(MariaDB\), which the relay does not capture"
+    with pytest.raises(SchemaError, match=refused):
+        resolve_mariadb(SchemaTracker(h, AFTER, "always"), body)
+    other = SchemaTracker(h, AFTER, "always")
+    other.captures = lambda db, table: False
+    assert resolve_mariadb(other, body).columns[2].name == "@3"  # the event as it is: not captured

@@ -301,7 +301,12 @@ class _FakeInstance:
         self.asked: list[tuple[str, str]] = []
 
     def request_snapshot(
-        self, only: Any, snapshot_id: str, where: str = "", keys: dict[str, Any] | None = None
+        self,
+        only: Any,
+        snapshot_id: str,
+        where: str = "",
+        keys: dict[str, Any] | None = None,
+        above_generation: int | None = None,
     ) -> str | None:
         from relay.source.snapshot_control import NO_CAPTURED_TABLE
 

@@ -317,3 +317,24 @@ def decode_messages_packet(data: bytes) -> tuple[int, list[Entry]]:
     except PbDecodeError as exc:
         raise ProtoDecodeError(f"not a canal Packet: {exc}") from exc
     return body.batch_id, [entry_from_pb(m) for m in body.messages]
+
+
+def renamed_packet(data: bytes, schema_name: str, table_name: str) -> bytes | None:
+    """A MESSAGES packet with each entry's header naming ``schema_name``.``table_name`` (a record copied
+    into the topic of a table's new logical names: ``relay.kafka.remap``), every other field as it was;
+    None when ``data`` is not such a packet."""
+    try:
+        packet = pk.Packet.FromString(data)
+        if packet.type != pk.MESSAGES or (packet.HasField("compression") and packet.compression != pk.NONE):
+            return None
+        body = pk.Messages.FromString(packet.body)
+        entries = [pb.Entry.FromString(m) for m in body.messages]
+    except PbDecodeError:
+        return None
+    if all(e.header.schemaName == schema_name and e.header.tableName == table_name for e in entries):
+        return data
+    for i, entry in enumerate(entries):
+        entry.header.schemaName, entry.header.tableName = schema_name, table_name
+        body.messages[i] = entry.SerializeToString()
+    packet.body = body.SerializeToString()
+    return packet.SerializeToString()

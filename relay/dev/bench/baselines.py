@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from relay.common.kafka_log import quiet
 from relay.dev.bench.harness import WARM_UP_TOPIC
 from relay.dev.bench.probes import cpu_seconds, emit
 
@@ -83,7 +84,9 @@ def naive_relay(spec: dict[str, Any]) -> None:
     from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     end = (spec["end"][0], int(spec["end"][1]))
-    producer = Producer({"bootstrap.servers": spec["kafka"], "acks": "all", "enable.idempotence": True})
+    producer = Producer(
+        quiet({"bootstrap.servers": spec["kafka"], "acks": "all", "enable.idempotence": True})
+    )
     failures: list[str] = []
 
     def delivered(err: Any, msg: Any) -> None:

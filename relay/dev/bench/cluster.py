@@ -1,7 +1,7 @@
 """``relay bench --cluster``: what a cluster costs and how fast it hands a dead node's instances over.
 
 ``run_cluster_bench(options, progress)`` runs on the caller's (main) thread. It starts ZooKeeper, MariaDB
-and a Tansu broker in a temp dir (or uses the addresses given), then:
+and Apache Kafka (one KRaft broker) in a temp dir (or uses the addresses given), then:
 
 1. *Load*: one node (``relay cluster run``, a real process) with no instance, then with N idle instances
    (each its own process, streaming an empty database): ZooKeeper's znodes, ephemerals, watches, live
@@ -83,7 +83,7 @@ def _services(options: ClusterOptions, work: Path, progress: Progress) -> Iterat
         if options.kafka:
             kafka = options.kafka
         else:
-            progress("starting the Tansu broker …")
+            progress("starting Apache Kafka …")
             started.append(start_kafka(StartOptions(work / "kafka")))
             kafka = str(started[-1].service.bootstrap_servers)
         from relay.dev.bench.cluster_probe import four_letter, parse_mntr

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from relay.common.kafka_log import quiet
 from relay.dev.bench.stats import RSS_ALLOWANCE_MB
 from relay.errors import BenchError
 
@@ -46,6 +47,7 @@ class BenchOptions:
     stall_hold_seconds: float = 5.0
     mysql: str | None = None  # mysql://user:pass@host:port (a replication-capable account); None: embedded
     kafka: str | None = None  # host:port; None: embedded
+    broker: str = "kafka"  # the embedded broker: kafka (Apache Kafka) or tansu
     settings: dict[str, Any] = field(
         default_factory=dict
     )  # relay config overrides: {"publish.batch_size": 512}
@@ -85,13 +87,12 @@ class Context:
     progress: Progress
     conn: Any
     next_server_id: int = 7100
-    # Restarts the embedded broker empty (and sets ``kafka``); None when the broker was given (--kafka).
+    # Empties the embedded broker (and sets ``kafka``); None when the broker was given (--kafka).
     fresh_broker: Callable[[], str] | None = None
 
     def renew_broker(self) -> None:
-        """An empty embedded broker for the next measured run: Tansu keeps every record in memory and
-        slows as it holds more (one full run took W4's produce-only ceiling from 55k to 22k rows/s), so
-        each run would otherwise be measured against what the runs before it left behind."""
+        """An empty embedded broker for the next measured run (``runner._EmbeddedBroker.renew``): each run
+        is measured against empty topics, not what the runs before it left behind."""
         if self.fresh_broker is not None:
             self.kafka = self.fresh_broker()
 
@@ -111,10 +112,43 @@ class Context:
         return {**spec, "settings": self.options.settings}
 
 
+def broker_name(options: BenchOptions) -> str:
+    """The broker the figures were measured on, for the report's machine line."""
+    if options.kafka:
+        return "given"
+    if options.broker == "tansu":
+        return "Tansu 0.6 (embedded)"
+    from relay.common.jars import KAFKA_VERSION
+
+    return f"Apache Kafka {KAFKA_VERSION} (embedded, one KRaft broker)"
+
+
+def empty_topics(bootstrap: str, names: list[str]) -> None:
+    """Delete every record of the topics (DeleteRecords up to each partition's end): the next run writes
+    to empty topics, and the broker deletes the old segments from disk."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay-bench-empty"})
+    try:
+        metadata = admin.list_topics(timeout=30).topics
+        ends = []
+        for name in names:
+            for partition in metadata[name].partitions if name in metadata else {}:
+                end = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=30)[1]
+                if end > 0:
+                    ends.append(TopicPartition(name, partition, end))
+    finally:
+        consumer.close()
+    for future in admin.delete_records(ends, request_timeout=60).values() if ends else []:
+        future.result(timeout=60)
+
+
 def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
     existing = admin.list_topics(timeout=30).topics
     new = [NewTopic(n, partitions, -1) for n in names if n not in existing]
     for future in admin.create_topics(new, request_timeout=30).values() if new else []:

@@ -1,13 +1,13 @@
 """The benchmark run: services, backlogs, repetitions in child processes, latency and the broker stall.
 
-``run_bench(options, progress)`` runs on the caller's (main) thread. It starts MariaDB and a Tansu broker
-in a temp dir (or uses the addresses given), writes each workload's backlog once, then measures every
-reader on that same binlog range ``repeat`` times, each in a fresh ``relay.dev.bench.worker`` process: the
-relay end to end, the stock parse-only reader and the naive relay. Then a relay runs live while the
-workload is offered at a fixed rate (latency commit → acknowledged), and finally a relay on a dedicated
-broker that is SIGSTOPped while a large backlog is written (peak RSS under back-pressure). Progress goes
-to ``progress`` as text; the figures come back as a ``BenchReport``. Everything started is stopped and the
-temp dir removed, also on errors and ^C.
+``run_bench(options, progress)`` runs on the caller's (main) thread. It starts MariaDB and Apache Kafka (one
+KRaft broker; ``--broker tansu``: the Tansu broker) in a temp dir (or uses the addresses given), writes each
+workload's backlog once, then measures every reader on that same binlog range ``repeat`` times, each in a
+fresh ``relay.dev.bench.worker`` process: the relay end to end, the stock parse-only reader and the naive
+relay. Then a relay runs live while the workload is offered at a fixed rate (latency commit → acknowledged),
+and finally a relay on a dedicated broker that is SIGSTOPped while a large backlog is written (peak RSS under
+back-pressure). Progress goes to ``progress`` as text; the figures come back as a ``BenchReport``. Everything
+started is stopped and the temp dir removed, also on errors and ^C.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from relay.dev.bench.common import (
     Context,
     LiveWorker,
     Progress,
+    broker_name,
     create_topics,
+    empty_topics,
     run_worker,
 )
 from relay.dev.bench.snapshot import SnapshotResult, run_snapshot
@@ -78,22 +80,36 @@ class BenchReport:
 
 
 class _EmbeddedBroker:
-    """The bench's own Tansu broker, restarted empty on request with the bench's topics created again."""
+    """The bench's own broker, emptied before each measured run with the bench's topics there.
 
-    def __init__(self, work: Path, topics: list[str]) -> None:
+    Apache Kafka keeps its records on disk and does not slow as it holds more: it runs for the whole bench,
+    and ``renew`` deletes every record of the bench's topics (DeleteRecords), so the disk holds one run's
+    records at a time. Tansu keeps them in memory and slows as it holds more (one full run took W4's
+    produce-only ceiling from 55k to 22k rows/s): ``renew`` restarts it empty."""
+
+    def __init__(self, work: Path, topics: list[str], broker: str) -> None:
         self.work = work
         self.topics = topics
+        self.broker = broker
         self.running: Any = None
         self.starts = 0
 
     def start(self) -> str:
-        from relay.dev.services import StartOptions, start_kafka
+        from relay.dev.services import StartOptions, start_kafka, start_tansu
 
         self.stop()
         self.starts += 1
-        self.running = start_kafka(StartOptions(self.work / f"kafka-{self.starts}"))
+        opts = StartOptions(self.work / f"{self.broker}-{self.starts}")
+        self.running = start_tansu(opts) if self.broker == "tansu" else start_kafka(opts)
         bootstrap = str(self.running.service.bootstrap_servers)
         create_topics(bootstrap, self.topics)
+        return bootstrap
+
+    def renew(self) -> str:
+        if self.broker == "tansu" or self.running is None:
+            return self.start()
+        bootstrap = str(self.running.service.bootstrap_servers)
+        empty_topics(bootstrap, self.topics)
         return bootstrap
 
     def stop(self) -> None:
@@ -127,8 +143,10 @@ def _services(
             kafka = options.kafka
             create_topics(kafka, bench_topics(options))
         else:
-            progress("starting the Tansu broker …")
-            broker = _EmbeddedBroker(work, bench_topics(options))
+            progress(
+                "starting the Tansu broker …" if options.broker == "tansu" else "starting Apache Kafka …"
+            )
+            broker = _EmbeddedBroker(work, bench_topics(options), options.broker)
             kafka = broker.start()
         yield mysql, kafka, broker
     finally:
@@ -354,7 +372,7 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
         with _services(options, work, progress) as (mysql, kafka, broker):
             conn = mysql.connect()
             try:
-                fresh = broker.start if broker is not None else None
+                fresh = broker.renew if broker is not None else None
                 ctx = Context(options, mysql, kafka, work, progress, conn, fresh_broker=fresh)
                 wl.create_schema(conn, list(options.workloads))
                 results = [run_workload(ctx, name) for name in options.workloads]
@@ -371,7 +389,7 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
                     progress(
                         "  [stall] " + f"peak RSS {stall.peak_rss_mb:.0f} MB (limit {stall.limit_mb:.0f} MB)"
                     )
-                info = machine_info(mysql.version, "given" if options.kafka else "Tansu 0.6 (embedded)")
+                info = machine_info(mysql.version, broker_name(options))
             finally:
                 with contextlib.suppress(pymysql.err.MySQLError), conn.cursor() as cur:
                     cur.execute(f"DROP DATABASE IF EXISTS {wl.DB}")

@@ -109,6 +109,25 @@ def fill(conn: Any, rows: int) -> None:
             cur.execute("SET SESSION sql_log_bin = 1")
 
 
+def buffered_select(ctx: Context) -> float:
+    """Rows/s of a plain ``SELECT *`` through PyMySQL's default (buffered) cursor: every row fetched and
+    converted before the call returns, as a client that just runs the query gets it."""
+    m = ctx.mysql
+    conn = pymysql.connect(
+        host=m.host, port=m.port, user=m.replication_user, password=m.replication_password, charset="utf8mb4"
+    )
+    try:
+        began = time.perf_counter()
+        with conn.cursor() as cur:
+            count = cur.execute(f"SELECT * FROM {wl.DB}.{TABLE}")
+            rows = cur.fetchall()
+        elapsed = time.perf_counter() - began
+        assert len(rows) == count
+        return float(count / elapsed)
+    finally:
+        conn.close()
+
+
 def plain_select(ctx: Context) -> tuple[float, dict[str, int]]:
     """Rows/s of ``SELECT *`` through an unbuffered cursor on the relay's account, and its load."""
     m = ctx.mysql

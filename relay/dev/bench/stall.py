@@ -18,11 +18,12 @@ from relay.dev.bench.stats import StallResult
 
 
 def run_stall(ctx: Context) -> StallResult:
-    from relay.dev.services import StartOptions, start_kafka
+    from relay.dev.services import StartOptions, start_kafka, start_tansu
 
     o = ctx.options
     ctx.progress(f"[stall] a dedicated broker, SIGSTOPped under a {o.stall_mb:,} MB backlog …")
-    broker = start_kafka(StartOptions(ctx.work / "stall-broker"))
+    starter = start_tansu if o.broker == "tansu" else start_kafka
+    broker = starter(StartOptions(ctx.work / "stall-broker"))
     stopped = False
     live: LiveWorker | None = None
     try:

@@ -24,6 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from relay.common.mysql import binlog_status
+from relay.errors import BenchError
+
 DB = "relay_bench"
 COLUMNS = "id, k, qty, price, ratio, name, status, created, day, note, payload"
 _MARKS = "(" + ", ".join(["%s"] * 11) + ")"
@@ -98,9 +101,10 @@ def create_table(conn: Any, table: str) -> None:
 
 def master_position(conn: Any) -> tuple[str, int]:
     with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return str(file), int(pos)
+        row = binlog_status(cur)
+    if row is None:
+        raise BenchError("the bench's server has binary logging off")
+    return str(row[0]), int(row[1])
 
 
 def binlog_bytes(conn: Any, start: tuple[str, int], end: tuple[str, int]) -> int:

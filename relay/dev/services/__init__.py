@@ -1,4 +1,4 @@
-"""Real local services for development and tests: MariaDB with a ROW binlog, a Kafka broker, ZooKeeper.
+"""Real local services for development and tests: MariaDB with a ROW binlog, Apache Kafka, ZooKeeper.
 
 Finds the server binaries, prepares each service's directory, starts the server on a free loopback port,
 waits until it answers (a deadline, never a blind sleep) and stops it (SIGTERM, then SIGKILL). Runs on the
@@ -13,7 +13,8 @@ can stop them with ``stop_pid``. Linux only (``/proc``, ``prctl``).
 
 One room per job, read in this order: ``endpoints`` (the value types), ``processes`` (spawn, identify,
 stop), ``readiness`` (probes and the wait on them), ``launch`` (options, the handle, a free port),
-``mariadb``, ``kafka`` (Tansu), ``zookeeper`` (one server each), ``embedded`` (start/stop objects). This
+``mariadb``, ``kafka`` (Apache Kafka, KRaft: one broker or a cluster), ``tansu`` (the other broker),
+``zookeeper``, ``embedded`` (start/stop objects). This
 package re-exports their public names: callers import from ``relay.dev.services``.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from relay.dev.services.embedded import EmbeddedKafka, EmbeddedMySQL, EmbeddedZooKeeper
 from relay.dev.services.endpoints import Flavor, KafkaService, MySQLService, ZooKeeperService
-from relay.dev.services.kafka import start_kafka, tansu_binary
+from relay.dev.services.kafka import KafkaCluster, KafkaNode, start_kafka
 from relay.dev.services.launch import (
     LOOPBACK,
     Running,
@@ -41,11 +42,13 @@ from relay.dev.services.mariadb import (
 from relay.dev.services.processes import ServiceProcess, log_tail, pid_alive, proc_start_time, spawn, stop_pid
 from relay.dev.services.readiness import (
     kafka_answers,
+    kafka_brokers,
     mysql_answers,
     port_open,
     wait_until,
     zookeeper_answers,
 )
+from relay.dev.services.tansu import start_tansu, tansu_binary
 from relay.dev.services.zookeeper import ZOOKEEPER_CLASSPATH, start_zookeeper
 
 __all__ = [
@@ -58,6 +61,8 @@ __all__ = [
     "EmbeddedMySQL",
     "EmbeddedZooKeeper",
     "Flavor",
+    "KafkaCluster",
+    "KafkaNode",
     "KafkaService",
     "MySQLService",
     "Running",
@@ -68,6 +73,7 @@ __all__ = [
     "find_binary",
     "free_port",
     "kafka_answers",
+    "kafka_brokers",
     "log_tail",
     "mysql_answers",
     "pid_alive",
@@ -78,6 +84,7 @@ __all__ = [
     "start_kafka",
     "start_mysql",
     "start_on_free_port",
+    "start_tansu",
     "start_zookeeper",
     "stop_pid",
     "tansu_binary",

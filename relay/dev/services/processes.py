@@ -102,6 +102,14 @@ class ServiceProcess:
         _ATTACHED.pop(self.pid, None)
         stop_pid(self.pid, self.start_time, timeout, self.popen)
 
+    def kill(self) -> None:
+        """SIGKILL to its process group at once (no SIGTERM first: a crash, not a stop), then reaped."""
+        _ATTACHED.pop(self.pid, None)
+        if pid_alive(self.pid, self.start_time):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+        stop_pid(self.pid, self.start_time, 5.0, self.popen)
+
     def log_tail(self) -> str:
         return log_tail(self.log_path)
 

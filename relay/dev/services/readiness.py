@@ -1,8 +1,8 @@
 """Whether a starting service answers yet: one probe per kind of server, and the wait on them.
 
-Owns ``port_open``, ``mysql_answers``, ``kafka_answers``, ``zookeeper_answers`` and ``wait_until`` (a probe
-polled with backoff until a deadline, failing early with the server's log tail when its process died, as
-``PortInUseError`` when the port was taken). Runs on the caller's thread.
+Owns ``port_open``, ``mysql_answers``, ``kafka_answers``, ``kafka_brokers``, ``zookeeper_answers`` and
+``wait_until`` (a probe polled with backoff until a deadline, failing early with the server's log tail when
+its process died, as ``PortInUseError`` when the port was taken). Runs on the caller's thread.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pymysql
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from relay.common.kafka_log import quiet
 from relay.common.retry import RetryPolicy
 from relay.dev.services.endpoints import KafkaService, MySQLService, ZooKeeperService
 from relay.dev.services.processes import ServiceProcess
@@ -47,10 +48,23 @@ def kafka_answers(service: KafkaService, timeout: float = 2.0) -> bool:
     if not port_open(host, int(port), timeout):
         return False
     try:
-        AdminClient(service.client_config()).list_topics(timeout=timeout)
+        AdminClient(quiet(service.client_config())).list_topics(timeout=timeout)
         return True
     except KafkaException:
         return False
+
+
+def kafka_brokers(service: KafkaService, timeout: float = 2.0) -> int:
+    """How many brokers the cluster's metadata lists (0 while the first bootstrap server does not answer)."""
+    first = service.bootstrap_servers.split(",")[0]
+    host, _, port = first.rpartition(":")
+    if not port_open(host, int(port), timeout):
+        return 0
+    config = {**service.client_config(), "bootstrap.servers": first}
+    try:
+        return len(AdminClient(config).list_topics(timeout=timeout).brokers)
+    except KafkaException:
+        return 0
 
 
 def zookeeper_answers(service: ZooKeeperService, timeout: float = 2.0) -> bool:

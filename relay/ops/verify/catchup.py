@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from relay.errors import VerifyError
+from relay.kafka.codec import sequence
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.source import ChunkKey, Place, SourceReader
-from relay.ops.verify.target import Target
+from relay.ops.verify.target import Identity, Target
 from relay.positions.store import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ class TargetSync:
         self.tables, self.wait_seconds, self.stop = tables, wait_seconds, stop
         self.on_read = on_read  # called after each read of the target
         self.generation = 0
+        # The identity no record the relay published by the last target read can reach: the binlog end
+        # read after that read, in the relay's generation then. A target record at or beyond it is not
+        # the relay's (forged, or another source's under this source id): a difference, never "in flight".
+        self.horizon: Identity = (0, -1)
         self._covered: Place | None = None  # the relay's saved position read before the first target read
         self._prefetch: threading.Thread | None = None
         self._prefetch_error: BaseException | None = None
@@ -58,12 +63,16 @@ class TargetSync:
         return Place(point.journal, point.offset)
 
     def start_prefetch(self) -> None:
-        """The first read of the target, on a helper thread (joined by the first ``sync``)."""
+        """The first read of the target, on a helper thread (joined by the first ``sync``). A topic's is
+        split over forked processes, forked here, before the helper thread starts
+        (``relay.ops.verify.topic_fork``)."""
         self._covered = self._saved()  # read BEFORE the target: all the relay published is in what is read
+        begin = getattr(self.target, "begin_refresh", None)
+        finish: Callable[[], object] = begin() if begin is not None else self.target.refresh
 
         def read() -> None:
             try:
-                self.target.refresh()
+                finish()
             except BaseException as exc:
                 self._prefetch_error = exc
 
@@ -74,9 +83,16 @@ class TargetSync:
         if self._prefetch is not None:
             self._prefetch.join()
             self._prefetch = None
-            self.on_read()
+            self._read_done()
             if self._prefetch_error is not None:
                 raise self._prefetch_error
+
+    def _read_done(self) -> None:
+        """After a read of the target: the horizon (read after it, so it bounds what it holds)."""
+        end = self.reader.binlog_end()
+        self._saved()
+        self.horizon = (sequence(end.journal, end.offset, 0, self.generation), -1)
+        self.on_read()
 
     def _covers(self, at: Place | None, high: Place, most: int) -> bool:
         """Whether a target read at the relay's position ``at`` holds all of these tables up to ``high``."""
@@ -119,7 +135,7 @@ class TargetSync:
             delay = min(delay * 2, 0.5)
         waited = time.monotonic()
         self.target.refresh()
-        self.on_read()
+        self._read_done()
         log.info(
             "target caught up with %s: waited %.2f s for the relay, read the target in %.2f s",
             high, waited - began, time.monotonic() - waited,
@@ -142,9 +158,11 @@ class KeyRanges:
         found = self._sorted.get(shard.name)
         if found is None:
             order = shard.sort_key()
-            pairs = [(order(shard.key_values(k)), k) for k in self.target.keys_of(shard.name)]
-            pairs.sort(key=lambda pair: pair[0])
-            found = ([p[0] for p in pairs], [p[1] for p in pairs])
+            keys = list(self.target.keys_of(shard.name))
+            values = keys if shard.shard_value is None else [k[1:] for k in keys]
+            sorts = list(map(order, values))
+            ranked = sorted(range(len(keys)), key=sorts.__getitem__)
+            found = ([sorts[i] for i in ranked], [keys[i] for i in ranked])
             self._sorted[shard.name] = found
         return found
 
@@ -157,13 +175,24 @@ class KeyRanges:
         return keys[i:j]
 
     def chunk_equal(
-        self, shard: Shard, lo: ChunkKey | None, hi: ChunkKey | None, count: int, total: int
+        self,
+        shard: Shard,
+        lo: ChunkKey | None,
+        hi: ChunkKey | None,
+        count: int,
+        total: int,
+        horizon: Identity,
     ) -> bool:
-        """Whether the target's rows in the chunk have the source's row count and digest sum."""
+        """Whether the target's rows in the chunk have the source's row count and digest sum, and none
+        holds a change beyond ``horizon`` (not the relay's)."""
         t_count = t_total = 0
+        of = self.target.held
         for key in self.in_range(shard, lo, hi):
-            held = self.target.held(key)
-            if held is not None and not held.deleted:
-                t_count += 1
-                t_total += held.digest
+            held = of(key)
+            if held is not None:
+                if held.identity >= horizon:
+                    return False
+                if not held.deleted:
+                    t_count += 1
+                    t_total += held.digest
         return (t_count, t_total) == (count, total)

@@ -9,7 +9,7 @@ snapshot readers publish, ``relay.binlog.values`` / ``relay.source.snapshot_rows
   YEAR, CHAR/VARCHAR/TEXT, ENUM, SET, JSON: ``CAST(c AS CHAR CHARACTER SET utf8mb4)`` — canal's text, as
   the type tests prove (``tests/integration/test_type_table.py``);
 - BINARY/VARBINARY/BLOB/GEOMETRY: ``HEX(c)`` (canal's text is one ISO-8859-1 character per byte: its hex);
-- BIT: ``c+0`` (canal's text is the unsigned number);
+- BIT, and ZEROFILL integers and DECIMALs: ``c+0`` (canal's text is the number, without padding);
 - DOUBLE, FLOAT: canal's text is Java's ``Double.toString`` / ``Float.toString``, which SQL cannot write.
   MySQL writes the value's shortest round-trip digits in a layout of its own (``1e15``, ``0.000015``):
   that text is hashed, and the target side writes the same text from the value (``mysql_double_text``;
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Final
 
@@ -162,6 +162,21 @@ def column_text(kind: HashKind, text: object) -> str | None:
         return _number_text(text, True)
     return str(text)
 
+
+def _double_text(text: str) -> str:
+    return _number_text(text, False)
+
+
+def _float_text(text: str) -> str:
+    return _number_text(text, True)
+
+
+# A kind's conversion of a str value (what ``column_text`` does after its NULL and type checks).
+STR_CONVERTERS: dict[HashKind, Callable[[str], str]] = {
+    HashKind.BINARY: _binary_text,
+    HashKind.DOUBLE: _double_text,
+    HashKind.FLOAT: _float_text,
+}
 
 _HEADERS: dict[int, str] = {}
 

@@ -13,9 +13,11 @@ each key (``relay.ops.verify.judge``): a key whose latest change on the topic is
 start changed while it was read — pending again; a mirror that has not applied the topic's latest change
 — pending again; otherwise the source's row and the target's row are compared. A difference must be seen
 by two such reads in a row (the same finding) before it is reported, so a change in flight (logged but
-not yet visible to a SELECT, as group commit allows) cannot make one. Pending keys left after the last
-pass are reported as skipped. Nothing is locked or written on the source. Runs on the caller's thread
-(one helper thread reads the target during the first source reads).
+not yet visible to a SELECT, as group commit allows) cannot make one. Keys the target has not applied
+keep the passes going until ``--wait`` has passed since the first was found (a mirror job catching up).
+Pending keys left after the last pass are reported as skipped: not verified, and the run is not equal.
+Nothing is locked or written on the source. Runs on the caller's thread (one helper thread reads the
+target during the first source reads).
 """
 
 from __future__ import annotations
@@ -77,6 +79,22 @@ class _State:
     differences: list[Difference] = field(default_factory=list)
     # keyless shards not settled yet: the differences seen by the last read (None: none seen yet)
     multiset_open: dict[str, tuple[Difference, ...] | None] = field(default_factory=dict)
+    behind_since: float | None = None  # when a key was first found not applied by the target
+
+    def work_left(self) -> bool:
+        return bool(self.pending) or bool(self.multiset_open)
+
+    def unconfirmed(self) -> bool:
+        return any(p.seen is not None for p in self.pending.values()) or any(
+            v is not None for v in self.multiset_open.values()
+        )
+
+    def waiting_for_target(self, wait_seconds: float) -> bool:
+        """Keys the target has not applied yet, and ``--wait`` not spent since the first was found: the
+        passes go on for them (a mirror job catching up), whatever ``--passes`` says."""
+        if self.behind_since is None or not any(p.reason == "behind" for p in self.pending.values()):
+            return False
+        return time.monotonic() - self.behind_since < wait_seconds
 
 
 class Verifier:
@@ -134,10 +152,15 @@ class Verifier:
                 for key in keys or ():
                     self.state.pending[(name, key)] = Pending(self.shards[name], "repaired")
         pause = 0.25
-        while self._work_left() and not self.stop.is_set():
-            if deadline is None and self.passes >= self.options.passes and not self._unconfirmed():
+        while self.state.work_left() and not self.stop.is_set():
+            waiting = self.state.waiting_for_target(self.options.wait_seconds)
+            if (
+                deadline is None
+                and self.passes >= self.options.passes
+                and not (self.state.unconfirmed() or waiting)
+            ):
                 break
-            if deadline is None and self.passes >= self.options.passes + 3:
+            if deadline is None and self.passes >= self.options.passes + 3 and not waiting:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -146,17 +169,13 @@ class Verifier:
             self._recheck_pass()
         return _report(self, time.monotonic() - began)
 
-    def _work_left(self) -> bool:
-        return bool(self.state.pending) or bool(self.state.multiset_open)
-
-    def _unconfirmed(self) -> bool:
-        return any(p.seen is not None for p in self.state.pending.values()) or any(
-            v is not None for v in self.state.multiset_open.values()
-        )
-
     @property
     def generation(self) -> int:
         return self.catchup.generation
+
+    @property
+    def horizon(self) -> Identity:
+        return self.catchup.horizon
 
     @property
     def buckets_rows(self) -> int:
@@ -183,7 +202,7 @@ class Verifier:
         if digests or any(s.method == MULTISET for s in self.shards.values()):
             self.sync_or_note(self.reader.binlog_end())
         for shard, lo, hi, count, total in digests:
-            if self.ranges.chunk_equal(shard, lo, hi, count, total):
+            if self.ranges.chunk_equal(shard, lo, hi, count, total, self.horizon):
                 result = self.state.results[shard.name]
                 result.rows += count
                 result.equal += count
@@ -255,6 +274,7 @@ class Verifier:
                 held is not None
                 and not held.deleted
                 and held.digest == digest
+                and held.identity < self.horizon
                 and not self.target.behind(key)
             ):
                 self._count(shard, key, "equal")
@@ -342,13 +362,15 @@ class Verifier:
             if pending is None:
                 continue
             kind = verdict[0]
-            if kind in ("equal", "out"):
+            if kind in ("equal", "out", "gone"):
                 if kind == "equal":
                     self._count(shard, key, "equal")
-                else:
+                else:  # outside --where, or deleted on both sides: no row of the comparison
                     self.state.pending.pop(mark, None)
             elif kind in ("changed", "behind"):
                 pending.reason, pending.seen = kind, None
+                if kind == "behind" and self.state.behind_since is None:
+                    self.state.behind_since = time.monotonic()
             elif pending.seen is not None and pending.seen[:2] == verdict[:2]:
                 self._count(shard, key, kind)
                 self.state.differences.append(verdict[2])
@@ -364,29 +386,34 @@ class Verifier:
             return
         rows, differences = verdict
         if not differences or (previous is not None and previous == tuple(differences)):
-            self._settle_multiset(shard, rows, differences)
+            _settle_multiset(self.state, shard, rows, differences)
         else:
             self.state.multiset_open[shard.name] = tuple(differences)
 
-    def _settle_multiset(self, shard: Shard, rows: int, differences: list[Difference]) -> None:
-        result = self.state.results[shard.name]
-        differing = sum(d.count for d in differences)
-        extra = sum(d.count for d in differences if d.kind == "extra")
-        result.rows = rows + extra
-        result.equal = result.rows - differing
-        result.missing = sum(d.count for d in differences if d.kind == "missing")
-        result.extra = extra
-        self.state.differences.extend(differences)
-        self.state.multiset_open.pop(shard.name, None)
+
+def _settle_multiset(state: _State, shard: Shard, rows: int, differences: list[Difference]) -> None:
+    """A keyless shard's outcome, its rows counted from the source's read and the target's extras."""
+    result = state.results[shard.name]
+    differing = sum(d.count for d in differences)
+    extra = sum(d.count for d in differences if d.kind == "extra")
+    result.rows = rows + extra
+    result.equal = result.rows - differing
+    result.missing = sum(d.count for d in differences if d.kind == "missing")
+    result.extra = extra
+    state.differences.extend(differences)
+    state.multiset_open.pop(shard.name, None)
 
 
 def _report(verifier: Verifier, seconds: float) -> Report:
     """The run's outcome: keys still pending are skipped, and counted so."""
     skipped = []
+    wait = verifier.options.wait_seconds
+    behind = 0
     for (name, key), pending in sorted(verifier.state.pending.items(), key=lambda item: str(item[0])):
         shard = pending.shard
+        behind += pending.reason == "behind"
         reason = {
-            "behind": "the target had not applied the key's latest change",
+            "behind": f"the target had not applied the key's latest change within --wait {wait:g} s",
             "changed": "changed during every pass",
         }.get(pending.reason, "not settled")
         skipped.append(Skipped(name, shard.key_dict(key), reason))
@@ -400,4 +427,9 @@ def _report(verifier: Verifier, seconds: float) -> Report:
     report.passes = verifier.passes
     report.seconds = seconds
     report.notes = list(verifier.notes)
+    if behind:
+        report.notes.append(
+            f"{behind} key(s) not verified: the target had not applied their latest change within --wait "
+            f"{wait:g} s (a mirror whose job is stopped or behind; a longer --wait waits for it)"
+        )
     return report

@@ -3,7 +3,10 @@
 A key read in a ``Window`` is comparable only when the target can be held against that read: the relay
 has published up to the window's end (``caught_up``), the topic's latest change of the key is older than
 the window's start (else the key changed while it was read: ``changed``), and the target has applied that
-change (a mirror may lag: ``behind``). Then: no row on either side is equal; a row on one side only is
+change (a mirror may lag: ``behind``). A change at or beyond the *horizon* — the binlog end read after the
+target was read, in the relay's generation — is none the relay can have published (a forged record, or
+another source's under this source id): the key is a difference whatever its values, never "changed".
+Then: no row on either side is equal; a row on one side only is
 ``missing`` or ``extra``; rows on both sides are compared column by column in the target's form
 (``Target.expected`` / ``Target.same``) — canal text for a topic, the mirror's typed values for a mirror.
 
@@ -23,7 +26,7 @@ from relay.ops.verify.digest import ABSENT
 from relay.ops.verify.report import Difference, ShardResult
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.source import Place, SourceReader, Window
-from relay.ops.verify.target import Identity, Target
+from relay.ops.verify.target import ZERO, Identity, Target
 
 Verdict = tuple[Any, ...]
 
@@ -36,6 +39,9 @@ class Context(Protocol):
 
     @property
     def buckets_rows(self) -> int: ...
+
+    @property
+    def horizon(self) -> Identity: ...
 
     def start_identity(self, window: Window) -> Identity: ...
     def sync_or_note(self, high: Place) -> bool: ...
@@ -65,7 +71,8 @@ def judge_keys(
     window: Window,
     caught_up: bool,
 ) -> dict[JoinKey, Verdict]:
-    """A verdict per key: ``equal``, ``out`` (outside ``--where``), ``changed`` / ``behind`` (no moment to
+    """A verdict per key: ``equal``, ``out`` (outside ``--where``), ``gone`` (no row on either side any
+    more: not a row of the table, not counted), ``changed`` / ``behind`` (no moment to
     compare at: again next pass), or a finding (``missing`` / ``extra`` / ``different``, what identifies
     it, the ``Difference``). Sides that agree are equal whenever they were read: only a disagreement needs
     the target to be comparable with the read."""
@@ -82,8 +89,9 @@ def judge_keys(
         if found is not None and not found[1]:
             out[key] = ("out",)  # outside --where: not compared
         elif found is None:
+            # no row on either side (deleted on both since it was read): nothing to count or compare
             findings[key] = (
-                ("extra", identity, _difference(shard, key, "extra", identity)) if live else ("equal",)
+                ("extra", identity, _difference(shard, key, "extra", identity)) if live else ("gone",)
             )
         elif not live:
             findings[key] = ("missing", identity, _difference(shard, key, "missing", identity))
@@ -96,9 +104,14 @@ def judge_keys(
             out[key] = ("changed",)
             continue
         findings[key] = _compare(target, shard, key, row, actual, held)
+    horizon = verifier.horizon
     for key, verdict in findings.items():
         latest = target.latest(key)
-        if verdict[0] == "equal":
+        held = target.held(key)
+        foreign = max(latest or ZERO, held.identity if held is not None else ZERO)
+        if foreign >= horizon and caught_up:
+            out[key] = _foreign(shard, key, verdict, foreign, horizon)
+        elif verdict[0] in ("equal", "gone"):
             out[key] = verdict
         elif not caught_up:
             out[key] = ("behind",)
@@ -109,6 +122,19 @@ def judge_keys(
         else:
             out[key] = verdict
     return out
+
+
+def _foreign(shard: Shard, key: JoinKey, verdict: Verdict, identity: Identity, horizon: Identity) -> Verdict:
+    """A key whose latest change on the target is beyond what the relay can have published: a difference
+    (``different``, first column ``(change identity)``), whatever else the values say."""
+    mark = ("(change identity)", f"below {horizon[0]} (the relay's position)", f"{identity[0]}.{identity[1]}")
+    columns: tuple[tuple[str, Any, Any], ...] = (mark,)
+    if verdict[0] == "different":
+        columns += verdict[2].columns
+    elif verdict[0] in ("missing", "extra"):
+        columns += ((f"(row {verdict[0]} on the target)", None, None),)
+    diff = Difference(shard.name, "different", _key(shard, key), columns, identity, foreign=True)
+    return ("different", (identity, tuple(c for c, _, _ in columns)), diff)
 
 
 def _compare(

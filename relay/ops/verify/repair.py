@@ -5,7 +5,10 @@ file ``relay snapshot run`` writes; ``relay.daemon.snapshot_requests`` takes it 
 key request (``relay.source.snapshot_keys``): each key's row as it is now is published again, with a new
 identity that sorts after everything the target holds for it, and a key the source no longer has is
 published as a DELETE — so the topic, and a mirror job applying it, converge. A table without a key is
-snapshotted whole. When the relay has acknowledged the snapshot, the same keys are compared again (until
+snapshotted whole. Differing records beyond the relay's position (forged, or another source's under this
+source id) sort after anything the relay would publish for their keys: the request then asks the relay to
+move to a binlog generation above theirs first, so the repair's rows, and every later change of those
+keys, sort after them. When the relay has acknowledged the snapshot, the same keys are compared again (until
 they settle or ``--repair-timeout``). Only one snapshot runs at a time: a request refused because one is
 running is asked again until the deadline. Runs on the CLI's thread.
 """
@@ -21,6 +24,7 @@ from relay.config.load import RelayConfig
 from relay.config.state import STATUS_FILE
 from relay.daemon.status import read_status
 from relay.errors import RelayError, SnapshotRequestError
+from relay.kafka.codec import GENERATION_SHIFT
 from relay.ops.snapshot import await_answer, send_request
 from relay.ops.verify.engine import VerifyOptions
 from relay.ops.verify.report import Report
@@ -54,11 +58,27 @@ def key_request(
     return request, again
 
 
+def above_generation(report: Report) -> int | None:
+    """The highest binlog generation of the differing records that are not the relay's (beyond its
+    position): the repair's rows must be published above it (``SnapshotControl.request``)."""
+    found = [
+        d.target_identity[0] >> GENERATION_SHIFT
+        for d in report.differences
+        if d.foreign and d.target_identity
+    ]
+    return max(found) if found else None
+
+
 def _ask(
-    config: RelayConfig, table: str, keys: dict[str, Any], deadline: float, stop: threading.Event
+    config: RelayConfig,
+    table: str,
+    keys: dict[str, Any],
+    deadline: float,
+    stop: threading.Event,
+    above: int | None = None,
 ) -> str:
     while True:
-        request_id = send_request(config, "run", table, keys=keys)
+        request_id = send_request(config, "run", table, keys=keys, above_generation=above)
         answer = await_answer(config, request_id, timeout=max(5.0, min(30.0, deadline - time.monotonic())))
         if answer.get("accepted"):
             return request_id
@@ -101,11 +121,15 @@ def repair(
     outcome: dict[str, Any] = {"asked": asked, "request": None, "repaired": 0, "remaining": []}
     report.repair = outcome
     try:
-        request_id = _ask(config, report.table, request, deadline, stop)
+        above = above_generation(report)
+        if above is not None:
+            outcome["generation_above"] = above
+        request_id = _ask(config, report.table, request, deadline, stop, above)
         outcome["request"] = request_id
         _await_done(config, request_id, deadline, stop)
     except RelayError as exc:
         outcome["remaining"] = [d.line() for d in report.differences]
+        outcome["differ"], outcome["not_verified"] = len(report.differences), len(report.skipped)
         outcome["summary"] = f"not done: {exc}"
         return
     after = verify(
@@ -115,6 +139,7 @@ def repair(
         f"skipped {s.shard} {s.key}: {s.reason}" for s in after.skipped
     ]
     outcome["remaining"] = left
+    outcome["differ"], outcome["not_verified"] = len(after.differences), len(after.skipped)
     outcome["repaired"] = max(0, len(report.differences) - len(after.differences) - len(after.skipped))
     outcome["summary"] = f"snapshot {request_id} of {asked} key(s)/table(s) published; checked again: " + (
         "all equal" if not left else f"{len(left)} still differ or did not settle"

@@ -7,11 +7,14 @@ Categories, per row (a row is a key of the source or of the target):
 - ``missing``: the source has the row, the target has none (never published, or deleted on the target);
 - ``extra``: the target has a row the source does not;
 - ``different``: both have it, with other values in the named columns;
-- ``skipped``: the key changed during every pass of the check (or the target had not applied its
-  latest change yet), so no moment was found at which both sides could be compared.
+- ``skipped``: not verified — the key changed during every pass of the check, or the target had not
+  applied its latest change within ``--wait``, so no moment was found at which both sides could be
+  compared.
 
 A difference is reported only after two reads of the key at two binlog positions, each after the target
-had applied the stream up to that position for the key, agreed on it.
+had applied the stream up to that position for the key, agreed on it. A run is *equal* only when every key
+was compared and none differs; with no difference but keys left skipped it is *not verified* (exit status
+3), never equal.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Difference:
     columns: tuple[tuple[str, Any, Any], ...] = ()  # (column, source value, target value)
     target_identity: tuple[int, int] | None = None  # (sequence, part) of the change the target holds
     count: int = 1  # a keyless table's row: how many copies differ
+    foreign: bool = False  # the target's change is beyond the relay's position: not the relay's record
 
     def line(self) -> str:
         key = ", ".join(f"{k}={_show(v)}" for k, v in self.key.items())
@@ -99,7 +103,13 @@ class Report:
 
     @property
     def equal(self) -> bool:
-        return not self.differences
+        """Every key compared, none different."""
+        return not self.differences and self.verified
+
+    @property
+    def verified(self) -> bool:
+        """Every key was compared (none skipped)."""
+        return not self.skipped
 
     @property
     def rows_per_second(self) -> float:
@@ -117,6 +127,8 @@ class Report:
             "target": self.target,
             "source": self.source,
             "equal": self.equal,
+            "verified": self.verified,
+            "not_verified": len(self.skipped),
             "total": asdict(self.total),
             "shards": [asdict(s) for s in self.shards],
             "differences": [asdict(d) for d in self.differences],
@@ -145,13 +157,17 @@ class Report:
             if len(self.differences) > limit:
                 lines.append(f"  … and {len(self.differences) - limit} more (--json lists them all)")
         if self.skipped:
-            lines.append(f"skipped ({len(self.skipped)}), not compared:")
+            lines.append(f"skipped ({len(self.skipped)}), not compared — not verified:")
             for skip in self.skipped[:limit]:
                 key = ", ".join(f"{k}={_show(v)}" for k, v in skip.key.items())
                 lines.append(f"  {skip.shard}  {key}  —  {skip.reason}")
         if self.repair is not None:
             lines.append(f"repair: {self.repair.get('summary', '')}")
-        verdict = "equal" if self.equal else f"{len(self.differences)} difference(s)"
+        verdict = "equal"
+        if self.differences:
+            verdict = f"{len(self.differences)} difference(s)"
+        elif self.skipped:
+            verdict = f"not verified: {len(self.skipped)} key(s) not compared (listed above)"
         lines.append(
             f"result: {verdict}; {self.total.rows:,} rows in {self.seconds:.1f} s "
             f"({self.rows_per_second:,.0f} rows/s, {self.passes} pass(es))"

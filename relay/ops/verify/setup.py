@@ -63,11 +63,15 @@ def plan_shards(
     if "." not in table:
         raise VerifyError(f"--table must name a logical db.table, got {table!r}")
     only = routed(config, mapping, table)
-    found = [(db, name, rows) for db, name, rows in reader.tables() if only(db, name)]
+    tables = reader.tables()
+    found = [(db, name, rows) for db, name, rows in tables if only(db, name)]
     if not found:
+        seen = f"the account {config.source.user!r} sees {len(tables)} table(s) there" + (
+            "" if tables else ": does source.user have SELECT on the captured tables? (relay check says)"
+        )
         raise VerifyError(
             f"--table {table}: no table of {config.source.address} that mapping version {mapping.version} "
-            "routes to it is kept by filter.include/filter.exclude"
+            f"routes to it is kept by filter.include/filter.exclude ({seen})"
         )
     if where:
         problem = check_where(config.source, [f"{db}.{name}" for db, name, _ in found], where)
@@ -120,6 +124,7 @@ def topic_target(config: RelayConfig, mapping: Mapping, table: str, shards: list
         table,
         config.source_id,
         shards,
+        connect_timeout=config.kafka.connect_timeout_seconds,
     )
     target = TopicTarget(index)
     target.notes = notes

@@ -22,6 +22,7 @@ taken from each record's data (``by_data``). Pure, any thread.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -31,7 +32,7 @@ from typing import Any
 from mapping.key_shard import KEY_SHARD_PHYSICAL, SHARD_FIELD
 from mapping.model import Route
 from relay.binlog import types as t
-from relay.ops.verify.digest import HashKind, hash_kind
+from relay.ops.verify.digest import STR_CONVERTERS, HashKind, hash_kind
 from relay.source.snapshot_rows import K_BINARY, K_BIT, K_DECIMAL, K_DOUBLE, K_FLOAT, K_INT
 from relay.source.snapshot_tables import TableSpec
 
@@ -42,6 +43,15 @@ _SORTABLE_TEXT = frozenset({t.DATE, t.NEWDATE, t.DATETIME, t.DATETIME2, t.YEAR})
 
 def _as_int(text: str | None) -> Any:
     return (0, 0) if text is None else (1, int(text))
+
+
+_NULL_FIRST = float("-inf")  # MySQL orders NULL before every number
+
+
+def _int_order(key: JoinKey) -> Any:
+    """The order of a one-integer-column chunk key: its value (NULL first)."""
+    value = key[0]
+    return _NULL_FIRST if value is None else int(value)
 
 
 def _as_decimal(text: str | None) -> Any:
@@ -110,6 +120,20 @@ class Shard:
         return tuple(i for i, k in enumerate(self.kinds) if k not in (HashKind.TEXT, HashKind.BIT))
 
     @cached_property
+    def values_of(self) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+        """A record's ``data`` as its values in column order, in one C-level call (``KeyError`` when a
+        column is missing)."""
+        getter = operator.itemgetter(*self.names)
+        if len(self.names) == 1:
+            return lambda data: (getter(data),)
+        return getter
+
+    @cached_property
+    def str_converters(self) -> tuple[tuple[int, Callable[[str], str]], ...]:
+        """(column, conversion of a str value) of the ``converted`` columns."""
+        return tuple((i, STR_CONVERTERS[self.kinds[i]]) for i in self.converted)
+
+    @cached_property
     def textual(self) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.kinds) if k in (HashKind.TEXT, HashKind.BIT))
 
@@ -156,6 +180,8 @@ class Shard:
         keys = [sort_key_of(self.spec, i) for i in self.join]
         fns: list[Callable[[str | None], Any]] = [k for k in keys if k is not None]
         assert len(fns) == len(keys)
+        if fns == [_as_int]:
+            return _int_order  # one integer column (an AUTO_INCREMENT id): the int itself, no tuples
         if len(fns) == 1:
             one = fns[0]
             return lambda key: (one(key[0]),)
@@ -187,7 +213,10 @@ def _shard_value(route: Route, spec: TableSpec) -> str | int | None:
 
 def build_shard(spec: TableSpec, route: Route, *, mirror: bool, digests_exact: bool, where: str) -> Shard:
     """The shard of ``spec`` routed by ``route``, compared against a topic (``mirror`` False) or a mirror."""
-    kinds = tuple(hash_kind(c, k) for c, k in zip(spec.columns, spec.kinds, strict=True))
+    kinds = tuple(
+        HashKind.BIT if i in spec.zerofill else hash_kind(c, k)  # ``c+0``: the number, unpadded
+        for i, (c, k) in enumerate(zip(spec.columns, spec.kinds, strict=True))
+    )
     record = record_key_columns(route, spec)
     physical = f"{spec.db}.{spec.table}"
     if record is not None:

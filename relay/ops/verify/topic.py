@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from relay.canal.proto.convert import decode_messages_packet
+from relay.common.kafka_log import quiet
 from relay.errors import ProtoDecodeError, VerifyError
 from relay.kafka.codec import (
     H_DB,
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT = 120.0  # seconds a refresh may take to see every partition's end
 FETCH_GAP = 2000  # offsets apart two records are read through rather than sought again
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
+_TEXT_TYPES = frozenset({str, type(None)})
 _DATA, _OLD = b'"data":[', b'],"old":'
 
 
@@ -126,13 +128,14 @@ def data_digest(shard: Shard, data: dict[str, Any]) -> int:
     if len(data) != len(names) or not shard.names_set.issuperset(data):
         digest = canal_row_hash(shard.kinds, row_values(shard, data))
         return digest ^ 1 if not shard.names_set.issuperset(data) else digest  # a column only the target has
-    texts = [data[n] for n in names]
-    kinds = shard.kinds
-    for i in shard.converted:  # the columns whose digest text is not their canal text (DOUBLE, binary …)
-        texts[i] = column_text(kinds[i], texts[i])
-    for i in shard.textual:
-        if texts[i].__class__ is not str:  # a JSON number or another type where text was expected
-            texts[i] = column_text(kinds[i], texts[i])
+    texts = list(shard.values_of(data))
+    if not _TEXT_TYPES.issuperset(map(type, texts)):  # a JSON number or another type where text was expected
+        kinds = shard.kinds
+        return digest_of(digest_text([column_text(kinds[i], v) for i, v in enumerate(texts)]))
+    for i, convert in shard.str_converters:  # the columns whose digest text is not their canal text
+        text = texts[i]
+        if text is not None:
+            texts[i] = convert(text)
     return digest_of(digest_text(texts))
 
 
@@ -148,8 +151,10 @@ class TopicIndex:
         shards: Sequence[Shard],
         *,
         parse_values: bool = True,
+        connect_timeout: float = 10.0,
     ) -> None:
         self.settings = dict(settings)
+        self.connect_timeout = connect_timeout
         self.topics = list(topics)
         db, _, table = logical.partition(".")
         self._db, self._table = db.encode(), table.encode()
@@ -158,45 +163,59 @@ class TopicIndex:
         self.parse_values = parse_values
         self.held: dict[JoinKey, Held] = {}
         self.multisets: dict[str, Multiset] = {s.name: Multiset() for s in shards if s.method == MULTISET}
-        self._snapshot_seq: dict[str, int] = {}
-        self._next: dict[tuple[str, int], int] = {}
+        self.snapshot_seq: dict[str, int] = {}
+        self.next_offsets: dict[tuple[str, int], int] = {}
         self.records = 0  # records read, all refreshes
         self.by_shard: dict[str, list[JoinKey]] = {}
+        self.only: set[tuple[str, int]] | None = None  # the partitions read (None: all; a forked reader's)
 
     # -- reading -------------------------------------------------------------------------------------
     def _consumer(self) -> Any:
         return Consumer(
-            {
-                **self.settings,
-                "group.id": f"relay-verify-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
-            }
+            quiet(
+                {
+                    **self.settings,
+                    "group.id": f"relay-verify-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
+                }
+            )
         )
 
     def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
+        try:  # every topic: naming one auto-creates it on some brokers
+            meta = consumer.list_topics(timeout=self.connect_timeout)
+        except KafkaException as exc:
+            raise VerifyError(
+                f"kafka {self.settings.get('bootstrap.servers')} (kafka.bootstrap_servers) did not answer "
+                f"within {self.connect_timeout:g} s: {exc.args[0].str()}"
+            ) from exc
         for topic in self.topics:
-            try:
-                meta = consumer.list_topics(topic, timeout=10)
-            except KafkaException as exc:
-                raise VerifyError(f"cannot read the metadata of topic {topic}: {exc.args[0]}") from exc
             info = meta.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 raise VerifyError(f"topic {topic} does not exist (has the relay published this table?)")
             out.extend((topic, p) for p in sorted(info.partitions))
-        return out
+        return out if self.only is None else [tp for tp in out if tp in self.only]
 
-    def refresh(self) -> int:
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every partition read (from metadata; the consumer asked is closed again)."""
+        consumer = self._consumer()
+        try:
+            return self._partitions(consumer)
+        finally:
+            consumer.close()
+
+    def refresh(self, *, log_it: bool = True) -> int:
         """Read every partition from where the last refresh stopped to its end; records read."""
-        began, cpu = time.monotonic(), time.thread_time()
+        began = time.monotonic()
         consumer = self._consumer()
         try:
             parts = self._partitions(consumer)
             consumer.assign(
-                [TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in parts]
+                [TopicPartition(t, p, self.next_offsets.get((t, p), OFFSET_BEGINNING)) for t, p in parts]
             )
             pending = set(parts)
             deadline = time.monotonic() + READ_TIMEOUT
@@ -215,19 +234,27 @@ class TopicIndex:
                             pending.discard(where)
                             continue
                         raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
-                    self._next[where] = msg.offset() + 1
+                    self.next_offsets[where] = msg.offset() + 1
                     batch.append(msg)
                 self._records(batch)
                 read += len(batch)
         finally:
             consumer.close()
+        self.finish_read(read, began, log_it=log_it)
+        return read
+
+    def finish_read(self, read: int, began: float = 0.0, *, log_it: bool = True) -> None:
+        """After a read (``read`` records): the keys of each shard indexed, the read logged."""
         self.records += read
         self._index_shards()
-        log.info(
-            "topic %s: %d record(s) read in %.2f s (%.2f s CPU; %d keys held)",
-            ",".join(self.topics), read, time.monotonic() - began, time.thread_time() - cpu, len(self.held),
-        )  # fmt: skip
-        return read
+        if log_it:
+            log.info(
+                "topic %s: %d record(s) read%s (%d keys held)",
+                ",".join(self.topics),
+                read,
+                f" in {time.monotonic() - began:.2f} s" if began else "",
+                len(self.held),
+            )
 
     def _index_shards(self) -> None:
         by: dict[str, list[JoinKey]] = {}
@@ -355,8 +382,8 @@ class TopicIndex:
             return
         kind, data, old = parse_value(value)
         row = row_values(shard, data)
-        if snapshot and self._snapshot_seq.get(shard.name) != ident[0]:
-            self._snapshot_seq[shard.name] = ident[0]
+        if snapshot and self.snapshot_seq.get(shard.name) != ident[0]:
+            self.snapshot_seq[shard.name] = ident[0]
             state.rows = Counter()  # a keyless table is snapshotted whole: the chunk replaces it
         if kind == "DELETE":
             _remove(state.rows, row)

@@ -6,13 +6,14 @@ the caller's thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from relay.ops.verify.digest import ABSENT, canal_row_hash
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.target import Held, Identity, Multiset
 from relay.ops.verify.topic import TopicIndex, parse_value
+from relay.ops.verify.topic_fork import begin
 
 
 class TopicTarget:
@@ -25,6 +26,11 @@ class TopicTarget:
 
     def refresh(self) -> None:
         self.index.refresh()
+
+    def begin_refresh(self) -> Callable[[], object]:
+        """The first read split over forked processes (``relay.ops.verify.topic_fork``): forks now (the
+        caller's thread must be the only one running), the returned call finishes it (on any thread)."""
+        return begin(self.index)
 
     def latest(self, key: JoinKey) -> Identity | None:
         held = self.index.held.get(key)

@@ -19,6 +19,7 @@ from relay.canal.ddl import classify
 from relay.canal.entry import EventType
 from relay.errors import UnappliedDdlError
 from relay.schema.ddl.commands import alter_database, command_words, partitions_only, rename_tables
+from relay.schema.ddl.dialect import DIALECT
 from relay.schema.ddl.tables import Changes, alter_table, create_table, database, drop
 from relay.schema.model import Catalog
 
@@ -55,7 +56,7 @@ def apply_ddl(catalog: Catalog, sql: str, default_schema: str) -> Changes:
 def _apply(catalog: Catalog, sql: str, default_schema: str) -> Changes:
     if partitions_only(sql):
         return {}
-    statements = [s for s in sqlglot.parse(sql, dialect="mysql") if s is not None]
+    statements = [s for s in sqlglot.parse(sql, dialect=DIALECT) if s is not None]
     if len(statements) != 1:
         raise ValueError(f"expected one statement, found {len(statements)}")
     node = statements[0]

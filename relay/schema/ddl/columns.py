@@ -1,8 +1,9 @@
 """Column types and column definitions of a DDL statement, as the binlog's TABLE_MAP will describe them.
 
 Owns ``column_from_type`` (a type text, as information_schema's COLUMN_TYPE or a DDL says it, →
-``ColumnDef``), ``column_def`` (a column of a CREATE / ALTER statement, its collation resolved: its own,
-its CHARACTER SET's default, the table's; MariaDB's JSON as LONGTEXT COLLATE utf8mb4_bin) and
+``ColumnDef``; ZEROFILL and display widths dropped: the binlog knows neither), ``column_def`` (a column
+of a CREATE / ALTER statement, its collation resolved: its own, its CHARACTER SET's default, the
+table's; MariaDB's JSON as LONGTEXT COLLATE utf8mb4_bin) and
 ``primary_key`` (the key columns a constraint declares). Pure functions, run on the thread applying the
 statement (``relay.schema.ddl.apply``).
 """
@@ -15,7 +16,8 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from relay.schema.model import BINARY, CHARACTER, KNOWN, NUMERIC, Catalog, ColumnDef
+from relay.schema.ddl.dialect import DIALECT, unsigned_float
+from relay.schema.model import BINARY, CHARACTER, FIXED_BINARY, KNOWN, NUMERIC, SPATIAL, Catalog, ColumnDef
 
 _DTYPE_NAMES = {
     "TINYINT": "tinyint", "UTINYINT": "tinyint", "SMALLINT": "smallint", "USMALLINT": "smallint",
@@ -27,8 +29,11 @@ _DTYPE_NAMES = {
     "VARCHAR": "varchar", "NVARCHAR": "varchar", "BINARY": "binary", "VARBINARY": "varbinary",
     "TINYTEXT": "tinytext", "TEXT": "text", "MEDIUMTEXT": "mediumtext", "LONGTEXT": "longtext",
     "TINYBLOB": "tinyblob", "BLOB": "blob", "MEDIUMBLOB": "mediumblob", "LONGBLOB": "longblob",
-    "ENUM": "enum", "SET": "set", "BIT": "bit", "JSON": "json", "GEOMETRY": "geometry",
+    "ENUM": "enum", "SET": "set", "BIT": "bit", "JSON": "json", "GEOMETRY": "geometry", "UUID": "uuid",
 }  # fmt: skip
+# Named (user-defined, to sqlglot) types: the spatial subtypes are GEOMETRY in the binlog; MariaDB's
+# INET4 / INET6 are their own kinds (BINARY(4) / BINARY(16) in the binlog).
+_NAMED = {**dict.fromkeys(SPATIAL, "geometry"), "inet4": "inet4", "inet6": "inet6"}
 # Types whose numbers are not part of what the binlog stores (display widths).
 _NO_PARAMS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "year", "float", "double"})
 
@@ -37,24 +42,27 @@ def _literal_int(node: exp.Expression) -> int:
     inner = node.this if isinstance(node, exp.DataTypeParam) else node
     if isinstance(inner, exp.Literal) and not inner.is_string:
         return int(inner.this)
-    raise ValueError(f"not a number: {node.sql('mysql')}")
+    raise ValueError(f"not a number: {node.sql(DIALECT)}")
 
 
 def _column_type(dtype: exp.DataType, name: str) -> ColumnDef:
     """A sqlglot DataType → ColumnDef without a collation (the caller resolves it)."""
     tname = dtype.this.name
-    kind = _DTYPE_NAMES.get(tname)
+    if dtype.this == exp.DataType.Type.USERDEFINED:
+        kind = _NAMED.get(str(dtype.args.get("kind") or "").lower())
+    else:
+        kind = _DTYPE_NAMES.get(tname)
     if kind is None:
-        raise ValueError(f"column {name}: type {dtype.sql('mysql')} is not supported by the schema history")
-    unsigned = tname.startswith("U") and kind in NUMERIC
+        raise ValueError(f"column {name}: type {dtype.sql(DIALECT)} is not supported by the schema history")
+    unsigned = (tname.startswith("U") and kind in NUMERIC) or (kind == "float" and unsigned_float(dtype))
     members: tuple[str, ...] | None = None
     params: tuple[int, ...] = ()
     if kind in ("enum", "set"):
         members = tuple(str(m.this) for m in dtype.expressions if isinstance(m, exp.Literal))
     elif kind not in _NO_PARAMS:
         params = tuple(_literal_int(p) for p in dtype.expressions)
-    if kind == "float" and len(params) == 1 and params[0] > 24:
-        kind = "double"  # FLOAT(p) with p > 24 is a DOUBLE
+    elif kind == "float" and len(dtype.expressions) == 1 and _literal_int(dtype.expressions[0]) > 24:
+        kind = "double"  # FLOAT(p) with p > 24 is a DOUBLE (FLOAT(p, s) stays a FLOAT)
     if tname == "BOOLEAN":
         params = ()
     return ColumnDef(name, kind, params, unsigned, None, members)
@@ -62,13 +70,19 @@ def _column_type(dtype: exp.DataType, name: str) -> ColumnDef:
 
 def column_from_type(name: str, type_text: str, collation: str | None) -> ColumnDef:
     """A column from its type text as information_schema.COLUMNS.COLUMN_TYPE says it."""
-    text = type_text.replace(" zerofill", "")
-    try:
-        dtype = exp.DataType.build(text, dialect="mysql")
-    except (SqlglotError, ValueError) as exc:
-        raise ValueError(f"column {name}: cannot parse type {type_text!r}: {exc}") from exc
-    col = _column_type(dtype, name)
-    if col.kind in BINARY:
+    text = type_text.lower().strip()
+    if text.endswith(" zerofill") and " unsigned" not in text:
+        text = text.replace(" zerofill", " unsigned")  # ZEROFILL makes a number UNSIGNED
+    text = text.replace(" zerofill", "")
+    if text in _NAMED:  # a named type alone: sqlglot builds no data type from its bare name
+        col = ColumnDef(name, _NAMED[text])
+    else:
+        try:
+            dtype = exp.DataType.build(text, dialect=DIALECT)
+        except (SqlglotError, ValueError) as exc:
+            raise ValueError(f"column {name}: cannot parse type {type_text!r}: {exc}") from exc
+        col = _column_type(dtype, name)
+    if col.kind in BINARY or col.kind in FIXED_BINARY:
         return replace(col, collation="binary")
     return replace(col, collation=collation if col.kind in CHARACTER else None)
 
@@ -100,9 +114,11 @@ def column_def(catalog: Catalog, cdef: exp.ColumnDef, table_collation: str | Non
             collate = kind.this.name.lower()
         elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
             inline_key = True
+        elif isinstance(kind, exp.ZeroFillColumnConstraint) and col.kind in NUMERIC:
+            col = replace(col, unsigned=True)  # ZEROFILL makes a number UNSIGNED (both manuals)
     if col.kind == "json" and catalog.mariadb:
         col, collate = replace(col, kind="longtext"), "utf8mb4_bin"
-    if col.kind in BINARY:
+    if col.kind in BINARY or col.kind in FIXED_BINARY:
         return replace(col, collation="binary"), inline_key
     if col.kind not in CHARACTER:
         return col, inline_key
