@@ -378,6 +378,12 @@ class VerifyError(RelayError):
     difference found is no error: it is the report's finding (exit status 1)."""
 
 
+class ReplayGapError(RelayError):
+    """``relay replay``: records a checkpoint still needed were deleted (retention, DeleteRecords) before they
+    were replayed. Not retriable: the message names each gap and the two ways on (``--accept-gaps``,
+    ``--restart``)."""
+
+
 class ConsoleError(ConfigError):
     """``relay console`` cannot start or do what was asked: a bad option, users file or address to bind, a
     user unknown to the users file; ``key`` names the option or field to fix. Never retriable."""
