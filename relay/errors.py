@@ -353,6 +353,12 @@ class OptionError(SparkSourceError):
     """An option value is wrong; the message names the option. Never retriable."""
 
 
+class CutError(SparkSourceError):
+    """No consistent cut of a mirror can be given as asked (none complete yet, a cut across sources, a
+    source without transaction boundaries, a table written without them); the message says which and what
+    to change. Never retriable as asked (a later call may find a newer cut)."""
+
+
 class DataLossError(SparkSourceError):
     """Records the query needs are gone (deleted by retention, topic recreated). Never retriable;
     ``failOnDataLoss=false`` turns it into a warning and reading goes on from what is retained."""

@@ -1,4 +1,5 @@
-"""``relay spark mirror``: the long-running Spark job mirroring logical tables into Delta Lake or Iceberg.
+"""``relay spark mirror``: the long-running Spark job mirroring logical tables into Delta Lake or Iceberg;
+``relay spark cut``: a mirror's latest consistent cut (``relay.spark.cut``; no Spark).
 
 Runs the query on the CLI's main thread (waits for it; Ctrl-C / SIGTERM stop it between micro-batches —
 the checkpoint makes the next start continue exactly where it stopped). ``relay spark bench`` runs the
@@ -27,7 +28,7 @@ def add_spark_parser(subparsers: Any) -> None:
         description="PySpark jobs over the relay topics, on a local Spark (local[2] unless --master) or a "
         "cluster (--master, or spark-submit).",
     )
-    actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,bench}", required=True)
+    actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,cut,bench}", required=True)
     mirror = actions.add_parser(
         "mirror",
         help="mirror logical tables from the topics into Delta Lake or Iceberg tables",
@@ -144,6 +145,13 @@ def add_spark_parser(subparsers: Any) -> None:
         help="also keep each table's SCD type 2 history (OUT/db.table.history)",
     )
     mirror.add_argument(
+        "--transaction-topic",
+        metavar="TOPIC",
+        help="the relays' kafka.transaction_topic: each micro-batch applies whole source transactions only "
+        "(the rest waits for a later one) and every commit records them, so relay spark cut finds "
+        "consistent cuts across the tables; without it tables are committed one by one and no cut exists",
+    )
+    mirror.add_argument(
         "--kafka-option",
         type=values.setting,
         action="append",
@@ -152,6 +160,7 @@ def add_spark_parser(subparsers: Any) -> None:
         help="extra consumer setting (repeatable)",
     )
     mirror.set_defaults(func=cmd_mirror)
+    _add_cut_parser(actions)
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
     bench.add_argument("--records", type=values.positive_int, default=200_000)
     bench.add_argument("--runs", type=int, default=5)
@@ -177,6 +186,55 @@ def add_spark_parser(subparsers: Any) -> None:
     bench.add_argument("--source-records", type=values.positive_int, default=1_000_000)
     bench.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     bench.set_defaults(func=cmd_spark_bench)
+
+
+def _add_cut_parser(actions: Any) -> None:
+    cut = actions.add_parser(
+        "cut",
+        help="the latest consistent cut of a mirror: one source transaction, a version per table",
+        description="Prints the latest source transaction that every table of the mirror has applied whole "
+        "(a mirror run with --transaction-topic), with per table the Delta version or Iceberg snapshot id "
+        "that holds exactly the source's changes up to it, and how engines read that version. Reads "
+        "only the tables' commit metadata. A cut is per source: a mirror fed by several sources needs "
+        "--source. Exit 2 (one line) when no cut can be given, saying why.",
+    )
+    cut.add_argument("--out", required=True, help="the mirror's root (as given to relay spark mirror)")
+    cut.add_argument("--format", default="delta", choices=("delta", "iceberg"), help="default delta")
+    cut.add_argument("--source", help="the source id (the relay's source.id) to cut at; needed for several")
+    cut.add_argument(
+        "--at",
+        help="the newest cut at or before: an ISO time (2026-01-02T03:04:05Z; the source's commit time), "
+        "a binlog position file:offset, or a transaction id (GTID)",
+    )
+    cut.add_argument("--json", action="store_true", help="one JSON object, with each table's data files")
+    cut.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    cut.add_argument("--catalog-name", default="relay", help="Iceberg catalog name (default relay)")
+    cut.add_argument("--catalog-type", help="Iceberg catalog type (default sql)")
+    cut.add_argument("--catalog-uri", help="Iceberg catalog URI (default: OUT/_relay_catalog.sqlite)")
+    cut.add_argument("--catalog-warehouse", help="Iceberg warehouse location")
+    cut.add_argument("--catalog-option", action="append", default=[], metavar="KEY=VALUE")
+    cut.set_defaults(func=cmd_cut)
+
+
+def cmd_cut(args: argparse.Namespace) -> int:
+    from relay.spark.cut import data_files, find_cut
+    from relay.spark.guide import cut_json, cut_text
+    from relay.spark.storage import Storage, parse_options
+
+    storage = Storage(args.out, parse_options(args.storage_option, "--storage-option"))
+    found = find_cut(
+        storage.root,
+        format=args.format,
+        source=args.source,
+        at=args.at,
+        storage_options=storage.options,
+        catalog=_catalog(args),
+    )
+    if args.json:
+        print(json.dumps(cut_json(found, data_files(found)), indent=2), flush=True)
+    else:
+        print(cut_text(found), flush=True)
+    return 0
 
 
 def _catalog(args: argparse.Namespace) -> dict[str, str]:
@@ -221,11 +279,12 @@ def _mirror_config(args: argparse.Namespace) -> Any:
         retention_hours=args.retention_hours,
         maintain_every=args.maintain_every,
         writer=args.writer,
+        transaction_topic=args.transaction_topic,
     )
     config.target()
     mirror_preflight(
         bootstrap_servers=args.bootstrap_servers,
-        topics=config.topics,
+        topics=config.topics + ((config.transaction_topic,) if config.transaction_topic else ()),
         kafka_options=extra,
         storage=storage,
         format=args.format,

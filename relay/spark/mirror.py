@@ -1,7 +1,9 @@
 """The mirror job: relay topics → latest-state Delta Lake or Iceberg tables (and, with ``history``, SCD
 type 2 histories), as a Spark structured streaming query.
 
-Owns the wiring of source → ``changes`` → ``apply_changes`` in ``foreachBatch``, the session set-up for
+Owns the wiring of source → ``changes`` → ``apply_changes`` in ``foreachBatch`` (with
+``transaction_topic``: source → ``relay.spark.holdback`` → ``changes`` → ``apply_changes``, whole source
+transactions only, each commit recording them for consistent cuts), the session set-up for
 ``relay spark mirror`` and the query's lifecycle. Runs on the driver: the caller's thread starts the
 query; Spark's stream-execution thread calls ``apply_batch`` once per micro-batch. Exactly once: the
 source offsets of every micro-batch are in the checkpoint, and each table's commit records the
@@ -47,6 +49,9 @@ class MirrorConfig:
     retention_hours: float = 168.0  # versions younger than this stay readable (time travel)
     maintain_every: int = 100  # commits of a table between two maintenance runs (0: never)
     writer: str = "driver"  # or "spark": Spark's Delta connector MERGEs each batch (MirrorTarget.writer)
+    # The relays' kafka.transaction_topic: micro-batches apply whole source transactions only and every
+    # commit records them (consistent cuts: relay.spark.holdback, relay.spark.cut); None: table by table
+    transaction_topic: str | None = None
 
     def target(self) -> MirrorTarget:
         plain = target_of(self.out, self.format, self.storage_options, self.catalog)
@@ -100,12 +105,17 @@ def source_stream(spark: Any, config: MirrorConfig) -> Any:
         raise OptionError(f"source: expected {NAME} or kafka, got {config.source!r}")
     if config.source == NAME:
         register(spark)
+    topics = list(config.topics)
+    if config.transaction_topic and config.transaction_topic not in topics:
+        topics.append(config.transaction_topic)
     reader = (
         spark.readStream.format(config.source)
         .option("kafka.bootstrap.servers", config.bootstrap_servers)
-        .option("subscribe", ",".join(config.topics))
+        .option("subscribe", ",".join(topics))
         .option("startingOffsets", config.starting_offsets)
     )
+    if config.transaction_topic:
+        reader = reader.option("includeHeaders", "true")  # relay.txn.*, relay.source.id, relay.sequence
     if config.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
     for key, value in config.kafka_options.items():
@@ -122,10 +132,23 @@ def start(spark: Any, config: MirrorConfig, on_table: Callable[[str], None] | No
     out, codec, tables = config.target(), config.codec, list(config.tables) if config.tables else None
     history, app_id = config.history, config.app_id
     seen: set[str] = set()
+    hold = None
+    if config.transaction_topic:
+        from relay.spark.holdback import HoldBack
+
+        kafka = {"kafka.bootstrap.servers": config.bootstrap_servers}
+        kafka.update({f"kafka.{k}": v for k, v in config.kafka_options.items()})
+        hold = HoldBack(out.storage, app_id, config.transaction_topic, config.topics, kafka)
 
     def apply_batch(batch: Any, batch_id: int) -> None:
         done = BatchId(app_id, batch_id)
-        applied = apply_changes(changes(batch, codec), out, tables, history=history, batch=done)
+        if hold is None:
+            applied = apply_changes(changes(batch, codec), out, tables, history=history, batch=done)
+        else:
+            step = hold.split(batch, batch_id)
+            rows = changes(step.released, codec, headers=True)
+            applied = apply_changes(rows, out, tables, history=history, batch=done, cut=step.cut())
+            hold.finish(step)
         log.info("micro-batch %d applied to %s", batch_id, applied or "no table")
         for table in applied:
             if on_table is not None and table not in seen:
