@@ -353,6 +353,12 @@ class OptionError(SparkSourceError):
     """An option value is wrong; the message names the option. Never retriable."""
 
 
+class CutError(SparkSourceError):
+    """No consistent cut of a mirror can be given as asked (none complete yet, a cut across sources, a
+    source without transaction boundaries, a table written without them); the message says which and what
+    to change. Never retriable as asked (a later call may find a newer cut)."""
+
+
 class DataLossError(SparkSourceError):
     """Records the query needs are gone (deleted by retention, topic recreated). Never retriable;
     ``failOnDataLoss=false`` turns it into a warning and reading goes on from what is retained."""
@@ -370,6 +376,12 @@ class VerifyError(RelayError):
     """``relay verify`` could not compare (the source, the topic or the mirror could not be read, the relay
     names no position, a table is unknown). Not retriable as such: the message says what and where. A
     difference found is no error: it is the report's finding (exit status 1)."""
+
+
+class ReplayGapError(RelayError):
+    """``relay replay``: records a checkpoint still needed were deleted (retention, DeleteRecords) before they
+    were replayed. Not retriable: the message names each gap and the two ways on (``--accept-gaps``,
+    ``--restart``)."""
 
 
 class ConsoleError(ConfigError):

@@ -38,9 +38,10 @@ from relay.daemon.metrics import MetricsExporter
 from relay.daemon.pipeline import Relay, RelayParts, RelayRooms
 from relay.errors import ConfigError, MappingStoreError
 from relay.ha.leadership import Layout, Leadership, connect
+from relay.kafka.commit_intent import Settler
 from relay.kafka.history import MovePlan, TableMove, move_publisher_config
 from relay.kafka.history_copy import CopySettings
-from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore
+from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.schema_history import KafkaSchemaHistory, KafkaSchemaHistoryConfig
 from relay.kafka.settings import PublisherConfig, TopicDefaults
@@ -144,6 +145,15 @@ class _Coordination:
     leadership: Leadership | None
     positions: PositionStore
     client: KazooClient | None = None
+
+
+def commit_settler(config: RelayConfig) -> Settler:
+    """How transactional mode settles a commit intent at start (``relay.kafka.commit_intent``): the relay's
+    Kafka client settings, and the exactly-once start-up proof on ``{kafka.positions_topic}.probe``."""
+    k = config.kafka
+    client = {**k.settings, "bootstrap.servers": k.bootstrap_servers}
+    positions = kafka_position_config(config)
+    return Settler(client, positions.timeout_s, lambda: prove_aborted_records_hidden(positions))
 
 
 def kafka_position_config(config: RelayConfig) -> KafkaPositionConfig:
@@ -379,6 +389,7 @@ def build_relay(
         lock=lock,
         open_watcher=watcher,
         exactly_once=store if isinstance(store, KafkaPositionStore) and store.bound else None,
+        commit_intents=commit_settler(config) if config.kafka.transactions else None,
         read_mapping=read_mapping,
         open_move=move_opener(config, coordination.leadership),
         captures=settings.captures if isinstance(settings.captures, CapturedTables) else None,

@@ -17,7 +17,8 @@ tests freeze, kill and restart — never the session's shared broker; ``spare_br
 makes sure it runs again, thawed, afterwards. ``tansu_broker``: the Tansu broker, which shows aborted records
 to read_committed consumers, for the test of exactly-once mode's refusal of such a broker.
 
-``spark``: ONE local SparkSession (local[2], ``relay-kafka`` registered) for the whole test session, started
+``spark``: ONE local SparkSession (local[2], Spark's Kafka, Delta and s3a connectors from ``.jars/``, the
+relay's Python source ``relay-kafka`` registered) for the whole test session, started
 the first time a test asks for it (so sessions without such a test start no JVM); the test is skipped
 where pyspark or pyarrow is not installed.
 
@@ -256,7 +257,8 @@ def _zookeeper_container() -> Iterator[ZooKeeperService]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The session's local SparkSession, ``relay-kafka`` registered; stopped at the end of the session."""
+    """The session's local SparkSession with Spark's connectors (``relay.spark.session.CONNECTORS``) and
+    ``relay-kafka`` registered; stopped at the end of the session."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
     os.environ["PYSPARK_PYTHON"] = sys.executable

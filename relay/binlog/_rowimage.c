@@ -55,6 +55,27 @@ static uint64_t be(const unsigned char *p, int n) {
     return v;
 }
 
+/* ``v`` in decimal, zero-padded to at least ``width`` digits (printf's %0*llu), at ``out``; returns the end.
+ * Numbers are written here rather than by snprintf: its format parsing was a tenth of the row reader's
+ * time on rows of integers and dates. */
+static char *put_uint(char *out, uint64_t v, int width) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n < width) tmp[n++] = '0';
+    while (n) *out++ = tmp[--n];
+    return out;
+}
+
+/* A negative number's text from its magnitude (printf's %lld of -magnitude). */
+static char *put_negative(char *out, uint64_t magnitude) {
+    *out++ = '-';
+    return put_uint(out, magnitude, 1);
+}
+
 static uint64_t le(const unsigned char *p, int n) {
     uint64_t v = 0;
     for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
@@ -71,16 +92,16 @@ static PyObject *native(const Step *s, const unsigned char *d, Py_ssize_t len, P
         int n = (int)s->a;
         if (p + n > len) return NULL;
         uint64_t u = le(d + p, n);
-        int size;
+        char *end;
         if (s->b && n < 8 && (u >> (8 * n - 1)) & 1) {
-            size = snprintf(buf, sizeof buf, "%lld", (long long)u - (long long)(1ULL << (8 * n)));
-        } else if (s->b) {
-            size = snprintf(buf, sizeof buf, "%lld", (long long)u);
+            end = put_negative(buf, (1ULL << (8 * n)) - u); /* u - 2^(8n), negative */
+        } else if (s->b && n == 8 && (u >> 63)) {
+            end = put_negative(buf, ~u + 1); /* two's complement of a negative BIGINT */
         } else {
-            size = snprintf(buf, sizeof buf, "%llu", (unsigned long long)u);
+            end = put_uint(buf, u, 1);
         }
         *pos = p + n;
-        return PyUnicode_FromStringAndSize(buf, size);
+        return PyUnicode_FromStringAndSize(buf, end - buf);
     }
     case OP_FLOAT: {
         int n = (int)s->a;
@@ -155,9 +176,13 @@ static PyObject *native(const Step *s, const unsigned char *d, Py_ssize_t len, P
     case OP_DATE: {
         if (p + 3 > len) return NULL;
         unsigned v = (unsigned)le(d + p, 3);
-        int size = snprintf(buf, sizeof buf, "%04u-%02u-%02u", v >> 9, (v >> 5) & 0x0F, v & 0x1F);
+        char *end = put_uint(buf, v >> 9, 4); /* YYYY-MM-DD */
+        *end++ = '-';
+        end = put_uint(end, (v >> 5) & 0x0F, 2);
+        *end++ = '-';
+        end = put_uint(end, v & 0x1F, 2);
         *pos = p + 3;
-        return PyUnicode_FromStringAndSize(buf, size);
+        return PyUnicode_FromStringAndSize(buf, end - buf);
     }
     case OP_DATETIME2: {
         int fsp = (int)s->a, fsize = (fsp + 1) / 2;
@@ -166,10 +191,18 @@ static PyObject *native(const Step *s, const unsigned char *d, Py_ssize_t len, P
         if (stored < 0x8000000000ULL) return NULL; /* a negative packed value: the decoder's */
         uint64_t packed = stored - 0x8000000000ULL;
         uint64_t ymd = packed >> 17, hms = packed & 0x1FFFF, ym = ymd >> 5;
-        int size = snprintf(buf, sizeof buf, "%04llu-%02llu-%02llu %02llu:%02llu:%02llu",
-                            (unsigned long long)(ym / 13), (unsigned long long)(ym % 13),
-                            (unsigned long long)(ymd & 0x1F), (unsigned long long)(hms >> 12),
-                            (unsigned long long)((hms >> 6) & 0x3F), (unsigned long long)(hms & 0x3F));
+        char *end = put_uint(buf, ym / 13, 4); /* YYYY-MM-DD hh:mm:ss */
+        *end++ = '-';
+        end = put_uint(end, ym % 13, 2);
+        *end++ = '-';
+        end = put_uint(end, ymd & 0x1F, 2);
+        *end++ = ' ';
+        end = put_uint(end, hms >> 12, 2);
+        *end++ = ':';
+        end = put_uint(end, (hms >> 6) & 0x3F, 2);
+        *end++ = ':';
+        end = put_uint(end, hms & 0x3F, 2);
+        int size = (int)(end - buf);
         if (fsize) {
             uint64_t frac = be(d + p + 5, fsize) / POW10[fsize * 2 - fsp];
             if (frac >= POW10[fsp]) return NULL;
@@ -207,9 +240,9 @@ static PyObject *native(const Step *s, const unsigned char *d, Py_ssize_t len, P
         if (p + n > len) return NULL;
         uint64_t index = le(d + p, n);
         if (s->obj == Py_None) {
-            int size = snprintf(buf, sizeof buf, "%llu", (unsigned long long)index);
+            char *end = put_uint(buf, index, 1);
             *pos = p + n;
-            return PyUnicode_FromStringAndSize(buf, size);
+            return PyUnicode_FromStringAndSize(buf, end - buf);
         }
         if (index >= (uint64_t)PyTuple_GET_SIZE(s->obj)) return NULL; /* the decoder raises */
         PyObject *name = PyTuple_GET_ITEM(s->obj, (Py_ssize_t)index);

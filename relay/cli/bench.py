@@ -17,7 +17,9 @@ from relay.cli import values
 from relay.dev.bench.cluster import ClusterOptions, run_cluster_bench
 from relay.dev.bench.cluster_stats import ClusterResult, render_cluster
 from relay.dev.bench.common import DEFAULT_ROWS, QUICK_ROWS, BenchOptions
+from relay.dev.bench.peers import PEER_NAMES, UNAVAILABLE
 from relay.dev.bench.runner import BenchReport, run_bench
+from relay.dev.bench.sidebyside_stats import render_side_by_side
 from relay.dev.bench.snapshot import render_snapshot
 from relay.dev.bench.stats import render_stall, render_table, render_targets
 from relay.dev.bench.verify import render_verify
@@ -77,6 +79,17 @@ def add_bench_parser(subparsers: Any) -> None:
         "(default 100,000; --quick 20,000; 0 skips both)",
     )
     bench.add_argument("--no-baselines", action="store_true", help="measure the relay only")
+    bench.add_argument(
+        "--peers",
+        type=values.subset((*PEER_NAMES, *UNAVAILABLE), "peers"),
+        help="comma-separated peers to run beside the relay on W1-W4 and S, each installed by the bench "
+        f"(pinned jars from Maven Central, resolved once): {', '.join(PEER_NAMES)} (canal was looked for: "
+        "--peers canal says why it does not install). Each runs on the same "
+        "backlog and broker as the relay, one after the other on an empty broker, measured the same way from "
+        "outside (rows/s first to last record by the broker's clock, CPU per row of all its processes, peak "
+        "RSS, latency at the fixed rate) and its topics checked against SELECT; one table per workload with "
+        "the produce-only ceiling and the ratios relay/peer",
+    )
     bench.add_argument(
         "--latency-rate",
         type=values.positive_float,
@@ -184,6 +197,10 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         if given is not None:
             rows[name] = given
     kw: dict[str, Any] = {"workloads": names, "rows": rows, "baselines": not args.no_baselines}
+    kw["peers"] = tuple(dict.fromkeys(p.strip().lower() for p in (args.peers or "").split(",") if p.strip()))
+    for name in kw["peers"]:
+        if name in UNAVAILABLE:
+            raise SystemExit(f"relay bench: --peers {name}: it does not install here: {UNAVAILABLE[name]}")
     kw["latency_rate"] = args.latency_rate
     kw["settings"] = parse_settings(args.set)
     for key, value in (
@@ -258,6 +275,16 @@ def render_report(report: BenchReport) -> str:
         lines += ["", render_snapshot(report.snapshot)]
     if report.verify is not None:
         lines += ["", render_verify(report.verify)]
+    if report.side_by_side:
+        peers = "; ".join(f"{name}: {label}" for name, label in m.get("peers", {}).items())
+        lines += [
+            "",
+            f"Side by side ({peers}); each system measured from outside on the same backlog and an empty "
+            "broker: rows/s = row changes / (last record's append - first's, broker clock); CPU = all its "
+            "processes between those records; latency = commit -> append time at the fixed rate; medians",
+            "",
+            render_side_by_side(report.side_by_side),
+        ]
     lines += report.notes
     return "\n".join(lines)
 

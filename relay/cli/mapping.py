@@ -341,6 +341,13 @@ def add_replay_parser(subparsers: Any) -> None:
     p.add_argument(
         "--chunk", type=values.positive_int, default=500, help="records per delivered chunk (default 500)"
     )
+    p.add_argument(
+        "--accept-gaps",
+        action="store_true",
+        help="records the checkpoint still needs were deleted (retention, DeleteRecords): continue from "
+        "where the logs start now and list the gaps in the report (without it the run stops naming them, "
+        "exit 2)",
+    )
     p.set_defaults(func=cmd_replay)
 
 
@@ -355,6 +362,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         restart=args.restart,
         dry_run=args.dry_run,
         chunk=args.chunk,
+        accept_gaps=args.accept_gaps,
     )
     report = replay_remap(config, options, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(report.describe())

@@ -1,4 +1,5 @@
-"""``relay spark mirror``: the long-running Spark job mirroring logical tables into Delta Lake or Iceberg.
+"""``relay spark mirror``: the long-running Spark job mirroring logical tables into Delta Lake or Iceberg;
+``relay spark cut``: a mirror's latest consistent cut (``relay.spark.cut``; no Spark).
 
 Runs the query on the CLI's main thread (waits for it; Ctrl-C / SIGTERM stop it between micro-batches —
 the checkpoint makes the next start continue exactly where it stopped). ``relay spark bench`` runs the
@@ -24,9 +25,10 @@ def add_spark_parser(subparsers: Any) -> None:
     spark = subparsers.add_parser(
         "spark",
         help="Spark jobs reading the relay topics (needs the 'spark' extra)",
-        description="PySpark jobs over the relay topics, on a local Spark (local[2] unless --master).",
+        description="PySpark jobs over the relay topics, on a local Spark (local[2] unless --master) or a "
+        "cluster (--master, or spark-submit).",
     )
-    actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,bench}", required=True)
+    actions = spark.add_subparsers(dest="spark_action", metavar="{mirror,cut,bench}", required=True)
     mirror = actions.add_parser(
         "mirror",
         help="mirror logical tables from the topics into Delta Lake or Iceberg tables",
@@ -59,6 +61,13 @@ def add_spark_parser(subparsers: Any) -> None:
         help="object-store setting, e.g. AWS_ENDPOINT_URL=http://…, AWS_REGION=… (repeatable; unset ones "
         "come from the environment)",
     )
+    mirror.add_argument(
+        "--writer",
+        default="driver",
+        choices=("driver", "spark"),
+        help="driver (default): Spark tasks write the touched buckets, the driver commits them (deltalake / "
+        "pyiceberg); spark: Spark's Delta connector MERGEs each batch (Delta only)",
+    )
     mirror.add_argument("--catalog-name", default="relay", help="Iceberg catalog name (default relay)")
     mirror.add_argument(
         "--catalog-type", help="Iceberg catalog type: sql (default), rest, glue, hive, dynamodb…"
@@ -76,7 +85,11 @@ def add_spark_parser(subparsers: Any) -> None:
         help="any other pyiceberg catalog property (repeatable)",
     )
     mirror.add_argument(
-        "--source", default="relay-kafka", help="relay-kafka (default) or kafka (Spark's jar)"
+        "--source",
+        default="kafka",
+        choices=("kafka", "relay-kafka"),
+        help="kafka (default: Spark's kafka source, its jars from scripts/bootstrap's .jars/) or relay-kafka "
+        "(the relay's Python source, for a Spark without the connector jar)",
     )
     mirror.add_argument(
         "--starting-offsets",
@@ -103,7 +116,11 @@ def add_spark_parser(subparsers: Any) -> None:
         "--tables", type=values.tables, help="comma-separated logical tables db.table (default: all)"
     )
     mirror.add_argument("--codec", default="auto", choices=("auto", "canal-json", "canal-protobuf"))
-    mirror.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    mirror.add_argument(
+        "--master",
+        help="Spark master: local[N], spark://host:7077, yarn, k8s://… (default local[2]; under "
+        "spark-submit, its own --master)",
+    )
     mirror.add_argument(
         "--driver-memory",
         help="the Spark driver's heap, e.g. 4g (local mode: it holds each cached micro-batch)",
@@ -128,6 +145,13 @@ def add_spark_parser(subparsers: Any) -> None:
         help="also keep each table's SCD type 2 history (OUT/db.table.history)",
     )
     mirror.add_argument(
+        "--transaction-topic",
+        metavar="TOPIC",
+        help="the relays' kafka.transaction_topic: each micro-batch applies whole source transactions only "
+        "(the rest waits for a later one) and every commit records them, so relay spark cut finds "
+        "consistent cuts across the tables; without it tables are committed one by one and no cut exists",
+    )
+    mirror.add_argument(
         "--kafka-option",
         type=values.setting,
         action="append",
@@ -136,6 +160,7 @@ def add_spark_parser(subparsers: Any) -> None:
         help="extra consumer setting (repeatable)",
     )
     mirror.set_defaults(func=cmd_mirror)
+    _add_cut_parser(actions)
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
     bench.add_argument("--records", type=values.positive_int, default=200_000)
     bench.add_argument("--runs", type=int, default=5)
@@ -146,9 +171,70 @@ def add_spark_parser(subparsers: Any) -> None:
     bench.add_argument("--load-batch", type=int, default=1_000_000, help="records per initial-load batch")
     bench.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
     bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
-    bench.add_argument("--formats", default="delta,iceberg", help="table formats measured")
+    bench.add_argument(
+        "--formats",
+        default="delta,iceberg,delta-spark",
+        help="table formats measured (delta-spark: Delta written by Spark's connector, MERGE)",
+    )
+    bench.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    bench.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument(
+        "--bootstrap-servers",
+        help="a Kafka broker: also compare Spark's kafka source with relay-kafka, rows/s into changes()",
+    )
+    bench.add_argument("--source-records", type=values.positive_int, default=1_000_000)
+    bench.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     bench.set_defaults(func=cmd_spark_bench)
+
+
+def _add_cut_parser(actions: Any) -> None:
+    cut = actions.add_parser(
+        "cut",
+        help="the latest consistent cut of a mirror: one source transaction, a version per table",
+        description="Prints the latest source transaction that every table of the mirror has applied whole "
+        "(a mirror run with --transaction-topic), with per table the Delta version or Iceberg snapshot id "
+        "that holds exactly the source's changes up to it, and how engines read that version. Reads "
+        "only the tables' commit metadata. A cut is per source: a mirror fed by several sources needs "
+        "--source. Exit 2 (one line) when no cut can be given, saying why.",
+    )
+    cut.add_argument("--out", required=True, help="the mirror's root (as given to relay spark mirror)")
+    cut.add_argument("--format", default="delta", choices=("delta", "iceberg"), help="default delta")
+    cut.add_argument("--source", help="the source id (the relay's source.id) to cut at; needed for several")
+    cut.add_argument(
+        "--at",
+        help="the newest cut at or before: an ISO time (2026-01-02T03:04:05Z; the source's commit time), "
+        "a binlog position file:offset, or a transaction id (GTID)",
+    )
+    cut.add_argument("--json", action="store_true", help="one JSON object, with each table's data files")
+    cut.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    cut.add_argument("--catalog-name", default="relay", help="Iceberg catalog name (default relay)")
+    cut.add_argument("--catalog-type", help="Iceberg catalog type (default sql)")
+    cut.add_argument("--catalog-uri", help="Iceberg catalog URI (default: OUT/_relay_catalog.sqlite)")
+    cut.add_argument("--catalog-warehouse", help="Iceberg warehouse location")
+    cut.add_argument("--catalog-option", action="append", default=[], metavar="KEY=VALUE")
+    cut.set_defaults(func=cmd_cut)
+
+
+def cmd_cut(args: argparse.Namespace) -> int:
+    from relay.spark.cut import data_files, find_cut
+    from relay.spark.guide import cut_json, cut_text
+    from relay.spark.storage import Storage, parse_options
+
+    storage = Storage(args.out, parse_options(args.storage_option, "--storage-option"))
+    found = find_cut(
+        storage.root,
+        format=args.format,
+        source=args.source,
+        at=args.at,
+        storage_options=storage.options,
+        catalog=_catalog(args),
+    )
+    if args.json:
+        print(json.dumps(cut_json(found, data_files(found)), indent=2), flush=True)
+    else:
+        print(cut_text(found), flush=True)
+    return 0
 
 
 def _catalog(args: argparse.Namespace) -> dict[str, str]:
@@ -192,11 +278,13 @@ def _mirror_config(args: argparse.Namespace) -> Any:
         catalog=_catalog(args),
         retention_hours=args.retention_hours,
         maintain_every=args.maintain_every,
+        writer=args.writer,
+        transaction_topic=args.transaction_topic,
     )
     config.target()
     mirror_preflight(
         bootstrap_servers=args.bootstrap_servers,
-        topics=config.topics,
+        topics=config.topics + ((config.transaction_topic,) if config.transaction_topic else ()),
         kafka_options=extra,
         storage=storage,
         format=args.format,
@@ -223,7 +311,12 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopping.set())
-    spark = local_session(args.master, driver_memory=args.driver_memory)
+    spark = local_session(
+        args.master,
+        driver_memory=args.driver_memory,
+        connectors=config.connectors(),
+        storage_options=config.storage_options,
+    )
     query = None if stopping.is_set() else start(spark, config, announce)
     if query is None:
         return EXIT_INTERRUPTED
@@ -257,6 +350,11 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]
+    if args.bootstrap_servers:
+        sizes += ["--bootstrap-servers", args.bootstrap_servers, "--source-records", str(args.source_records)]
+    sizes += ["--skip-decode"] * args.skip_decode
+    sizes += ["--root", args.root] if args.root else []
+    sizes += [f"--storage-option={o}" for o in args.storage_option]
     return bench_main(
         ["--records", str(args.records), "--runs", str(args.runs), *sizes, *(["--json"] * args.json)]
     )

@@ -47,6 +47,13 @@ class JarSet:
 
 
 KAFKA_VERSION = "4.1.1"
+# The peers ``relay bench --peers`` measures the relay against. Debezium: every module at one release, the
+# newest whose MariaDB connector Maven Central serves (3.6.x publishes no debezium-connector-mariadb, and
+# 3.6.1's MySQL connector refuses MariaDB 10.11: it asks for SHOW BINARY LOG STATUS on any server it takes
+# for MySQL >= 8.4). Kafka Connect in standalone mode from Apache Kafka's jars, at the version that release
+# is built against (its debezium-build-parent's version.kafka), which is also the broker's.
+DEBEZIUM_VERSION = "3.5.0.Final"
+CONNECT_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"  # the log4j-api/log4j-core that kafka_2.13 depends on
 
 # The one list of pinned Java artifacts. Change a version here and scripts/bootstrap resolves that set again.
@@ -61,7 +68,62 @@ SETS: dict[str, JarSet] = {
         ),
         "the Apache Kafka broker (KRaft) of relay dev up, the tests, the demo and relay bench",
     ),
+    "debezium": JarSet(
+        "debezium",
+        (
+            f"io.debezium:debezium-connector-mariadb:{DEBEZIUM_VERSION}",
+            f"org.apache.kafka:connect-runtime:{CONNECT_VERSION}",
+            f"org.apache.kafka:connect-json:{CONNECT_VERSION}",
+            # Connect logs through SLF4J 1.7; this binds it to log4j 2 (its log goes to the run's folder).
+            f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+        ),
+        "Debezium's MariaDB connector on Kafka Connect (standalone), a peer of relay bench --peers debezium",
+    ),
 }
+
+# Spark's connectors, pinned to the PySpark of pyproject.toml's "spark" extra (pyspark[pipelines]==
+# SPARK_VERSION, the first release with Declarative Pipelines' AutoCDC). Each set is what a user who brings
+# their own Spark passes as --packages (``relay.spark.session.packages``); the jars Spark already ships (its
+# own modules, Scala, the Hadoop client) are excluded, as spark-submit --packages leaves them out. No Iceberg
+# set: Iceberg publishes no runtime for Spark 4.2, and its 4.1 runtime does not load on 4.2
+# (IncompatibleClassChangeError: its SparkView implements Spark 4.1's View interface, a class in 4.2), so
+# Iceberg mirrors are committed by pyiceberg only (README, "Reading the topics from Spark").
+SPARK_VERSION = "4.2.0"
+DELTA_VERSION = "4.4.0"  # delta-spark for Spark 4.2 (the artifact names the Spark line: delta-spark_4.2)
+HADOOP_VERSION = "3.5.0"  # the hadoop-client-api/-runtime inside pyspark 4.2.0
+_SPARK_PROVIDED = (
+    "org.apache.spark:spark-core_2.13",
+    "org.apache.spark:spark-sql_2.13",
+    "org.apache.spark:spark-catalyst_2.13",
+    "org.apache.spark:spark-tags_2.13",
+    "org.scala-lang:scala-library",
+    "org.scala-lang:scala-reflect",
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.hadoop:hadoop-common",
+    "org.slf4j:slf4j-api",
+)
+SPARK_SETS: dict[str, JarSet] = {
+    "spark-kafka": JarSet(
+        "spark-kafka",
+        (f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",),
+        "Spark's kafka source (spark-sql-kafka-0-10), read by relay.spark and relay spark mirror",
+        _SPARK_PROVIDED,
+    ),
+    "spark-delta": JarSet(
+        "spark-delta",
+        (f"io.delta:delta-spark_4.2_2.13:{DELTA_VERSION}",),
+        "Delta Lake's Spark connector (delta-spark): Spark's Delta reads, MERGE and AutoCDC targets",
+        _SPARK_PROVIDED,
+    ),
+    "spark-s3": JarSet(
+        "spark-s3",
+        (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",),
+        "Hadoop's s3a file system (hadoop-aws and the AWS SDK): Spark's Delta tables on S3",
+        _SPARK_PROVIDED,
+    ),
+}
+SETS.update(SPARK_SETS)
 
 _DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".jars"
 

@@ -22,16 +22,17 @@ resume point — only once Kafka has accepted every record of it and of every ba
 - ``stop()`` (from a signal handler via the CLI) ends the loop at a batch boundary: the batches in flight
   are drained, the rest rolled back, and ``run`` returns normally (``relay.daemon.recovery``).
 
-The rooms, each with one job: ``Fence`` (standing by, the fence), ``HotReload`` (the mapping, its
-encoder and switches), ``Transactions`` (fencing older producers, commits), ``BatchPath`` (send and
-ack, the hot path), ``Recovery`` (retry, rollback, drain), ``StatusReporter`` (status file, mapping
-announcements, snapshot requests). ``Relay`` is the loop that calls them in order.
+The rooms, each with one job: ``Fence`` (standing by, the fence), ``HotReload`` (the mapping, its encoder and
+switches), ``Transactions`` (fencing older producers, commits), ``BatchPath`` (send and ack, the hot path),
+``Recovery`` (retry, rollback, drain), ``StatusReporter`` (status file, mapping announcements, snapshot
+requests), ``KafkaWait`` (why a batch waits for Kafka). ``Relay`` is the loop that calls them in order.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +46,7 @@ from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.config.state import SNAPSHOT_REQUEST_FILE
 from relay.daemon.fence import Fence, fence_for
+from relay.daemon.kafka_wait import KafkaWait
 from relay.daemon.mapping_report import MappingState
 from relay.daemon.moves import last_identity
 from relay.daemon.recovery import Recovery
@@ -56,6 +58,7 @@ from relay.daemon.transactions import Transactions
 from relay.daemon.txn_topic import TransactionTopic
 from relay.errors import LeadershipError, PublishError
 from relay.ha.leadership import Leadership
+from relay.kafka.commit_intent import Settler
 from relay.kafka.history import MovePlan, TableMove
 from relay.kafka.positions import KafkaPositionStore
 from relay.kafka.publisher import KafkaPublisher
@@ -95,13 +98,14 @@ class RelayParts:
     """A relay's collaborators, built by ``relay.wiring`` from the config.
 
     ``leadership`` None: no HA. ``lock``: held while running (a file position: one relay per file).
-    ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no
-    hot reload). ``exactly_once``: the Kafka position store whose records go into the publisher's
-    transactions (None: not exactly-once mode). ``read_mapping``: reads the mapping store's current
-    mapping (None) or a version of its history (a number); None: the relay keeps the mapping it was given
-    and cannot resume another. ``open_move``: starts the history copy of a switch that moves tables to
-    another topic (None: ``mapping.move: switch``, the history stays where it is). ``captures``: the
-    captured tables the instance's snapshots and schema history use (a mapping switch updates them).
+    ``open_watcher``: opens the mapping watcher once this process leads (None, or returning None: no hot
+    reload). ``exactly_once``: the Kafka position store whose records go into the publisher's transactions
+    (None: not exactly-once mode). ``commit_intents``: how transactional mode settles a commit intent left by
+    a predecessor (``relay.kafka.commit_intent``; None: no intents). ``read_mapping``: reads the mapping
+    store's current mapping (None) or a version of its history (a number); None: the relay keeps the mapping
+    it was given and cannot resume another. ``open_move``: starts the history copy of a switch that moves
+    tables to another topic (None: ``mapping.move: switch``, the history stays where it is). ``captures``:
+    the captured tables the instance's snapshots and schema history use (a mapping switch updates them).
     """
 
     instance: CanalInstance
@@ -111,6 +115,7 @@ class RelayParts:
     lock: InstanceLock | None = None
     open_watcher: Callable[[Mapping], MappingWatcher | None] | None = None
     exactly_once: KafkaPositionStore | None = None
+    commit_intents: Settler | None = None
     read_mapping: Callable[[int | None], Mapping] | None = None
     open_move: Callable[[MovePlan], TableMove] | None = None
     # The instance's captured tables (the filters and the mapping in use): a mapping switch updates them.
@@ -137,6 +142,7 @@ class BatchPath:
         self.txn = txn  # kafka.transaction_topic (relay.daemon.txn_topic); None: off
         # batch id → (records, rows, last event ms, (sequence, part) of its last record)
         self._ledger: dict[int, tuple[int, int, int, tuple[int, int] | None]] = {}
+        self._sent_at: dict[int, float] = {}  # batch id → when it was sent (time.monotonic()), until acked
 
     def send(self, batch_id: int, entries: Sequence[Entry]) -> None:
         """Encode and send one batch under the mapping in use."""
@@ -157,6 +163,7 @@ class BatchPath:
         if new_topics:
             self._publisher.ensure_topics(new_topics)
         self._ledger[batch_id] = (len(records), rows, last_ms, last_identity(records))
+        self._sent_at[batch_id] = time.monotonic()
         where = _span(entries[0], entries[-1])
         if txn is not None:
             txn.batch_sent(batch_id)
@@ -190,6 +197,7 @@ class BatchPath:
             for observer in self.observers:
                 observer.batch_acked(handle.batch_id)
             records, rows, last_ms, last = self._ledger.pop(handle.batch_id, (0, 0, 0, None))
+            self._sent_at.pop(handle.batch_id, None)
             self._stats.acked(records, rows, str(point), last_ms)
             self._reload.moves.acked(last)
             if log.isEnabledFor(logging.DEBUG):
@@ -202,11 +210,19 @@ class BatchPath:
                 )
         return len(done)
 
+    def oldest(self) -> tuple[int, float] | None:
+        """The oldest batch sent and not yet acked, and when it was sent (``time.monotonic()``)."""
+        if not self._sent_at:
+            return None
+        batch_id = min(self._sent_at)
+        return batch_id, self._sent_at[batch_id]
+
     def forget(self, batch_ids: Iterable[int]) -> None:
         """Batches rolled back: they will be sent again under new ids."""
         batch_ids = list(batch_ids)
         for batch_id in batch_ids:
             self._ledger.pop(batch_id, None)
+            self._sent_at.pop(batch_id, None)
         if self.txn is not None:
             self.txn.forget(batch_ids)
 
@@ -223,6 +239,7 @@ class RelayRooms:
     batches: BatchPath
     recovery: Recovery
     reporter: StatusReporter
+    kafka_wait: KafkaWait
 
     @classmethod
     def build(cls, config: RelayConfig, mapping: Mapping, parts: RelayParts) -> RelayRooms:
@@ -245,7 +262,8 @@ class RelayRooms:
             open_move=parts.open_move,
             on_switch=desk.mapping_switched,
         )
-        transactions = Transactions(config, instance, publisher, fence, parts.exactly_once)
+        intents = None if parts.commit_intents is None else (parts.positions, parts.commit_intents)
+        transactions = Transactions(config, instance, publisher, fence, parts.exactly_once, intents)
         txn = None
         if config.kafka.transaction_topic:
             txn = TransactionTopic(
@@ -259,7 +277,8 @@ class RelayRooms:
         batches = BatchPath(instance, publisher, fence, reload, stats, txn)
         recovery = Recovery(config, instance, publisher, stats, reload, batches, transactions)
         reporter = StatusReporter(config, instance, publisher, stats, reload, desk, parts.leadership)
-        return cls(stats, fence, reload, transactions, batches, recovery, reporter)
+        kafka_wait = KafkaWait(publisher, stats, batches.oldest)
+        return cls(stats, fence, reload, transactions, batches, recovery, reporter, kafka_wait)
 
 
 class Relay:
@@ -383,6 +402,7 @@ class Relay:
                 recovery.recover(failed, backoff)
             if self.instance.save_failure is not None:  # the position writer could not write
                 raise self.instance.save_failure
+            self.rooms.kafka_wait.check()
             self.rooms.reporter.snapshot_requests()
             self.rooms.reporter.write()
 

@@ -43,6 +43,8 @@ class RelayStats:
     # The heartbeats' counters and last position/error (``relay.daemon.heartbeats``, its thread writes
     # a new dict each beat); None: no heartbeats.
     heartbeats: dict[str, Any] | None = None
+    # A batch waiting for Kafka too long: {"batch", "seconds", "why"} (``relay.daemon.kafka_wait``); None: no.
+    kafka_waiting: dict[str, Any] | None = None
     # (time, records published by then): the samples of the last RATE_WINDOW seconds and one before
     _window: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
 

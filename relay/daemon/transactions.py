@@ -14,23 +14,35 @@ A failed transaction is aborted and its batches rolled back and resent after a b
 (``relay.daemon.recovery``); a fenced producer stops the relay like lost leadership
 (``ProducerFencedError``, exit status 3). Exactly-once mode first proves that the broker hides aborted
 records (or refuses to start).
+
+Transactional mode (the position outside Kafka) writes a commit intent before each commit and settles one
+left by a predecessor at start, after ``init_transactions`` and before the instance reads its position
+(``relay.kafka.commit_intent``): a transaction that committed is never published again by a successor.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
 
 from relay.config.load import RelayConfig
 from relay.daemon.fence import Fence
+from relay.kafka.commit_intent import Probe, Settler, intent, pending, settle
 from relay.kafka.positions import KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import Record
+from relay.positions.store import PositionStore, ResumePoint
 from relay.source.instance import CanalInstance
+
+log = logging.getLogger(__name__)
 
 
 class Transactions:
     """When and how the publisher's open transaction commits. ``exactly_once``: the Kafka position
-    store whose records go into the transactions (None: not exactly-once mode)."""
+    store whose records go into the transactions (None: not exactly-once mode). ``settler``:
+    transactional mode's commit intents (how to settle one at start), with ``positions`` (None: no
+    intents: idempotent or exactly-once mode)."""
 
     def __init__(
         self,
@@ -39,11 +51,13 @@ class Transactions:
         publisher: KafkaPublisher,
         fence: Fence,
         exactly_once: KafkaPositionStore | None = None,
+        intents: tuple[PositionStore, Settler] | None = None,
     ) -> None:
         self._max_batches = config.publish.max_inflight_batches
         self._linger = config.kafka.transaction_linger_seconds
         self._instance, self._publisher, self._fence = instance, publisher, fence
         self._exactly_once = exactly_once
+        self._intents = intents if exactly_once is None else None
         # Called right before a commit (the transaction topic's ENDs, ``relay.daemon.txn_topic``);
         # False: not yet, the transaction stays open.
         self.before_commit: Callable[[], bool] | None = None
@@ -55,6 +69,19 @@ class Transactions:
             prove_aborted_records_hidden(self._exactly_once.config)
         self._fence.check()
         self._publisher.init_transactions()
+        if self._intents is not None:
+            self._settle(*self._intents)
+
+    def _settle(self, positions: PositionStore, settler: Settler) -> None:
+        """A commit intent left by a predecessor (its transaction now committed or aborted, by our
+        ``init_transactions``): the position becomes the point after it or before it."""
+        saved = positions.load()
+        if saved is None or pending(saved) is None:
+            return
+        point, why = settle(saved, settler)
+        self._fence.check()
+        positions.save(point)
+        log.warning("a commit intent was saved before the last stop: %s", why)
 
     def due(self) -> bool:
         """A transaction commits when it holds ``max_inflight_batches`` batches or is ``linger`` old."""
@@ -72,14 +99,26 @@ class Transactions:
         when it did not (a failure: ``failed()`` says why; or ``before_commit`` asked to wait)."""
         if self.before_commit is not None and not self.before_commit():
             return False
+        ids = self._publisher.batch_ids()
+        if not ids:
+            return False  # nothing in flight, nothing to commit
         extra: list[Record] = []
-        point = None
+        point = self._instance.resume_point(ids[-1])
         eos = self._exactly_once
         if eos is not None:
-            point = self._instance.resume_point(self._publisher.batch_ids()[-1])
             extra.append(eos.record(point, self._fence.epoch))
         self._fence.check()
-        committed = self._publisher.commit(extra)
-        if committed and eos is not None and point is not None:
+        before_end = None if self._intents is None else (lambda landed: self._intend(point, landed))
+        committed = self._publisher.commit(extra, before_end)
+        if committed and eos is not None:
             eos.committed(point)
         return committed
+
+    def _intend(self, after: ResumePoint, landed: Any) -> None:
+        """Before the commit: the intent naming the transaction (one of its records) and the point after
+        it. A transaction without a record has nothing a successor could publish twice: no intent."""
+        if landed is None:
+            return
+        probe = Probe(landed.topic(), landed.partition(), landed.offset())  # a confluent_kafka Message
+        self._fence.check()
+        self._instance.intend(lambda before: intent(before, after, probe))

@@ -1,5 +1,6 @@
 /*
- * relay.kafka._jsontext: the ``data`` object of a canal-json row as UTF-8 bytes, in one pass.
+ * relay.kafka._jsontext: the ``data`` object of a canal-json row (and an UPDATE's ``old``) as UTF-8 bytes,
+ * in one pass.
  *
  * ``object_bytes(keys, values)`` gives exactly ``canal_json.object_text(object_format(keys), values)
  * .encode()`` — the text ``json.dumps(dict(...), ensure_ascii=False, separators=(",", ":"))`` writes —
@@ -152,10 +153,94 @@ static PyObject *object_bytes(PyObject *module, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* The ``old`` field of an UPDATE: ``[{changed columns' previous values}]`` or ``null``, exactly
+ * ``canal_json.old_text(keys, before, after).encode()``. A column is changed where ``before[i] != after[i]``
+ * (Python's comparison); None when a previous value it writes is not one byte per character. */
+static PyObject *old_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "old_bytes(keys, before, after) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *keys = args[0], *before = args[1], *after = args[2];
+    if (!PyTuple_CheckExact(keys) || !(PyTuple_CheckExact(before) || PyList_CheckExact(before)) ||
+        !(PyTuple_CheckExact(after) || PyList_CheckExact(after))) {
+        PyErr_SetString(PyExc_TypeError, "old_bytes: keys must be a tuple, the images tuples or lists");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(before) != count || PySequence_Fast_GET_SIZE(after) != count) {
+        PyErr_SetString(PyExc_ValueError, "old_bytes: as many values in each image as keys");
+        return NULL;
+    }
+    PyObject **was = PySequence_Fast_ITEMS(before), **now = PySequence_Fast_ITEMS(after);
+    /* sizes[i]: the bytes of column i's previous value (-1: unchanged, left out). */
+    Py_ssize_t small[64], *sizes = count <= 64 ? small : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)count);
+    if (sizes == NULL) return PyErr_NoMemory();
+    Py_ssize_t size = 4, changed = 0; /* [{ }] */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i), *b = was[i];
+        int same = b == now[i] ? 1 : PyObject_RichCompareBool(b, now[i], Py_EQ);
+        sizes[i] = -1;
+        if (same < 0 || !PyBytes_CheckExact(key)) {
+            if (sizes != small) PyMem_Free(sizes);
+            if (same >= 0) PyErr_SetString(PyExc_TypeError, "old_bytes: every key must be bytes");
+            return NULL;
+        }
+        if (same) continue;
+        if (b == Py_None) {
+            sizes[i] = 4;
+        } else if (PyUnicode_Check(b) && PyUnicode_READY(b) == 0 && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+            sizes[i] = quoted_size(PyUnicode_1BYTE_DATA(b), PyUnicode_GET_LENGTH(b));
+        } else {
+            if (sizes != small) PyMem_Free(sizes);
+            Py_RETURN_NONE; /* not one byte per character (or not text): the Python path */
+        }
+        size += (changed++ > 0 ? 1 : 0) + PyBytes_GET_SIZE(key) + sizes[i];
+    }
+    if (changed == 0) {
+        if (sizes != small) PyMem_Free(sizes);
+        return PyBytes_FromStringAndSize("null", 4);
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) {
+        if (sizes != small) PyMem_Free(sizes);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(result);
+    *out++ = '[';
+    *out++ = '{';
+    Py_ssize_t written = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (sizes[i] < 0) continue;
+        PyObject *key = PyTuple_GET_ITEM(keys, i), *b = was[i];
+        if (written++ > 0) *out++ = ',';
+        memcpy(out, PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key));
+        out += PyBytes_GET_SIZE(key);
+        if (b == Py_None) {
+            memcpy(out, "null", 4);
+            out += 4;
+        } else {
+            out = write_quoted(out, PyUnicode_1BYTE_DATA(b), PyUnicode_GET_LENGTH(b), sizes[i]);
+        }
+    }
+    if (sizes != small) PyMem_Free(sizes);
+    *out++ = '}';
+    *out++ = ']';
+    if (out - PyBytes_AS_STRING(result) != size) { /* cannot happen: the two passes agree */
+        Py_DECREF(result);
+        PyErr_SetString(PyExc_SystemError, "old_bytes: size mismatch");
+        return NULL;
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"object_bytes", (PyCFunction)(void (*)(void))object_bytes, METH_FASTCALL,
      "object_bytes(keys, values) -> bytes | None: a JSON object of '\"name\":' byte fragments and "
      "text-or-None values, as UTF-8; None when a value is not one byte per character."},
+    {"old_bytes", (PyCFunction)(void (*)(void))old_bytes, METH_FASTCALL,
+     "old_bytes(keys, before, after) -> bytes | None: canal-json's 'old' field of an UPDATE (the changed "
+     "columns' previous values, or null) as UTF-8; None when such a value is not one byte per character."},
     {NULL, NULL, 0, NULL},
 };
 

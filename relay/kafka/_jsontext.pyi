@@ -1,3 +1,6 @@
 from collections.abc import Sequence
 
 def object_bytes(keys: tuple[bytes, ...], values: Sequence[str | None]) -> bytes | None: ...
+def old_bytes(
+    keys: tuple[bytes, ...], before: Sequence[str | None], after: Sequence[str | None]
+) -> bytes | None: ...

@@ -64,13 +64,18 @@ _quote = json.encoder.encode_basestring
 # The C helper (relay/kafka/_jsontext.c, built with the compiled modules): a row's ``data`` object straight
 # to UTF-8 bytes, the same bytes as ``object_text(...).encode()``; None where it is not built or the relay
 # runs pure Python (RELAY_PURE_PYTHON=1), and then ``object_text`` alone builds every row.
+# Beside it, an UPDATE's ``old`` field the same way (``old_bytes``: ``old_text(...).encode()``).
 ObjectBytes = Callable[[tuple[bytes, ...], Sequence[str | None]], bytes | None]
+OldBytes = Callable[[tuple[bytes, ...], Sequence[str | None], Sequence[str | None]], bytes | None]
 object_bytes: ObjectBytes | None = None
+old_bytes: OldBytes | None = None
 if _native.mode == "compiled":
     try:
         from relay.kafka._jsontext import object_bytes as _object_bytes
+        from relay.kafka._jsontext import old_bytes as _old_bytes
 
         object_bytes = _object_bytes
+        old_bytes = _old_bytes
     except ImportError:  # an interrupted build: the Python path
         pass
 
@@ -215,15 +220,16 @@ def row_text(je: JsonEntry, sequence: int, row_index: int, data: str, old: str, 
 
 
 def row_bytes(
-    middle: bytes, tail: bytes, sequence: int, row_index: int, data: bytes, old: str, extra: str = ""
+    middle: bytes, tail: bytes, sequence: int, row_index: int, data: bytes, old: bytes, extra: str = ""
 ) -> bytes:
-    """``row_text`` from the ``data`` object already as UTF-8 (``object_bytes``) and the entry's
-    ``middle`` and ``tail`` encoded once: the same bytes, without encoding the whole row again."""
+    """``row_text`` from the ``data`` object and the ``old`` field already as UTF-8 (``object_bytes``,
+    ``old_bytes``) and the entry's ``middle`` and ``tail`` encoded once: the same bytes, without encoding
+    the whole row again."""
     return b'{"id":%d%b%b],"old":%b%b%d},"sequence":%d%b}' % (
         sequence,
         middle,
         data,
-        old.encode(),
+        old,
         tail,
         row_index,
         sequence,

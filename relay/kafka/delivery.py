@@ -245,6 +245,7 @@ class RecordReport:
                 self.failures.unplaced(handle, self.record, msg.partition())
                 return
             handle.pending -= 1
+            handle.landed = msg
             return
         self.failures.reported(handle, self.record, self.partition, err, msg)
 

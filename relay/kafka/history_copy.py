@@ -154,6 +154,20 @@ def partitions_of(settings: dict[str, Any], topics: Iterable[str], timeout: floa
     return out
 
 
+def log_starts(settings: dict[str, Any], partitions: list[Partition]) -> dict[Partition, int]:
+    """Where each partition's log starts now (its low watermark: retention and DeleteRecords move it)."""
+    consumer = Consumer(quiet({**settings, "group.id": f"relay-copy-{uuid.uuid4().hex[:8]}"}))
+    try:
+        return {
+            (t, p): int(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30)[0])
+            for t, p in partitions
+        }
+    except KafkaException as exc:
+        raise PublishError(f"cannot read where the logs start: {exc.args[0]}") from exc
+    finally:
+        consumer.close()
+
+
 class TopicReader:
     """A fresh consumer over partitions from given offsets; ``eof`` holds the partitions that reached
     their end since it opened (left again when a record arrives there)."""
@@ -170,6 +184,9 @@ class TopicReader:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "queued.max.messages.kbytes": 8192,
+                    # An offset no longer in the log (retention deleted it under us) is an error, never a
+                    # silent jump to the end or the start.
+                    "auto.offset.reset": "error",
                 }
             )
         )
@@ -188,6 +205,11 @@ class TopicReader:
             if err.code() == KafkaError._PARTITION_EOF:
                 self.eof.add(where)
                 return None
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                raise PublishError(
+                    f"cannot read {where[0]} [{where[1]}]: the records to read next were deleted from the "
+                    f"log (retention, DeleteRecords) while they were read: {err.str()}"
+                )
             raise PublishError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
         self.eof.discard(where)
         return Consumed.of(msg)

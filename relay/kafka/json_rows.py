@@ -61,27 +61,40 @@ def rows(
         if update and plan.key.changes(row):
             out.extend(_key_change(origin, entry, plan, table, row, seq, i, part))
             continue
-        old = (
-            codec_json.old_text(table.keys, before, after)
-            if update and before is not None and after is not None
-            else "null"
-        )
         extra = codec_json.instants_text(table, image) if table.instants else ""
         data = fast(key_bytes, image) if fast is not None and key_bytes is not None else None
         if data is None:
+            old = (
+                codec_json.old_text(table.keys, before, after)
+                if update and before is not None and after is not None
+                else "null"
+            )
             value = codec_json.row_text(
                 je, seq, i, codec_json.object_text(table.data_format, image), old, extra
             )
         else:
             if middle is None:  # once per entry, and only where the C helper runs
                 middle, tail = je.middle.encode(), je.tail.encode()
-            value = codec_json.row_bytes(middle, tail, seq, i, data, old, extra)
+            old_field = _old(table, before, after) if update else b"null"
+            value = codec_json.row_bytes(middle, tail, seq, i, data, old_field, extra)
         if part is not None:
             value = with_part(value, part)
         out.append(Record(topic, None, plan.key.of(image), value, (*headers, *identity(seq, part))))
         if tombstones:
             out.append(tombstone(out[-1]))
     return out
+
+
+def _old(
+    table: codec_json.JsonTable, before: tuple[str | None, ...] | None, after: tuple[str | None, ...] | None
+) -> bytes:
+    """An UPDATE's ``old`` field as UTF-8 (by the C helper where it takes the values)."""
+    if before is None or after is None:
+        return b"null"
+    fast = codec_json.old_bytes
+    key_bytes = table.key_bytes
+    found = fast(key_bytes, before, after) if fast is not None and key_bytes is not None else None
+    return found if found is not None else codec_json.old_text(table.keys, before, after).encode()
 
 
 def _key_change(

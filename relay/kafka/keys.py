@@ -42,6 +42,9 @@ class KeyShape:
     # column indexes whose change changes the key (key columns and shard column): an UPDATE touching
     # one of them is published as DELETE (old key) + INSERT (new key)
     key_indexes: tuple[int, ...] = ()
+    # ``key_text``'s ``"name":`` fragments as UTF-8 for the C helper (``canal_json.object_bytes``, the
+    # same bytes as the format's); None where it does not apply (a constant ``_shard``, no helper)
+    key_fragments: tuple[bytes, ...] | None = None
 
     def of(self, image: Image | None) -> bytes:
         """The key of a row image (the fallback key without key columns or image)."""
@@ -52,7 +55,13 @@ class KeyShape:
             head = {} if shard is None else {SHARD_FIELD: image[shard] if isinstance(shard, int) else shard}
             return codec_json.dumps(head | {name: image[i] for name, i in self.key_columns}).encode()
         form, indexes = self.key_text
-        return codec_json.object_text(form, [image[i] for i in indexes]).encode()
+        values = [image[i] for i in indexes]
+        fast = codec_json.object_bytes
+        if fast is not None and self.key_fragments is not None:
+            found = fast(self.key_fragments, values)
+            if found is not None:
+                return found
+        return codec_json.object_text(form, values).encode()
 
     def changes(self, row: RowImage) -> bool:
         """Whether an UPDATE row moves to another record key (a key or shard column changed)."""
@@ -83,6 +92,7 @@ def key_shape(route: Route, columns: tuple[ColumnMeta, ...]) -> KeyShape:
         key_text=_key_text(key_columns, shard),
         shard=shard,
         key_indexes=tuple(sorted(indexes)),
+        key_fragments=_key_fragments(key_columns, shard),
     )
 
 
@@ -100,6 +110,21 @@ def _shard(route: Route, columns: tuple[ColumnMeta, ...]) -> str | int | None:
         return f"{route.physical_db}.{route.physical_table}"
     column = route.check_shard_column([c.name for c in columns])  # raises MappingError (fail closed)
     return None if column is None else next(c.index for c in columns if c.name == column)
+
+
+def _key_fragments(
+    key_columns: tuple[tuple[str, int], ...], shard: str | int | None
+) -> tuple[bytes, ...] | None:
+    """The key object's ``"name":`` fragments as UTF-8 (``_shard``'s first when it is a column), for the C
+    helper; None for a constant ``_shard`` (written into the format), repeated names or names that do
+    not encode."""
+    if isinstance(shard, str) or len({name for name, _ in key_columns}) != len(key_columns):
+        return None
+    names = ([SHARD_FIELD] if isinstance(shard, int) else []) + [name for name, _ in key_columns]
+    try:
+        return tuple(f"{codec_json.dumps(name)}:".encode() for name in names)
+    except UnicodeEncodeError:
+        return None
 
 
 def _key_text(

@@ -45,7 +45,7 @@ from relay.common.kafka_log import quiet
 from relay.errors import ConfigError, PublishError
 from relay.kafka.delivery import FailedDeliveries, RecordReport
 from relay.kafka.records import BatchHandle, Record
-from relay.kafka.session import IdempotentSession, ProducerSession
+from relay.kafka.session import BeforeEnd, IdempotentSession, ProducerSession
 from relay.kafka.settings import PublisherConfig
 from relay.kafka.topics import TopicCatalog
 from relay.kafka.transaction import TransactionalSession
@@ -171,13 +171,14 @@ class KafkaPublisher:
         """The ids of the batches in flight, in send order (in transactional mode: the open transaction's)."""
         return self._window.ids()
 
-    def commit(self, extra: Sequence[Record] = ()) -> bool:
+    def commit(self, extra: Sequence[Record] = (), before_end: BeforeEnd | None = None) -> bool:
         """Commit the open transaction after every record of it was delivered; True when it committed.
 
-        ``extra`` (the exactly-once position record) is produced into the transaction first. False: a
-        record failed or the commit did — ``failed()`` says why, and the caller calls ``abort_inflight()``
-        (always False in idempotent mode: nothing is open). Raises the producer's fatal error
-        (``ProducerFencedError`` when fenced).
+        ``extra`` (the exactly-once position record) is produced into the transaction first; ``before_end``
+        (transactional mode's commit intent) runs once all is delivered, before the commit. False: a record
+        failed or the commit did — ``failed()`` says why, and the caller calls ``abort_inflight()`` (always
+        False in idempotent mode: nothing is open). Raises the producer's fatal error (``ProducerFencedError``
+        when fenced).
         """
         if not self._session.may_commit():
             return False
@@ -186,7 +187,12 @@ class KafkaPublisher:
         for record in extra:
             last.pending += 1
             self._produce_record(last, record)
-        return self._session.commit(last)
+        return self._session.commit(last, before_end)
+
+    def diagnose(self) -> list[str]:
+        """Why Kafka may not acknowledge: the metadata of the topics written to (``relay.kafka.health``);
+        asked only while a batch waits too long (it blocks for up to a few seconds)."""
+        return self._topics.diagnose()
 
     # -- the caller's loop ----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ its own, so the compiled build constructs it natively (docs/architecture.md, "Th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from relay.errors import PublishError
 
@@ -58,6 +59,9 @@ class BatchHandle:
     aborted: bool = field(default=False, repr=False)
     committed: bool = True  # transactional mode: False until its transaction committed
     where: str = ""  # the batch's binlog positions, for log lines and error messages
+    # The delivery report (a confluent_kafka ``Message``) of its last record delivered: where one record of
+    # the batch landed (transactional mode's commit intent names it, ``relay.kafka.commit_intent``).
+    landed: Any = field(default=None, repr=False)  # Any: mypyc cannot name ``object`` in a dataclass
 
     @property
     def label(self) -> str:

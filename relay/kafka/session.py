@@ -34,6 +34,12 @@ from relay.kafka.window import InflightWindow
 log = logging.getLogger(__name__)
 
 
+# Called once every record of the open transaction is delivered and before it commits, with the delivery
+# report (a ``Message``) of one of its records, or None when it holds none (transactional mode's commit
+# intent is written there: ``relay.kafka.commit_intent``). It may raise: the transaction does not commit.
+BeforeEnd = Callable[[object], None]
+
+
 class Report(Protocol):
     """One produced record's delivery report: librdkafka calls it with (error or None, message); a record
     the client refuses before sending (``produce`` raised) is reported with ``refused``."""
@@ -73,8 +79,9 @@ class ProducerSession:
         """Whether ``commit`` has anything to commit."""
         raise NotImplementedError
 
-    def commit(self, last: BatchHandle) -> bool:
-        """Commit what is in flight once every record of it (``last`` holds the extra ones) is delivered."""
+    def commit(self, last: BatchHandle, before_end: BeforeEnd | None = None) -> bool:
+        """Commit what is in flight once every record of it (``last`` holds the extra ones) is delivered;
+        ``before_end`` is called between the last delivery and the commit (with where a record landed)."""
         raise NotImplementedError
 
     def abort(self, term_over: bool = False) -> list[int]:
@@ -216,7 +223,7 @@ class IdempotentSession(ProducerSession):
     def may_commit(self) -> bool:
         return False  # nothing is ever open
 
-    def commit(self, last: BatchHandle) -> bool:
+    def commit(self, last: BatchHandle, before_end: BeforeEnd | None = None) -> bool:
         return False
 
     def abort(self, term_over: bool = False) -> list[int]:

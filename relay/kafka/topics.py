@@ -19,10 +19,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from relay.common.kafka_log import quiet
 from relay.common.retry import RetryPolicy
 from relay.errors import ConfigError, MissingTopicError, PublishError
+from relay.kafka.health import diagnose
 from relay.kafka.settings import PublisherConfig
 from relay.kafka.verdicts import describe
 
 log = logging.getLogger(__name__)
+
+DIAGNOSE_TIMEOUT_S = 5.0  # asked while the relay waits anyway: a short look, not the admin timeout
 
 
 class TopicCatalog:
@@ -40,6 +43,14 @@ class TopicCatalog:
     def count(self, topic: str) -> int | None:
         """The cached partition count of ``topic``; None when it is not known."""
         return self._partitions.get(topic)
+
+    def names(self) -> list[str]:
+        """The topics checked so far: the ones the relay writes to."""
+        return sorted(self._partitions)
+
+    def diagnose(self) -> list[str]:
+        """Why the partitions of those topics may not take ``acks=all`` writes (``relay.kafka.health``)."""
+        return diagnose(self._admin, self.names(), min(self._config.admin_timeout_s, DIAGNOSE_TIMEOUT_S))
 
     def forget(self, topic: str) -> None:
         """The broker said it does not know ``topic``: check (or create) it again before the next send."""

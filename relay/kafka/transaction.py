@@ -38,7 +38,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from relay.errors import ProducerFatalError, PublishError
 from relay.kafka.records import BatchHandle
-from relay.kafka.session import ProducerSession
+from relay.kafka.session import BeforeEnd, ProducerSession
 from relay.kafka.settings import PublisherConfig
 from relay.kafka.verdicts import FENCED_CODES, describe
 from relay.kafka.window import InflightWindow
@@ -161,8 +161,9 @@ class TransactionalSession(ProducerSession):
 
     # -- commit ---------------------------------------------------------------------------------------
 
-    def commit(self, last: BatchHandle) -> bool:
-        """Commit once every record in flight is delivered; True when it committed.
+    def commit(self, last: BatchHandle, before_end: BeforeEnd | None = None) -> bool:
+        """Commit once every record in flight is delivered; True when it committed. ``before_end`` runs
+        between the last delivery and the commit (what it raises stops the commit; the caller aborts).
 
         False: a record failed or the commit did — the window's ``failed()`` says why, and the caller
         aborts. Raises the producer's fatal error (``ProducerFencedError`` when fenced).
@@ -172,6 +173,8 @@ class TransactionalSession(ProducerSession):
             raise self.fatal
         if self._window.failed() is not None:
             return False
+        if before_end is not None:
+            before_end(self._window.landed())
         self._move(TxnEvent.COMMIT)
         try:
             self._commit_transaction()

@@ -17,7 +17,11 @@ event_count}`` pairs, null on BEGIN); a data event's ``transaction`` block has `
 absolute position among the transaction's events) and ``data_collection_order`` (its position among the
 events of its data collection)). Beside them ours: ``source_id``, ``first_sequence``/``first_part`` and (on
 END) ``last_sequence``/``last_part``: the range of change identities (``relay.kafka.sequences``) of the
-transaction's data records, and ``position``, the binlog ``file:offset`` where the transaction starts.
+transaction's data records, ``position``, the binlog ``file:offset`` where the transaction starts, and (on
+END) ``topics``: ``{topic, event_count}`` pairs, the data records per Kafka topic — what a consumer reading
+some of the topics (the Spark mirror's consistent cuts, ``relay.spark.holdback``) counts to know it holds
+all of a transaction's records in its topics (null for a transaction resumed from a saved state that did
+not count them).
 
 The transaction id is its GTID where the server has one (MySQL ``uuid:n``, MariaDB ``domain-server-n``),
 else ``file:offset`` of its first event (BEGIN). A data collection is the LOGICAL ``db.table``. Records are
@@ -75,6 +79,8 @@ class OpenTxn:
     tables: dict[str, int] = field(default_factory=dict)  # logical db.table → data records, first seen first
     first: tuple[int, int] | None = None  # (sequence, part) of its first data record
     last: tuple[int, int] | None = None
+    # Kafka topic → data records, first seen first; None: not counted whole (resumed from a state without it)
+    topics: dict[str, int] | None = field(default_factory=dict)
 
     def same(self, entry: Entry) -> bool:
         start = entry.txn.start
@@ -88,6 +94,7 @@ class OpenTxn:
         return OpenTxn(
             self.journal, self.offset, self.generation, self.id, self.ts_ms,
             self.begun, self.total, dict(self.tables), self.first, self.last,
+            None if self.topics is None else dict(self.topics),
         )  # fmt: skip
 
     def to_extra(self) -> dict[str, Any]:
@@ -103,6 +110,7 @@ class OpenTxn:
             "tables": dict(self.tables),
             "first": None if self.first is None else list(self.first),
             "last": None if self.last is None else list(self.last),
+            "topics": None if self.topics is None else dict(self.topics),
         }
 
     @classmethod
@@ -110,6 +118,8 @@ class OpenTxn:
         """The state saved by ``to_extra``; None when ``data`` is not one (a point saved without it)."""
         try:
             first, last = data["first"], data["last"]
+            # A state saved before topics were counted: its earlier records' topics are unknown.
+            topics = data.get("topics", None if int(data["total"]) else {})
             return cls(
                 str(data["journal"]),
                 int(data["offset"]),
@@ -121,6 +131,7 @@ class OpenTxn:
                 {str(k): int(v) for k, v in dict(data["tables"]).items()},
                 None if first is None else (int(first[0]), int(first[1])),
                 None if last is None else (int(last[0]), int(last[1])),
+                None if topics is None else {str(k): int(v) for k, v in dict(topics).items()},
             )
         except (KeyError, TypeError, ValueError, IndexError):
             return None
@@ -190,6 +201,11 @@ def boundary_value(txn: OpenTxn, status: str, source_id: str, ts_ms: int) -> byt
         "last_sequence": None if txn.last is None or not end else txn.last[0],
         "last_part": None if txn.last is None or not end else txn.last[1],
     }
+    if end:
+        counted = txn.topics
+        value["topics"] = (
+            None if counted is None else [{"topic": name, "event_count": n} for name, n in counted.items()]
+        )
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape")
 
 
@@ -263,6 +279,8 @@ class TransactionMeta:
             name = _table(record)
             txn.total += 1
             order = txn.tables[name] = txn.tables.get(name, 0) + 1
+            if txn.topics is not None:
+                txn.topics[record.topic] = txn.topics.get(record.topic, 0) + 1
             ident = _identity(record)
             if not txn.begun:
                 txn.begun = True

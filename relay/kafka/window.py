@@ -78,6 +78,13 @@ class InflightWindow:
                 return handle
         return None
 
+    def landed(self) -> object:
+        """The delivery report of the last record delivered in the newest batch that has one, or None."""
+        for handle in reversed(self._handles):
+            if handle.landed is not None:
+                return handle.landed
+        return None
+
     def pending(self) -> bool:
         """Whether a record of some batch still waits for its delivery report."""
         return any(h.pending for h in self._handles)

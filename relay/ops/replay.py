@@ -9,6 +9,12 @@ itself when its mapping sends the table elsewhere (``relay.kafka.history``). Run
 hands records to ``KafkaPublisher`` (idempotent, ``acks=all``) chunk by chunk, and saves the offsets done
 to a checkpoint file only after a chunk is delivered, so an interrupted run resumes where it stopped.
 
+A run resumed from a checkpoint first compares it with where each partition's log starts now: records the
+checkpoint still needed that retention (or DeleteRecords) deleted in between are a *gap*. The run stops
+naming every gap (``ReplayGapError``), unless ``--accept-gaps`` says to continue from where the logs start;
+the report then lists the gaps. Records deleted while the run reads are an error too (the reader never jumps
+ahead: ``auto.offset.reset`` is ``error``). Nothing is ever skipped silently.
+
 Per key, a topic must hold a table's changes in binlog order. So before anything is published, a first
 pass reads what the destination topics hold of the moved tables (per partition, source and table, the
 lowest and highest change identity) and what the replay would add: a replay that would place a record
@@ -33,8 +39,8 @@ from confluent_kafka import OFFSET_BEGINNING
 from mapping.model import Mapping, Route
 from mapping.store import atomic_write
 from relay.config.load import RelayConfig
-from relay.errors import MappingError
-from relay.kafka.history_copy import CopySettings, HistoryCopy, Slot, TopicReader, partitions_of
+from relay.errors import MappingError, ReplayGapError
+from relay.kafka.history_copy import CopySettings, HistoryCopy, Slot, TopicReader, log_starts, partitions_of
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.remap import Consumed, Identity, Remapper
 from relay.wiring import consumer_settings, mapping_store, publisher_config
@@ -51,6 +57,7 @@ class ReplayOptions:
     restart: bool = False
     dry_run: bool = False
     chunk: int = 500
+    accept_gaps: bool = False  # records deleted since the checkpoint: continue from the log start
 
 
 @dataclass
@@ -64,13 +71,15 @@ class ReplayReport:
     ddl_copies: int = 0
     present: int = 0
     into: dict[str, int] = field(default_factory=dict)
+    gaps: list[str] = field(default_factory=list)  # records deleted before they were replayed
 
     def describe(self) -> str:
         targets = ", ".join(f"{t}: {n}" for t, n in sorted(self.into.items())) or "none"
+        gaps = f"; GAPS (deleted before they were replayed): {'; '.join(self.gaps)}" if self.gaps else ""
         return (
             f"replay under mapping version {self.mapping_version}: read {self.read}, moved {self.moved} "
             f"({targets}), kept {self.kept}, already there {self.present}, dropped tables {self.dropped}, "
-            f"other DDL copies {self.ddl_copies}, not relay records {self.foreign}"
+            f"other DDL copies {self.ddl_copies}, not relay records {self.foreign}{gaps}"
         )
 
 
@@ -120,6 +129,7 @@ def replay_remap(
     path = options.checkpoint or config.state_path(f"replay-{'+'.join(options.topics)}.json")
     checkpoint = Checkpoint.load(path, mapping.version, options.restart)
     settings = consumer_settings(config)
+    gaps = _gaps(settings, checkpoint, options.accept_gaps)
     plan = _ReplayPlan(mapping, options.topics)
     timeout = config.kafka.connect_timeout_seconds
     lowest, destinations = _lowest_additions(settings, plan, checkpoint, timeout)  # the first pass
@@ -157,7 +167,35 @@ def replay_remap(
         ddl_copies=copy.barrier_copies,
         present=copy.skipped,
         into=dict(copy.into),
+        gaps=gaps,
     )
+
+
+def _gaps(settings: dict[str, Any], checkpoint: Checkpoint, accept: bool) -> list[str]:
+    """The records a checkpoint still needs that are no longer in the log (each partition's log start
+    moved past the checkpoint's offset). Refused (``ReplayGapError``) unless ``accept``: then the checkpoint
+    continues from the log start, and the gaps are returned for the report."""
+    starts = checkpoint.starts()
+    if not starts:
+        return []
+    lows = log_starts(settings, list(starts))
+    gaps: list[str] = []
+    for (topic, partition), needed in sorted(starts.items()):
+        low = lows.get((topic, partition), needed)
+        if needed < low:
+            gaps.append(f"{topic} [{partition}] offsets {needed}..{low - 1} ({low - needed} records)")
+            if accept:
+                checkpoint.offsets[topic][partition] = low
+    if gaps and not accept:
+        raise ReplayGapError(
+            f"the checkpoint {checkpoint.path} needs records that are no longer in the log (deleted by "
+            f"retention or DeleteRecords before they were replayed): {'; '.join(gaps)}. Re-run with "
+            "--accept-gaps to continue from where the logs start now (the report lists the gaps), or with "
+            "--restart to replay what is retained from its beginning"
+        )
+    for gap in gaps:
+        log.warning("replay: continuing after a gap: %s", gap)
+    return gaps
 
 
 class _ReplayPlan:

@@ -62,6 +62,8 @@ def relay_report(
         "pid": pid if running else None,
         "state": state,
         "error": data.get("error") or None,
+        # a batch unacknowledged too long: how long, and what the cluster's metadata says about it
+        "kafka_waiting": data.get("kafka_waiting") if running else None,
         "position": str(point) if point else None,
         "position_time": _iso(point.timestamp / 1000) if point and point.timestamp else None,
         "lag_seconds": data.get("lag_seconds") if running else None,

@@ -147,6 +147,22 @@ class AckPath:
             raise ServerError(f"batch {batch_id} is not outstanding")
         return point
 
+    def intend(self, make: Callable[[ResumePoint], ResumePoint]) -> ResumePoint | None:
+        """Write ``make(saved point)`` now, on this thread: transactional mode's commit intent (the saved
+        point with the one after the transaction beside it, ``relay.kafka.commit_intent``), written before
+        the transaction commits. The saved point counts as written (the intent holds it), so the position
+        writer never overwrites the intent with it; the ack after the commit writes the point after.
+        Returns what was written; None, and nothing written, when no point is saved yet (a first start
+        without a position: its first transaction commits without an intent)."""
+        with self._locks.both():
+            base = self.saved_point
+            if base is None:
+                return None
+            written = make(base)
+            self._write(written)
+            self.last_saved = base
+        return written
+
     # -- 2. acknowledged -------------------------------------------------------------------------
     def ack(self, *batch_ids: int) -> ResumePoint:
         """Acknowledge batches (the oldest outstanding ones, in order; Kafka has every record of them)

@@ -227,6 +227,10 @@ class CanalInstance:
         """Keep ``value`` (JSON) under ``key`` in the point saved after ``batch_id`` (``AckPath.carry``)."""
         self.acks.carry(batch_id, key, value)
 
+    def intend(self, make: Callable[[ResumePoint], ResumePoint]) -> ResumePoint | None:
+        """Save ``make(saved point)`` now, before a commit (``AckPath.intend``); None: nothing saved yet."""
+        return self.acks.intend(make)
+
     def ack(self, *batch_ids: int) -> ResumePoint:
         """Acknowledge batches (``AckPath.ack``); returns the resume point after the last."""
         return self.acks.ack(*batch_ids)

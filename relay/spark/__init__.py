@@ -1,7 +1,9 @@
-"""PySpark readers of the relay topics: the ``relay-kafka`` data source, change decoding, latest-state tables.
+"""PySpark readers of the relay topics: change decoding, latest-state tables, Spark's connectors on a session.
 
-``register(spark)`` adds ``format("relay-kafka")``; ``changes``/``typed`` (``relay.spark.decode``) work on
-the DataFrame of either that source or Spark's own ``kafka`` source; ``apply_changes``
+``relay.spark.session.session()`` starts a SparkSession with Spark's own Kafka, Delta and s3a connectors
+from the jars ``scripts/bootstrap`` resolved (no network at run time); ``changes``/``typed``
+(``relay.spark.decode``) work on the DataFrame of Spark's ``kafka`` source, or of the relay's Python source
+``relay-kafka`` (``register(spark)`` adds it, for a Spark without the connector jar); ``apply_changes``
 (``relay.spark.apply``) keeps a Delta Lake or Iceberg latest-state table per logical table
 (``relay.spark.tables.read_table`` reads one without Spark); ``relay.spark.mirror`` is
 the long-running job. Never imports the daemon's runtime (pipeline, instance, binlog source, publisher).

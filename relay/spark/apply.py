@@ -38,6 +38,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
@@ -107,7 +108,13 @@ class _Plan:
 
 
 def _plan(
-    changes_df: DataFrame, target: MirrorTarget, table: str, kind: str, batch: BatchId | None, facts: Survey
+    changes_df: DataFrame,
+    target: MirrorTarget,
+    table: str,
+    kind: str,
+    batch: BatchId | None,
+    facts: Survey,
+    cut: dict[str, Any] | None = None,
 ) -> _Plan | None:
     mirror = MirrorTable(target, table, kind)
     mirror.recover()
@@ -127,7 +134,9 @@ def _plan(
     state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
     plan = _Plan(mirror, kind, state, _events(rows, columns), rewrite=retyped and old is not None)
     plan.clear_all = clear_all
-    plan.changed_state = old is None or bool(added) or retyped or clear_all
+    # A cut batch commits every table it names, a change or not: its commit says the table holds the batch.
+    state.cut = dict(cut) if cut is not None else {}
+    plan.changed_state = old is None or bool(added) or retyped or clear_all or cut is not None
     if table not in facts.rows and not plan.changed_state:
         return None  # a TRUNCATE/DROP replayed: older than the watermark kept
     _prepare_tables(plan, old, added)
@@ -146,6 +155,7 @@ def _prepare_tables(plan: _Plan, old: MirrorState | None, added: list[str]) -> N
         evolved = MirrorState(
             plan.state.columns, old.cleared, old.batches, old.offsets, old.max_sequence, old.commits
         )
+        evolved.cut = {"schema_only": True} if plan.state.cut else {}  # no data: not a version of a cut
         mirror.rows.add_columns([schema.field(c) for c in added], evolved)
 
 
@@ -169,6 +179,40 @@ def _job(plan: _Plan, write_id: str, dirs: tuple[str, str]) -> tuple[BucketJob, 
     )
     job = BucketJob(target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite)
     return job, sorted(stored) if plan.rewrite or plan.clear_all else []
+
+
+def _by_spark(plan: _Plan) -> bool:
+    """Whether Spark's Delta connector applies this batch (``MirrorTarget.writer`` "spark"): a Delta
+    latest-state table without a column type change (those, histories and Iceberg go the driver's way)."""
+    target = plan.mirror.target
+    spark_writes = target.writer == "spark" and target.format == "delta"
+    return spark_writes and plan.kind == "latest" and not plan.rewrite
+
+
+def _run_spark(plan: _Plan, batch: BatchId | None, facts: Survey) -> int:
+    """``relay.spark.spark_delta.merge_batch`` with the batch's state; the number of fresh changes."""
+    from relay.spark.spark_delta import merge_batch
+
+    state = plan.state
+    if batch is not None:
+        state.batches[batch.app_id] = batch.batch_id
+    state.offsets, state.max_sequence = facts.offsets, facts.max_sequence
+    state.commits += 1
+    mirror = plan.mirror
+    paths = (mirror.rows.uri, mirror.tombs.uri)  # type: ignore[attr-defined]  # DeltaPart's
+    app = (batch.app_id, batch.batch_id) if batch is not None else None
+    events = plan.events.drop("_op") if "_op" in plan.events.columns else plan.events
+    spark = events.sparkSession
+    storage = mirror.target.storage
+    if storage.scheme in ("s3", "s3a"):
+        from relay.spark.session import configure_s3a
+
+        configure_s3a(spark, storage.options)  # Hadoop's s3a reaches the same endpoint as pyarrow
+    fresh = merge_batch(spark, events, paths, [c for c, _ in state.columns], state, app)
+    every = mirror.target.maintain_every
+    if every and state.commits % every == 0:
+        maintain(mirror)
+    return fresh
 
 
 def _run(plan: _Plan, batch: BatchId | None, facts: Survey) -> list[Written]:
@@ -233,14 +277,20 @@ def apply_table(
     kind: str = "latest",
     batch: BatchId | None = None,
     facts: Survey | None = None,
+    cut: dict[str, Any] | None = None,
 ) -> None:
     """Merge the changes of logical ``table`` ("db.table") in ``changes_df`` into its mirror table.
 
-    ``facts``: the batch's ``survey`` when the caller has it (``apply_changes`` surveys once for all)."""
+    ``facts``: the batch's ``survey`` when the caller has it (``apply_changes`` surveys once for all).
+    ``cut``: what the commit records for consistent cuts (``MirrorState.cut``; ``apply_changes`` makes it)."""
     begin = time.perf_counter()
     facts = survey(changes_df) if facts is None else facts
-    plan = _plan(changes_df, target_of(out), table, kind, batch, facts)
-    if plan is not None:
+    plan = _plan(changes_df, target_of(out), table, kind, batch, facts, cut)
+    if plan is not None and _by_spark(plan):
+        fresh = _run_spark(plan, batch, facts)
+        took = time.perf_counter() - begin
+        log.info("%s: %d changes merged by Spark in %.2f s", plan.mirror.where, fresh, took)
+    elif plan is not None:
         written = _run(plan, batch, facts)
         log.info(
             "%s: %d buckets merged, %d files written (%d rows) in %.2f s",
@@ -308,13 +358,17 @@ def apply_changes(
     *,
     history: bool = False,
     batch: BatchId | None = None,
+    cut: dict[str, Any] | None = None,
 ) -> list[str]:
     """Merge every logical table's changes in ``changes_df`` (a batch DataFrame of ``changes()`` rows,
     e.g. a foreachBatch micro-batch) into its mirror table under ``out`` (a path or URI: Delta tables; or
     a ``MirrorTarget`` naming the format, storage settings and catalog); returns the tables.
 
     ``tables`` limits the merge to those tables; ``history`` also keeps each table's SCD type 2 history
-    (``apply_history``); ``batch`` makes a re-run of that micro-batch a no-op. See the module docstring."""
+    (``apply_history``); ``batch`` makes a re-run of that micro-batch a no-op. ``cut`` (with ``batch``;
+    ``relay.spark.holdback.Step.cut``: the source transactions the batch completes) is recorded in every
+    table's commit, with the batch and the tables it commits, and every table of the batch commits (a
+    change or not): what ``relay.spark.cut`` finds consistent cuts by. See the module docstring."""
     target = target_of(out)
     # foreachBatch re-reads its source on every action: cache what the survey and the tasks read.
     used = F.struct(F.col("source.database").alias("database"), F.col("source.table").alias("table"))
@@ -322,10 +376,13 @@ def apply_changes(
     try:
         facts = survey(cached)
         chosen = [t for t in facts.tables if tables is None or t in tables]
+        recorded = None
+        if cut is not None and batch is not None:
+            recorded = {**cut, "app": batch.app_id, "batch": batch.batch_id, "tables": chosen}
         for table in chosen:
-            apply_table(cached, target, table, batch=batch, facts=facts)
+            apply_table(cached, target, table, batch=batch, facts=facts, cut=recorded)
             if history:
-                apply_table(cached, target, table, kind="history", batch=batch, facts=facts)
+                apply_table(cached, target, table, kind="history", batch=batch, facts=facts, cut=recorded)
         return chosen
     finally:
         cached.unpersist()

@@ -30,13 +30,15 @@ measurement tool for people, not a test: it prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,38 +88,51 @@ def _value(seq: int, kind: str, row: dict[str, str | None], old: dict[str, str |
 
 
 def records(n: int, seed: int = 7) -> list[tuple[bytes, bytes, str, int, int]]:
-    """(key, value, topic, partition, offset) of ``n`` canal-json changes, ~10 % repeated."""
+    """(key, value, topic, partition, offset) of ``n`` canal-json changes, ~10 % repeated. Updated and
+    deleted keys are drawn from ``ids`` in O(1) (drawing from ``list(live)`` made the whole run quadratic:
+    53 s for 100,000 records, minutes past that)."""
     rng = random.Random(seed)
     live: dict[int, dict[str, str | None]] = {}
+    ids: list[int] = []  # live's keys, in no particular order
     out: list[tuple[bytes, bytes, str, int, int]] = []
     next_id, seq = 1, 1 << 32
     while len(out) < n:
         seq += 1
         op = rng.random()
+        old: dict[str, str | None] | None = None
         if op < 0.5 or len(live) < 100:
-            row = {
+            row: dict[str, str | None] = {
                 "id": str(next_id),
                 "status": "NEW",
                 "amount": f"{rng.randint(0, 99999)}.25",
                 "note": rng.choice([None, "", "note ü"]),
                 "at": "2024-05-01 10:00:00.123",
             }
-            live[next_id], kind, old = row, "INSERT", None
+            live[next_id], kind = row, "INSERT"
+            ids.append(next_id)
             next_id += 1
         elif op < 0.85:
-            ident = rng.choice(list(live))
+            ident = ids[rng.randrange(len(ids))]
             old = {"status": live[ident]["status"]}
             row = {**live[ident], "status": rng.choice(["PAID", "SHIPPED"])}
             live[ident], kind = row, "UPDATE"
         else:
-            ident = rng.choice(list(live))
-            row, kind, old = live.pop(ident), "DELETE", None
+            row, kind = live.pop(_draw_out(ids, rng)), "DELETE"
         key = json.dumps({"id": row["id"]}).encode()
         rec = (key, _value(seq, kind, row, old), "bench.orders", int(row["id"] or 0) % 4, len(out))
         out.append(rec)
         if rng.random() < 0.1 and len(out) < n:
             out.append((*rec[:4], len(out)))
     return out[:n]
+
+
+def _draw_out(ids: list[int], rng: random.Random) -> int:
+    """A random element of ``ids``, removed in O(1) (the last one takes its place)."""
+    at = rng.randrange(len(ids))
+    ident, last = ids[at], ids.pop()
+    if at < len(ids):
+        ids[at] = last
+    return ident
 
 
 def batch_records(
@@ -185,11 +200,27 @@ def _frame(spark: Any, rows: list[tuple[bytes, bytes, str, int, int]]) -> Any:
     return df
 
 
-def _target(fmt: str, out: str, **keep: Any) -> Any:
+# Where the measured tables go: a local temporary directory, or --root (an object store) with its settings.
+_WHERE: dict[str, Any] = {"root": None, "options": {}}
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[str]:
+    """A fresh root for one measurement (removed after, when local)."""
+    if _WHERE["root"] is None:
+        with tempfile.TemporaryDirectory() as out:
+            yield out
+    else:
+        yield f"{_WHERE['root'].rstrip('/')}/bench-{uuid.uuid4().hex[:10]}"
+
+
+def _target(mode: str, out: str, **keep: Any) -> Any:
+    """``mode``: a format, or ``delta-spark`` (Delta written by Spark's connector: ``writer="spark"``)."""
     from relay.spark.storage import Storage
     from relay.spark.tables import MirrorTarget
 
-    return MirrorTarget(Storage(out), fmt, **keep)
+    fmt, _, writer = mode.partition("-")
+    return MirrorTarget(Storage(out, dict(_WHERE["options"])), fmt, writer=writer or "driver", **keep)
 
 
 def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
@@ -207,18 +238,19 @@ def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
     return statistics.median(took[1:])
 
 
-def apply_growth(spark: Any, fmt: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
+def apply_growth(spark: Any, mode: str, sizes: tuple[int, int], batch: int, runs: int) -> dict[str, Any]:
     """Median apply seconds of a batch of ``batch`` changes on recent keys, and of one of ``batch`` UPDATEs
     spread uniformly over every key, on tables of ``sizes`` rows in format ``fmt``; the ratios
     large/small. Every run applies NEW changes (later sequences) to the same keys: it rewrites what
     it touches (a repeat of an applied batch would change, and write, nothing)."""
     from relay.spark.apply import write_table
 
+    fmt = mode.replace("-", "_")
     figures: dict[str, Any] = {}
     medians: dict[str, list[float]] = {"recent": [], "uniform": []}
     for size in sizes:
-        with tempfile.TemporaryDirectory() as out:
-            target = _target(fmt, out)
+        with _scratch() as out:
+            target = _target(mode, out)
             begin = time.perf_counter()
             write_table(_table(spark, size), target, TABLE)
             figures[f"{fmt}_build_{size}_seconds"] = round(time.perf_counter() - begin, 3)
@@ -271,7 +303,7 @@ def load_records(spark: Any, first: int, end: int) -> Any:
     )
 
 
-def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
+def load_and_files(spark: Any, mode: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
     """The initial load rate of ``rows`` INSERTs through ``apply_changes`` in micro-batches of ``chunk``,
     then the table's data files after ``batches`` batches of ``batch`` recent-key changes, with the
     maintenance of a mirror that keeps no time travel (every ``MAINTAIN_EVERY`` commits, retention 0):
@@ -280,9 +312,10 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, ch
     from relay.spark.decode import changes
     from relay.spark.tables import MirrorTable
 
+    fmt = mode.replace("-", "_")
     figures: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as out:
-        target = _target(fmt, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
+    with _scratch() as out:
+        target = _target(mode, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
         begin = time.perf_counter()
         for first in range(0, rows, chunk):  # as micro-batches with maxOffsetsPerTrigger bring them
             records = load_records(spark, first, min(first + chunk, rows))
@@ -300,8 +333,8 @@ def load_and_files(spark: Any, fmt: str, rows: int, batches: int, batch: int, ch
         figures[f"{fmt}_commits"] = state.commits if state else 0
         figures[f"{fmt}_maintenance_runs"] = figures[f"{fmt}_commits"] // MAINTAIN_EVERY
         figures[f"{fmt}_files_after_{batches}_batches"] = sum(len(f) for f in mirror.rows.files().values())
-        stored = len(list(Path(out).rglob("*.parquet")))
-        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = stored
+        stored = len(list(Path(out).rglob("*.parquet"))) if _WHERE["root"] is None else -1
+        figures[f"{fmt}_files_on_storage_after_{batches}_batches"] = stored  # -1: not counted (remote)
     return figures
 
 
@@ -328,8 +361,19 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--load-batch", type=int, default=1_000_000, help="records per micro-batch of the initial load"
     )
     parser.add_argument("--batches", type=int, default=100, help="batches applied before counting files")
-    parser.add_argument("--formats", default="delta,iceberg", help="table formats measured")
+    parser.add_argument(
+        "--formats",
+        default="delta,iceberg,delta-spark",
+        help="table formats measured; delta-spark: Delta written by Spark's connector (MERGE)",
+    )
+    parser.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
+    parser.add_argument(
+        "--bootstrap-servers", help="a broker: also compare Spark's kafka source with relay-kafka on it"
+    )
+    parser.add_argument("--source-records", type=int, default=1_000_000, help="records of that comparison")
+    parser.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     return parser.parse_args(argv)
 
 
@@ -403,13 +447,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, Any] = {"records": args.records, "master": args.master, "runs": args.runs}
     figures["driver_memory"] = args.driver_memory
-    figures.update(_decode(spark, args))
-    for fmt in args.formats.split(","):
-        growth = apply_growth(spark, fmt, (args.small, args.large), args.batch, args.runs)
-        growth.update(load_and_files(spark, fmt, args.load, args.batches, args.batch, args.load_batch))
+    if args.bootstrap_servers:
+        from relay.spark import bench_source
+
+        sources = bench_source.compare(
+            spark,
+            args.bootstrap_servers,
+            load_records(spark, 0, args.source_records),
+            args.source_records,
+            args.runs,
+        )
+        figures.update(sources)
+        if not args.json:
+            bench_source.show(sources, args.runs)
+    if not args.skip_decode:
+        figures.update(_decode(spark, args))
+    from relay.spark.storage import parse_options
+
+    _WHERE.update(root=args.root, options=parse_options(args.storage_option, "--storage-option"))
+    for mode in [f for f in args.formats.split(",") if f]:
+        growth = apply_growth(spark, mode, (args.small, args.large), args.batch, args.runs)
+        growth.update(load_and_files(spark, mode, args.load, args.batches, args.batch, args.load_batch))
         figures.update(growth)
         if not args.json:
-            _show(fmt, growth, args)
+            _show(mode.replace("-", "_"), growth, args)
     spark.stop()
     if args.json:
         print(json.dumps(figures))

@@ -260,7 +260,7 @@ def _key_names(df: DataFrame) -> DataFrame:
     each name is replaced by the image's own spelling of it. Spark runs higher-order functions (``transform``,
     ``filter``) interpreted, row by row: they are only evaluated for the rare keys that need them.
     """
-    with_map = df.withColumn("_kmap", F.from_json(F.col("key"), _TEXT_MAP))
+    with_map = df.withColumn("_kmap", F.from_json(F.col("key"), "map<string,string>"))
     key_map, image = F.col("_kmap"), F.coalesce(F.col("after"), F.col("before"))
     named = F.map_keys(key_map)
     known = F.array_union(F.map_keys(image), F.array(F.lit(SHARD_FIELD)))

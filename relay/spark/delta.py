@@ -14,6 +14,7 @@ Runs on the Spark driver (or any process reading a mirror); no pyspark import.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterable
@@ -102,8 +103,9 @@ class DeltaPart:
             return None
         for depth in (_RECENT, _HISTORY_DEPTH):  # the last commit, unless maintenance committed after it
             for commit in table.history(depth):
-                if "relay.state" in commit:
-                    return MirrorState.from_json(commit["relay.state"])
+                text = _relay_state(commit)
+                if text is not None:
+                    return MirrorState.from_json(text)
         return None
 
     def committed(self, write_id: str) -> bool:
@@ -210,6 +212,18 @@ class DeltaPart:
         table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
         table.cleanup_metadata()
         self.refresh()
+
+
+def _relay_state(commit: dict[str, Any]) -> str | None:
+    """The relay's state of a commit: in its commit info (deltalake's commits) or in its ``userMetadata``
+    (Spark's MERGE, ``relay.spark.spark_delta``)."""
+    if "relay.state" in commit:
+        return str(commit["relay.state"])
+    text = commit.get("userMetadata")
+    if isinstance(text, str) and text.startswith("{"):
+        found = json.loads(text).get("relay.state")
+        return None if found is None else str(found)
+    return None
 
 
 def _meta(state: MirrorState | None, write_id: str | None) -> dict[str, str]:

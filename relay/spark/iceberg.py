@@ -6,7 +6,8 @@ identity-partitioned by ``relay_bucket``), listing the current files of buckets,
 as ONE catalog transaction: the schema change (Iceberg's schema evolution: add a column, promote a
 type, or replace a column whose type cannot be promoted), then an overwrite snapshot that deletes the
 files of the replaced buckets and adds the files the tasks wrote (with the field ids of the evolved
-schema), with the write id, micro-batch and offsets as snapshot properties, and the relay's state
+schema), with the write id, micro-batch, offsets and (consistent cuts) the source transactions it holds
+(``relay.cut``) as snapshot properties, and the relay's state
 (``relay.state``) as a table property. Runs on the Spark driver (or any process reading a mirror); no
 pyspark import.
 """
@@ -203,6 +204,8 @@ class IcebergPart:
             props["relay.offsets"] = json.dumps(state.offsets, separators=(",", ":"))
             if state.max_sequence is not None:
                 props["relay.max-sequence"] = str(state.max_sequence)
+            if state.cut:  # consistent cuts (relay.spark.cut): the snapshot summary says what it holds
+                props["relay.cut"] = json.dumps(state.cut, separators=(",", ":"), sort_keys=True)
         if added or any(removed.values()):
             with tx.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
                 for files in removed.values():

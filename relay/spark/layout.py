@@ -3,7 +3,8 @@
 Owns the column names of the mirror's bookkeeping, the key buckets, the Arrow types the data files are
 written with (from the Spark SQL types ``relay.spark.types`` gives), what a Spark task reports about a
 file it wrote (``Written``), and the relay's own state kept in every commit (``MirrorState``: the
-table's columns, the TRUNCATE/DROP watermarks, the last applied micro-batch and offsets). Pure: no
+table's columns, the TRUNCATE/DROP watermarks, the last applied micro-batch and offsets, and the source
+transactions a cut batch applied whole). Pure: no
 pyspark, no table format; imported on the driver and on executors.
 """
 
@@ -48,6 +49,10 @@ class MirrorState:
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # topic → partition → last offset
     max_sequence: int | None = None  # the highest change sequence applied so far
     commits: int = 0  # commits of the table's rows by the relay (maintenance runs every N of them)
+    # Consistent cuts (``relay.spark.cut``), THIS commit only (never carried to the next): {} — written
+    # without transaction boundaries; {"schema_only": true} — a schema change of a cut batch (no data);
+    # else {"app", "batch", "sources": {source id: frontier}, "unbounded": [source ids], "tables": [...]}
+    cut: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

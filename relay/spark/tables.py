@@ -39,6 +39,7 @@ from relay.spark.storage import Storage
 log = logging.getLogger(__name__)
 
 FORMATS = ("delta", "iceberg")
+WRITERS = ("driver", "spark")
 TOMBSTONES = "_relay_tombstones"
 PENDING = "_relay_pending"
 
@@ -85,10 +86,20 @@ class MirrorTarget:
     catalog: dict[str, str] = field(default_factory=dict, hash=False)
     retention_hours: float = 168.0  # versions younger than this stay readable (time travel)
     maintain_every: int = 100  # commits of a table between two maintenance runs (0: never)
+    # "driver": Spark tasks write a batch's buckets, the driver commits them (deltalake / pyiceberg);
+    # "spark": Spark's Delta connector MERGEs the batch (relay.spark.spark_delta; Delta latest state only)
+    writer: str = "driver"
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise OptionError(f"format: expected one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.writer not in WRITERS:
+            raise OptionError(f"writer: expected one of {', '.join(WRITERS)}, got {self.writer!r}")
+        if self.writer == "spark" and self.format != "delta":
+            raise OptionError(
+                "writer spark: Spark's connector writes Delta tables only (no Iceberg runtime exists for the "
+                "pinned Spark); use --writer driver for Iceberg"
+            )
 
 
 def target_of(

@@ -10,6 +10,9 @@
   the test's own) the relay refuses to start, naming the reason, publishes nothing and leaves the position
   alone. On Apache Kafka the start-up probe passes and records and position commit together across
   restarts (the crash proofs are in ``test_exactly_once.py``).
+- Transactional mode's commit intent asks a read_committed consumer at one record's offset whether its
+  transaction committed (``relay.kafka.commit_intent.probe_committed``): the answer for a committed, an
+  aborted and a deleted record.
 
 The HA zombie case (SIGSTOP of a transactional relay) is in ``test_ha.py``. Every wait has a deadline.
 """
@@ -26,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from relay.dev.services import KafkaService
-from relay.errors import ConfigError, ProducerFatalError, ProducerFencedError, PublishError
+from relay.errors import ConfigError, PositionError, ProducerFatalError, ProducerFencedError, PublishError
+from relay.kafka.commit_intent import ABORTED, COMMITTED, Probe, probe_committed
 from relay.kafka.positions import KafkaPositionConfig, KafkaPositionStore, prove_aborted_records_hidden
 from relay.kafka.publisher import KafkaPublisher
 from relay.kafka.records import Record
@@ -366,3 +371,36 @@ def test_exactly_once_commits_records_and_position_together(
         assert apply_in_log_order(records) == select_orders(conn, prefix, SHARDS, TABLES)
     finally:
         conn.close()
+
+
+def test_the_commit_intents_probe_tells_a_committed_transaction_from_an_aborted_one(
+    kafka_service: KafkaService,
+) -> None:
+    bootstrap = kafka_service.bootstrap_servers
+    topic = f"intent-probe-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    landed: dict[bytes, int] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        landed[msg.value()] = msg.offset()
+
+    # aborted, committed, aborted: the first is passed by a later record, the last by the stable end
+    for value, commit in ((b"aborted-1", False), (b"committed", True), (b"aborted-2", False)):
+        producer.begin_transaction()
+        producer.produce(topic, value, on_delivery=report)
+        assert producer.flush(30) == 0
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    client = {"bootstrap.servers": bootstrap}
+    assert probe_committed(Probe(topic, 0, landed[b"committed"]), client, 30) == COMMITTED
+    assert probe_committed(Probe(topic, 0, landed[b"aborted-1"]), client, 30) == ABORTED
+    assert probe_committed(Probe(topic, 0, landed[b"aborted-2"]), client, 30) == ABORTED
+    # A record deleted since (retention, DeleteRecords): no answer, never a guess.
+    for done in admin.delete_records([TopicPartition(topic, 0, landed[b"committed"])]).values():
+        done.result(30)
+    with pytest.raises(PositionError, match=f"probe {topic} "):
+        probe_committed(Probe(topic, 0, landed[b"aborted-1"]), client, 10)

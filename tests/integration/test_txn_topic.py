@@ -8,8 +8,8 @@ the data topics and the transaction topic:
 
 - every transaction that published rows has a BEGIN and an END keyed by the source id, BEGIN at a lower
   offset than END; a filtered-away transaction has neither; no other id appears;
-- the END's ``event_count`` and ``data_collections`` equal what the writer committed, and so do the data
-  records carrying the transaction's id (``relay.txn.id``), with ``relay.txn.order`` exactly 1..n and
+- the END's ``event_count``, ``data_collections`` and ``topics`` equal what the writer committed, and so do
+  the data records carrying the transaction's id (``relay.txn.id``), with ``relay.txn.order`` exactly 1..n and
   ``relay.txn.table_order`` 1..k per table (the debezium-json ``transaction`` block the same);
 - END after every row, in offset terms: a consumer that follows the transaction topic while the relay
   runs reads the data topics to their end (the broker's end of partition) each time it has seen new ENDs;
@@ -361,6 +361,8 @@ def reassemble(
         assert Counter(
             f"{r.headers['relay.db'].decode()}.{r.headers['relay.table'].decode()}" for r in got
         ) == Counter(expected)
+        for end in ends[gtid]:  # the per-topic counts a consumer of some topics relies on
+            assert {t["topic"]: t["event_count"] for t in end["topics"]} == Counter(r.topic for r in got)
         assert sorted(int(r.headers["relay.txn.order"]) for r in got) == list(range(1, len(got) + 1))
         per_table: dict[str, list[int]] = defaultdict(list)
         for r in got:

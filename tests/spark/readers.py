@@ -1,11 +1,13 @@
 """Mirror tables read back by engines that are not our code: what a user of the mirror would run.
 
-Delta tables (``ROOT/db.table``, ``ROOT/db.table.history``) are read by ``deltalake`` and by ``polars``
-(``read_delta``), and by pyarrow — DuckDB too for a local table — over exactly the data files the log's
-version lists (their bucket taken from the log's partition values: Delta data files do not hold it).
+Delta tables (``ROOT/db.table``, ``ROOT/db.table.history``) are read by ``deltalake``, by ``polars``
+(``read_delta``), by Spark's own Delta connector (delta-spark, in the test session's SparkSession), and by
+pyarrow — DuckDB too for a local table — over exactly the data files the log's version lists (their bucket
+taken from the log's partition values: Delta data files do not hold it).
 Iceberg tables (``db.table`` in the catalog; ``db.table__history``) are read by ``pyiceberg`` through the
 catalog a user would configure (the SQL catalog on SQLite the mirror keeps in its root unless told
-otherwise), and by pyarrow/DuckDB over exactly the files the snapshot's scan plans. ``read_all`` runs
+otherwise), and by pyarrow/DuckDB over exactly the files the snapshot's scan plans (no Spark connector of
+Iceberg loads on Spark 4.2: README, "Spark's connectors"). ``read_all`` runs
 every reader of the format, checks that they see the same rows, and returns them; ``version`` is a Delta
 version or an Iceberg snapshot id (time travel); ``current_version`` names the table's current one.
 Only the location conventions the README documents are shared with the mirror's code.
@@ -105,6 +107,10 @@ def _files_table(target: MirrorTarget, files: list[tuple[str, str | None]], empt
         path = path.split("://", 1)[1] if "://" in path else path
         part = pq.read_table(path, filesystem=fs)
         if bucket is not None:
+            # The log's partition value is the bucket; a file may hold the column too (Spark's Delta writer
+            # writes it into its files; the driver's files do not).
+            if BUCKET in part.column_names:
+                part = part.drop_columns([BUCKET])
             part = part.append_column(BUCKET, pa.array([bucket] * part.num_rows, pa.string()))
         parts.append(part)
     return pa.concat_tables(parts, promote_options="permissive") if parts else empty
@@ -144,7 +150,29 @@ def _delta_readers(target: MirrorTarget, table: str, kind: str, version: int | N
     if target.storage.is_local:
         plain = _duckdb_table([f for f, _ in files], lake.schema.empty_table())
         out["duckdb over the version's files"] = plain
+    by_spark = _spark_delta(uri, options, version)
+    if by_spark is not None:
+        out["Spark's Delta connector (delta-spark)"] = by_spark
     return out
+
+
+def _spark_delta(uri: str, options: dict[str, str], version: int | None) -> pa.Table | None:
+    """The table as Spark's own Delta connector reads it, in the test session's SparkSession (None where no
+    session runs in this process; every Spark test has one)."""
+    from pyspark.sql import SparkSession
+
+    from relay.spark.session import configure_s3a
+    from relay.spark.spark_delta import spark_path
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return None
+    if options:
+        configure_s3a(spark, options)
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(spark_path(uri)).toArrow()
 
 
 def _iceberg_readers(target: MirrorTarget, table: str, kind: str, version: int | None) -> dict[str, pa.Table]:

@@ -195,6 +195,7 @@ def _mirror_restarted(spark: Any, config: MirrorConfig, total: int) -> None:
     )
 
 
+@pytest.mark.timeout(900)  # a relay run, then per format a restarted query, two replays and a re-apply
 def test_mirror_equals_select_through_restart_and_replay(
     spark: Any, mysql_service: Any, kafka_service: Any, shards: str, tmp_path: Path
 ) -> None:

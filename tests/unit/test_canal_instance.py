@@ -226,6 +226,32 @@ def test_the_position_writer_saves_the_newest_acked_point_within_the_interval() 
         instance.stop()
 
 
+def test_an_intent_is_written_at_once_and_the_writer_never_overwrites_it_with_an_older_point() -> None:
+    """Transactional mode's commit intent (``AckPath.intend``): written on the calling thread before the
+    commit; the position writer, which writes acked points later, has nothing older to write over it; the
+    ack after the commit writes the point after the transaction."""
+    txns = binlog(3)
+    positions = MemoryPositions()
+    instance, _ = build(positions, txns, save_interval=0.05)
+    assert instance.intend(lambda base: base) is None  # nothing saved yet: no intent
+    instance.start()
+    try:
+        instance.ack(take(instance, 3)[0])
+        acked = instance.last_acked
+        assert acked is not None
+        second = take(instance, 3)[0]
+        marked = ResumePoint(acked.journal, acked.offset, extra={"commit_pending": {"marker": 1}})
+        written = instance.intend(lambda base: marked if base == acked else base)
+        assert written == marked and positions.point == marked  # at once, holding the acked point
+        # What the writer does when a point is due: nothing older to write over the intent.
+        assert instance.save_pending() is None and positions.point == marked
+        instance.ack(second)
+        after = instance.last_acked
+        wait_for(lambda: positions.point == after, "the writer to save the point after the commit")
+    finally:
+        instance.stop()
+
+
 def test_a_failing_position_write_is_kept_for_the_publish_loop_to_raise() -> None:
     positions = MemoryPositions()
     instance, _ = build(positions, binlog(1), save_interval=0.05)

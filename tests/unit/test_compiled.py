@@ -207,6 +207,74 @@ def test_the_c_helper_gives_the_bytes_of_the_python_path() -> None:
         helper.object_bytes(key_bytes, ["too few"])
 
 
+def test_the_c_helper_gives_the_old_field_of_the_python_path() -> None:
+    """An UPDATE's ``old``: ``old_bytes`` == ``old_text(...).encode()`` over generated before/after images
+    (columns kept, changed, set to or from NULL, equal text in distinct objects, str subclasses); a changed
+    column of wider characters is left to the Python path (None), an unchanged one is not written."""
+    import random
+
+    from relay.binlog.values import Instant
+    from relay.kafka import canal_json as cj
+
+    helper = pytest.importorskip("relay.kafka._jsontext")  # built by scripts/build-compiled
+    names = ["id", "naïve", "x%y", 'q"uote', "c\\d", "\x01ctl"]
+    keys = tuple(f"{cj.dumps(n)}:" for n in names)
+    key_bytes = tuple(k.encode() for k in keys)
+    instant = Instant("2026-01-01 00:00:00")
+    rnd = random.Random(43)
+    pool: list[str | None] = [
+        None,
+        "",
+        "".join(chr(i) for i in range(256)),
+        'a"b\\c\n\x00\x7f\x80\xff',
+        instant,
+    ]
+    pool += ["".join(chr(rnd.randrange(256)) for _ in range(rnd.randrange(12))) for _ in range(300)]
+    for n in range(3000):
+        before = [rnd.choice(pool) for _ in keys]
+        after = [b if rnd.random() < 0.6 else rnd.choice(pool) for b in before]
+        if n % 7 == 0:  # equal text, another object
+            after = [None if b is None else "".join(list(b)) for b in before]
+        want = cj.old_text(keys, before, after).encode()
+        assert helper.old_bytes(key_bytes, tuple(before), tuple(after)) == want, (before, after)
+        assert helper.old_bytes(key_bytes, before, after) == want
+    wide = ["中文", "x", "", "", "", ""]
+    assert helper.old_bytes(key_bytes, tuple(wide), ("中", *wide[1:])) is None
+    assert helper.old_bytes(key_bytes, tuple(wide), (*wide[:1], "y", *wide[2:])) == '[{"naïve":"x"}]'.encode()
+    assert helper.old_bytes((), (), ()) == b"null"
+    with pytest.raises(ValueError):
+        helper.old_bytes(key_bytes, ("too few",), ("too few",))
+
+
+def test_record_keys_by_the_c_helper_are_the_keys_of_the_format() -> None:
+    """A row's key written by the C helper (``KeyShape.key_fragments``) equals the key the object format
+    writes, for one and several key columns, a ``_shard`` column, a constant ``_shard`` (the format
+    alone), odd names, NULLs and text of wider characters (the format again)."""
+    import dataclasses
+    import random
+
+    from relay.kafka import keys as k
+
+    rnd = random.Random(43)
+    pool: list[str | None] = [None, "", "42", 'a"b\\c\n\x00\x80\xff', "中文", "\U0001f600"]
+    pool += ["".join(chr(rnd.randrange(256)) for _ in range(rnd.randrange(10))) for _ in range(100)]
+    shapes = [
+        ((("id", 0),), None),
+        ((("line", 2), ("id", 0)), None),
+        ((("id", 0),), 1),
+        ((("naïve", 0), ('q"x%y', 3)), 2),
+        ((("id", 0),), "shop_07.orders_33"),
+    ]
+    for key_columns, shard in shapes:
+        text = k._key_text(key_columns, shard)
+        fast = k.KeyShape(key_columns, b"t", text, shard, (), k._key_fragments(key_columns, shard))
+        slow = dataclasses.replace(fast, key_fragments=None)
+        assert (fast.key_fragments is None) == isinstance(shard, str)
+        for _ in range(500):
+            image = tuple(rnd.choice(pool) for _ in range(4))
+            assert fast.of(image) == slow.of(image), (key_columns, shard, image)
+
+
 def test_an_edited_c_helper_makes_the_whole_set_pure(copy: Path) -> None:
     _manifest(copy)
     path = copy / "relay" / "_compiled.json"
@@ -399,6 +467,42 @@ def test_the_c_row_reader_gives_the_text_of_the_python_decoders() -> None:
         assert got == want, (present, nulls, data.hex())
         compared += 1
     assert compared == 3000
+
+
+def test_the_c_row_reader_writes_the_integer_and_date_edges_as_the_decoders() -> None:
+    """Each integer width, signed and unsigned, at 0, ±1 and both ends; dates and datetimes with the
+    smallest and largest year, month and day fields their bits hold: the C reader's digits (written
+    without printf) equal the Python decoders' text."""
+    from relay.binlog import rows, values
+    from relay.binlog import types as t
+
+    if rows.C_READER is None:
+        pytest.skip("the C row reader is not built (or the relay runs pure Python)")
+    columns = [c for c in _columns() if c.type_code in (t.TINY, t.SHORT, t.INT24, t.LONG, t.LONGLONG, t.DATE)]  # type: ignore[attr-defined]
+    columns += [c for c in _columns() if c.type_code == t.DATETIME2 and c.meta in (0, 3)]  # type: ignore[attr-defined]
+    plan = rows._Plan(tuple(columns), values.UTC_ZONE)  # type: ignore[arg-type]
+    steps = plan.steps(plan.full)
+    native = plan.native
+    reader = rows.C_READER(tuple((i, *native[i], d) for i, d in steps), plan.ncols)
+    sizes = {t.TINY: 1, t.SHORT: 2, t.INT24: 3, t.LONG: 4, t.LONGLONG: 8, t.DATE: 3}
+    for pick in range(6):
+        body = b""
+        for column in columns:
+            code = column.type_code  # type: ignore[attr-defined]
+            if code == t.DATETIME2:
+                size = 5 + (column.meta + 1) // 2  # type: ignore[attr-defined]
+                edge = [
+                    b"\x80" + bytes(size - 1),
+                    b"\xff" * size,
+                    b"\x80\x00\x00\x00\x00" + b"\x00" * (size - 5),
+                ]
+                body += edge[pick % 3]
+                continue
+            n = sizes[code]
+            edges = [0, 1, (1 << (8 * n)) - 1, 1 << (8 * n - 1), (1 << (8 * n - 1)) - 1, (1 << (8 * n)) - 2]
+            body += edges[pick].to_bytes(n, "little")
+        data = bytes((len(steps) + 7) >> 3) + body
+        assert reader(data, 0) == rows._image(data, 0, steps, plan.ncols), (pick, data.hex())
 
 
 _QUIET = """

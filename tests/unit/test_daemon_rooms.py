@@ -32,8 +32,9 @@ from relay.errors import (
     PublishError,
     RecordRejectedError,
 )
+from relay.kafka.commit_intent import Probe, Settler, pending
 from relay.kafka.records import BatchHandle, Record
-from relay.positions.store import ResumePoint, SourceIdentity
+from relay.positions.store import MemoryPositionStore, ResumePoint, SourceIdentity
 from tests.unit.test_canal_instance import transaction
 from tests.unit.test_relay_loop import FakeLeadership
 
@@ -118,6 +119,7 @@ class FakePublisher:
         self.flushed: list[float] = []
         self.term_over: list[bool] = []
         self.inits = 0
+        self.landed: Any = None  # the delivery report of a record of the open transaction
 
     def partitions(self, topic: str) -> int:
         return 1
@@ -137,7 +139,9 @@ class FakePublisher:
     def batch_ids(self) -> list[int]:
         return list(self.inflight_batches)
 
-    def commit(self, extra: Sequence[Record]) -> bool:
+    def commit(self, extra: Sequence[Record], before_end: Any = None) -> bool:
+        if before_end is not None:  # every record delivered, the commit next
+            before_end(self.landed)
         self.commits.append(list(extra))
         if self.commit_ok:
             self.age = None
@@ -361,6 +365,63 @@ def test_a_commit_waits_while_before_commit_says_not_yet() -> None:
     assert not txns.commit() and publisher.commits == []
     ready[0] = True
     assert txns.commit() and len(publisher.commits) == 1
+
+
+class Landed:
+    """A delivery report's place, as confluent_kafka's ``Message`` gives it."""
+
+    def topic(self) -> str:
+        return "db.t"
+
+    def partition(self) -> int:
+        return 2
+
+    def offset(self) -> int:
+        return 41
+
+
+class IntentInstance(FakeInstance):
+    """Records the points written before a commit, and when (how many commits had run by then)."""
+
+    def __init__(self, publisher: FakePublisher, saved: ResumePoint) -> None:
+        super().__init__(saved)
+        self.publisher = publisher
+        self.intents: list[tuple[ResumePoint, int]] = []
+
+    def intend(self, make: Any) -> ResumePoint | None:
+        assert self.saved_point is not None
+        written = make(self.saved_point)
+        self.intents.append((written, len(self.publisher.commits)))
+        return written
+
+
+def test_transactional_mode_writes_the_intent_before_the_commit_naming_a_record_of_it() -> None:
+    publisher = FakePublisher()
+    saved = ResumePoint("mysql-bin.000001", 90)
+    instance = IntentInstance(publisher, saved)
+    settler = Settler({}, 1.0, lambda: None)
+    positions = MemoryPositionStore(saved)
+    txns = Transactions(config(), instance, publisher, Unfenced(), None, (positions, settler))  # type: ignore[arg-type]
+    publisher.age, publisher.inflight_batches, publisher.landed = 1.0, [4, 5], Landed()
+    assert txns.commit()
+    [(written, commits_before)] = instance.intents
+    assert commits_before == 0, "the intent is written before the transaction commits"
+    found = pending(written)
+    assert found is not None
+    after, probe = found
+    assert (written.journal, written.offset) == ("mysql-bin.000001", 90)  # still the point before it
+    assert after.offset == 105 and probe == Probe("db.t", 2, 41)  # the point after batch 5; a record
+    publisher.age, publisher.inflight_batches, publisher.landed = 1.0, [6], None
+    assert txns.commit() and len(instance.intents) == 1  # nothing landed: nothing to publish twice
+
+
+def test_exactly_once_mode_writes_no_intent_its_position_commits_inside_the_transaction() -> None:
+    publisher, eos = FakePublisher(), FakeExactlyOnce()
+    instance = IntentInstance(publisher, ResumePoint("mysql-bin.000001", 90))
+    intents = (MemoryPositionStore(), Settler({}, 1.0, lambda: None))
+    txns = Transactions(config(), instance, publisher, Unfenced(), eos, intents)  # type: ignore[arg-type]
+    publisher.age, publisher.inflight_batches, publisher.landed = 1.0, [4], Landed()
+    assert txns.commit() and instance.intents == []
 
 
 # -- retry, rollback, drain -------------------------------------------------------------------------

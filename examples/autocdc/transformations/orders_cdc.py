@@ -1,10 +1,15 @@
-"""The relay's change rows as an AutoCDC source: latest state (SCD type 1) and history (SCD type 2).
+"""The relay's change rows as an AutoCDC source: latest state (SCD type 1).
 
-The view ``relay_changes`` streams the topic with the ``relay-kafka`` source (or Spark's ``kafka`` source
-where its jar is installed), decodes it (``changes`` → ``typed``) and turns it into upserts and deletes by
-key (``cdc_rows``): ``_key`` is the logical key (the record key's values, the mapping's key columns), its
-``_sequence`` the change identity that orders a key's changes, ``_deleted`` marks DELETEs (and the old key
-of an UPDATE that moved a row). Spark's ``create_auto_cdc_flow`` does the rest.
+The view ``relay_changes`` streams the topic with Spark's ``kafka`` source (``spark.relay.source``:
+``relay-kafka`` for a Spark without the connector jar), decodes it (``changes`` → ``typed``) and turns it
+into upserts and deletes by key (``cdc_rows``): ``_key`` is the logical key (the record key's values, the
+mapping's key columns), its ``_sequence`` the change identity that orders a key's changes, ``_deleted``
+marks DELETEs (and the old key of an UPDATE that moved a row). Spark's ``create_auto_cdc_flow`` does the rest.
+
+SCD type 2: Spark 4.2's AutoCDC refuses ``stored_as_scd_type=2`` ("Only 1 is supported"); the relay keeps
+histories itself (``relay spark mirror --history``). The target must support row-level operations
+(MERGE): Delta 4.4's tables do not report them to Spark 4.2 (AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE), and
+Iceberg's, which do, have no runtime for Spark 4.2 — see README "Spark's own AutoCDC".
 
 TRUNCATE/DROP TABLE: Spark's open-source AutoCDC has no ``apply_as_truncates`` (Databricks' has); the
 records of those statements are DDL records, not row changes, so they are not in this view. Apply them
@@ -31,7 +36,7 @@ COLUMNS = list(json.loads(conf.get("spark.relay.columns", '{"id": "bigint"}')).i
 @dp.temporary_view
 def relay_changes():  # type: ignore[no-untyped-def]
     raw = (
-        spark.readStream.format("relay-kafka")
+        spark.readStream.format(conf.get("spark.relay.source", "kafka"))
         .option("kafka.bootstrap.servers", conf.get("spark.relay.bootstrap", "127.0.0.1:9092"))
         .option("subscribe", conf.get("spark.relay.topic", "shop.orders"))
         .option("startingOffsets", "earliest")
@@ -50,16 +55,4 @@ dp.create_auto_cdc_flow(
     apply_as_deletes="_deleted",
     except_column_list=["_deleted"],
     stored_as_scd_type=1,
-)
-
-dp.create_streaming_table("orders_history")
-dp.create_auto_cdc_flow(
-    target="orders_history",
-    source="relay_changes",
-    keys=["_key"],
-    sequence_by="_sequence",
-    apply_as_deletes="_deleted",
-    except_column_list=["_deleted"],
-    stored_as_scd_type=2,
-    name="orders_history_flow",
 )

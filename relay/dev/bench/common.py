@@ -52,6 +52,7 @@ class BenchOptions:
         default_factory=dict
     )  # relay config overrides: {"publish.batch_size": 512}
     profile: str | None = None  # a directory: each relay-drain run is sampled by py-spy (or cProfile) into it
+    peers: tuple[str, ...] = ()  # relay.dev.bench.peers: run beside the relay on W1-W4 and S (--peers)
 
     @property
     def store_budget_mb(self) -> float:
@@ -112,6 +113,11 @@ class Context:
         return {**spec, "settings": self.options.settings}
 
 
+# The broker stamps every record with its append time: the side-by-side runs' rates and latencies are read
+# from these timestamps, one clock for every system (relay.dev.bench.landed).
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
 def broker_name(options: BenchOptions) -> str:
     """The broker the figures were measured on, for the report's machine line."""
     if options.kafka:
@@ -129,8 +135,8 @@ def empty_topics(bootstrap: str, names: list[str]) -> None:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay-bench-empty"})
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
+    consumer = Consumer(quiet({"bootstrap.servers": bootstrap, "group.id": "relay-bench-empty"}))
     try:
         metadata = admin.list_topics(timeout=30).topics
         ends = []
@@ -150,7 +156,7 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None
 
     admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
     existing = admin.list_topics(timeout=30).topics
-    new = [NewTopic(n, partitions, -1) for n in names if n not in existing]
+    new = [NewTopic(n, partitions, -1, config=TOPIC_CONFIG) for n in names if n not in existing]
     for future in admin.create_topics(new, request_timeout=30).values() if new else []:
         future.result(timeout=30)
 
@@ -207,11 +213,19 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def run_worker(ctx: Context, mode: str, timeout: float = 900.0, **kw: Any) -> dict[str, Any]:
-    """One measurement in a child process; its ``result`` line."""
+def run_worker(
+    ctx: Context,
+    mode: str,
+    timeout: float = 900.0,
+    on_start: Callable[[int], None] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """One measurement in a child process; its ``result`` line. ``on_start`` gets the child's pid first."""
     log = ctx.work / "workers.log"
     # The worker's own deadline (a drain that does not finish) comes before the process is killed.
     proc = _popen(ctx.spec(mode, timeout=max(60.0, timeout - 30.0), **kw), log)
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

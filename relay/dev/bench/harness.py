@@ -41,6 +41,8 @@ def write_mapping_file(path: Path) -> None:
 
 
 def relay_config_data(spec: dict[str, Any]) -> dict[str, Any]:
+    if "config" in spec:  # a whole configuration (the snapshot workload's, relay.dev.bench.snapshot)
+        return dict(spec["config"])
     work = spec["workdir"]
     data: dict[str, Any] = {
         "instance": spec["instance"],

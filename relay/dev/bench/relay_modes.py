@@ -13,6 +13,7 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from relay.dev.bench.harness import (
 )
 from relay.dev.bench.probes import GcClock, cpu_seconds, emit, memory_mb, thread_cpu
 from relay.kafka.publisher import KafkaPublisher
+from relay.kafka.records import Record
 
 
 def relay_drain(spec: dict[str, Any]) -> None:
@@ -112,11 +114,11 @@ def produce_only(spec: dict[str, Any]) -> None:
 
     relay, capture, _ = build_relay(spec, BatchCapture)
     config = relay.config
-    end = (spec["end"][0], int(spec["end"][1]))
+    done = _done(relay, spec)
     thread, errors = run_in_thread(relay)
     thread.start()
     deadline = time.monotonic() + spec.get("timeout", 600)
-    while not reached(relay.instance.last_saved, end):
+    while not done():
         if errors or not thread.is_alive() or time.monotonic() > deadline:
             raise SystemExit(f"relay (capturing the records) stopped: {errors[0] if errors else 'timeout'}")
         time.sleep(0.01)
@@ -124,6 +126,12 @@ def produce_only(spec: dict[str, Any]) -> None:
     relay.stop()
     thread.join(30)
     batches = [(i, records) for i, records in capture.batches if i >= 0]  # the warm-up record left out
+    suffix = spec.get("topic_suffix", "")
+    if suffix:  # topics of their own, which relay bench --peers watches as it watches every system's
+        batches = [
+            (i, [Record(r.topic + suffix, r.partition, r.key, r.value, r.headers) for r in rs])
+            for i, rs in batches
+        ]
     records = sum(len(r) for _, r in batches)
 
     window = config.publish.max_inflight_batches
@@ -156,3 +164,36 @@ def produce_only(spec: dict[str, Any]) -> None:
         rows_per_s=rows / elapsed,
         cpu_us_per_row=cpu * 1e6 / max(rows, 1),
     )
+
+
+def _done(relay: Any, spec: dict[str, Any]) -> Callable[[], bool]:
+    """Whether the relay has done its run: its saved position at ``spec["end"]``, or (a snapshot,
+    ``spec["rows"]``) its snapshot done with that many rows acknowledged."""
+    if "end" in spec:
+        end = (spec["end"][0], int(spec["end"][1]))
+        return lambda: reached(relay.instance.last_saved, end)
+    rows = int(spec["rows"])
+
+    def snapped() -> bool:
+        status = relay.instance.snapshot_status() if relay.instance.started.is_set() else None
+        return status is not None and bool(status["done"]) and status["acked_rows"] >= rows
+
+    return snapped
+
+
+def relay_snapshot(spec: dict[str, Any]) -> None:
+    """The relay with ``snapshot.mode: initial`` on the snapshot workload's table (``spec["config"]``), until
+    Kafka acknowledged ``spec["rows"]`` snapshot rows; then its peak RSS (``relay bench --peers``, S)."""
+    relay, _, _ = build_relay(spec)
+    done = _done(relay, spec)
+    thread, errors = run_in_thread(relay)
+    thread.start()
+    deadline = time.monotonic() + spec.get("timeout", 600)
+    while not done():
+        if errors or not thread.is_alive() or time.monotonic() > deadline:
+            raise SystemExit(f"the relay's snapshot did not finish: {errors[0] if errors else 'timeout'}")
+        time.sleep(0.01)
+    peak = memory_mb()[1]
+    relay.stop()
+    thread.join(30)
+    emit("result", rows=spec["rows"], peak_rss_mb=peak)

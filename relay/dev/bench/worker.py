@@ -12,7 +12,10 @@ writer does not share its interpreter. Modes (``spec["mode"]``):
 - ``produce-only``: the ceiling. The relay runs over ``start..end`` once, untimed, keeping every batch of
   records it sent; then a fresh publisher with the same settings sends those same pre-encoded batches
   with the relay's window (``publish.max_inflight_batches``) and acks them in order, timed until every
-  record is acknowledged: what the broker and librdkafka allow here with nothing to parse or encode.
+  record is acknowledged: what the broker and librdkafka allow here with nothing to parse or encode
+  (``spec["topic_suffix"]``: the timed pass to topics named with it appended, e.g. ``bench.w2.ceiling``);
+- ``relay-snapshot``: the relay snapshotting the snapshot workload's table (``spec["config"]``) until Kafka
+  acknowledged every row (``relay bench --peers`` measures it from outside, as the peers).
 
 Output: JSON lines on stdout (``ready``, ``progress``, ``result``), read by ``relay.dev.bench.runner``.
 
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from relay.dev.bench.baselines import naive_relay, stock_parse
 from relay.dev.bench.probes import profile_threads
-from relay.dev.bench.relay_modes import produce_only, relay_drain, relay_live
+from relay.dev.bench.relay_modes import produce_only, relay_drain, relay_live, relay_snapshot
 
 MODES = {
     "relay-drain": relay_drain,
@@ -38,6 +41,7 @@ MODES = {
     "stock-parse": stock_parse,
     "naive-relay": naive_relay,
     "produce-only": produce_only,
+    "relay-snapshot": relay_snapshot,
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -122,9 +123,9 @@ def binlog_bytes(conn: Any, start: tuple[str, int], end: tuple[str, int]) -> int
     return total
 
 
-def _insert(cur: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+def _insert(cur: Any, table: str, rows: list[tuple[Any, ...]], verb: str = "INSERT") -> None:
     marks = ", ".join([_MARKS] * len(rows))
-    cur.execute(f"INSERT INTO {DB}.{table} ({COLUMNS}) VALUES {marks}", [v for r in rows for v in r])
+    cur.execute(f"{verb} INTO {DB}.{table} ({COLUMNS}) VALUES {marks}", [v for r in rows for v in r])
 
 
 # ---- statements, one per step: each returns [(id, type)] of the row changes it committed --------------
@@ -193,13 +194,15 @@ def steps_for(name: str, base: int, population: int) -> Step:
     return _insert_step("w4", W4_ROWS_PER_TXN, base, big=True)
 
 
-def populate_w3(conn: Any, population: int) -> None:
-    """The rows W3 updates, inserted without binlogging them (they are not part of any backlog)."""
+def populate_w3(conn: Any, population: int, first: int = 0) -> None:
+    """The rows W3 updates (ids ``first`` … ``population - 1``; those already there are kept), inserted
+    without binlogging them (they are not part of any backlog)."""
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         try:
-            for lo in range(0, population, 1000):
-                _insert(cur, "w3", [row(i) for i in range(lo, min(lo + 1000, population))])
+            for lo in range(first, population, 1000):
+                rows = [row(i) for i in range(lo, min(lo + 1000, population))]
+                _insert(cur, "w3", rows, "INSERT IGNORE")
         finally:
             cur.execute("SET SESSION sql_log_bin = 1")
 
@@ -241,12 +244,18 @@ def write_bulk(conn: Any, table: str, rows: int) -> int:
     return int(inserted) + int(updated)
 
 
-def write_backlog(conn: Any, step: Step, steps: int, progress: Callable[[int], None]) -> int:
-    """Run ``steps`` statements as fast as the server takes them; returns the row changes."""
+def write_backlog(
+    conn: Any, step: Step, steps: int, progress: Callable[[int], None], per_key: Counter[int] | None = None
+) -> int:
+    """Run ``steps`` statements as fast as the server takes them; returns the row changes (counted per row
+    id into ``per_key`` too, where given: what a complete copy of the backlog holds)."""
     changes = 0
     with conn.cursor() as cur:
         for n in range(steps):
-            changes += len(step(cur, n))
+            changed = step(cur, n)
+            changes += len(changed)
+            if per_key is not None:
+                per_key.update(i for i, _ in changed)
             if n % 500 == 499:
                 progress(changes)
     return changes
