@@ -351,7 +351,8 @@ def _check_cut_command(target: MirrorTarget, prefix: str, expected: dict[str, li
         ), name
 
 
-@pytest.mark.long  # minutes per format (400 transactions, a SIGKILL, a read per micro-batch): scripts/test-long
+# minutes per format (400 transactions, a SIGKILL, a read per micro-batch): scripts/test-long
+@pytest.mark.long
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_cuts_keep_an_invariant_no_single_table_shows(

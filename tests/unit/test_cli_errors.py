@@ -117,11 +117,11 @@ def test_a_malformed_value_is_one_line_and_exit_status_2(
     assert "error" in lines[0]
 
 
-def test_the_exit_statuses_in_help_and_readme_agree(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_exit_statuses_in_help_and_the_docs_agree(capsys: pytest.CaptureFixture[str]) -> None:
     from relay.cli.main import EXIT_STATUSES
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Exit statuses", 1)[1].split("\n##", 1)[0]
+    page = (Path(__file__).resolve().parents[2] / "docs/operations/troubleshooting.md").read_text()
+    section = page.split("## Exit statuses", 1)[1].split("\n## ", 1)[0]
     codes = {line.split()[0] for line in EXIT_STATUSES.splitlines()[1:] if line[:5].strip().isdigit()}
     assert codes == {"0", "1", "2", "3", "4", "5", "70", "130", "141"}
     for code in codes:
