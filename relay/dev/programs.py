@@ -25,6 +25,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mvn": ("maven", "resolving pinned Java artifacts from Maven Central once (relay.common.jars)"),
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
     "chromium": ("chromium", "tests: the browser Playwright drives through the console's pages"),
+    "bash": ("bash", "Spark's launch scripts (relay spark); tests: the tutorials' runnable blocks"),
 }
 
 # Programs some tests use where they exist and skip without (saying so): listed, never installed by
