@@ -200,7 +200,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     kw["peers"] = tuple(dict.fromkeys(p.strip().lower() for p in (args.peers or "").split(",") if p.strip()))
     for name in kw["peers"]:
         if name in UNAVAILABLE:
-            raise SystemExit(f"relay bench: --peers {name}: it does not install here: {UNAVAILABLE[name]}")
+            raise ArgumentError("--peers", f"{name}: it does not install here: {UNAVAILABLE[name]}")
     kw["latency_rate"] = args.latency_rate
     kw["settings"] = parse_settings(args.set)
     for key, value in (
