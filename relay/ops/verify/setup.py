@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -93,11 +94,27 @@ def plan_shards(
     return shards
 
 
-def check_server(reader: SourceReader, point: ResumePoint | None, config: RelayConfig) -> None:
+def first_point(
+    published: StorePublished, wait_seconds: float, stop: threading.Event | None = None
+) -> ResumePoint | None:
+    """The relay's saved position; a relay that has not saved one yet (just started) is waited for up to
+    ``wait_seconds`` (``--wait``), as a relay behind is."""
+    deadline = time.monotonic() + wait_seconds
+    halt = stop or threading.Event()
+    point = published.point()
+    while point is None and time.monotonic() < deadline and not halt.wait(0.5):
+        point = published.point()
+    return point
+
+
+def check_server(
+    reader: SourceReader, point: ResumePoint | None, config: RelayConfig, waited: float = 0.0
+) -> None:
     """The saved position must be a place in the binlog of the server read."""
     if point is None:
         raise VerifyError(
-            f"instance {config.instance} has no saved position: the relay has published nothing to compare"
+            f"instance {config.instance} has no saved position after {waited:g} s (--wait): the relay has "
+            "published nothing to compare; is it running (relay status)?"
         )
     if point.source is None:
         return
@@ -157,7 +174,7 @@ def verify(
     deadline: float | None = None,
 ) -> Report:
     """One run; ``keys`` (and ``deadline``): only those keys, re-checked until then (after a repair)."""
-    check_server(reader, published.point(), config)
+    check_server(reader, first_point(published, options.wait_seconds, stop), config, options.wait_seconds)
     verifier = Verifier(options, reader, target, published, shards, progress=progress, stop=stop)
     report = verifier.run(pending_only=keys, deadline=deadline)
     report.notes = [*getattr(target, "notes", []), *report.notes]
