@@ -46,7 +46,7 @@ from relay.canal.entry import Entry
 from relay.config.sections import SnapshotConfig, SourceConfig
 from relay.source.snapshot_checkpoint import read_percent
 from relay.source.snapshot_readers import Readers
-from relay.source.snapshot_watermarks import Watermarks
+from relay.source.snapshot_watermarks import Pos, Watermarks
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,13 @@ class Snapshot:
         *,
         server_id: int,
         mariadb: bool,
+        after: tuple[Pos, int] | None = None,
     ) -> None:
         self.config = config
         self.source = source
         self.cancelled = False
         self._stop = threading.Event()
-        self.watermarks = Watermarks(state, server_id=server_id, mariadb=mariadb)
+        self.watermarks = Watermarks(state, server_id=server_id, mariadb=mariadb, after=after)
         self.readers = Readers(config, source, self.watermarks, self._stop)
         self._started = time.monotonic()
 

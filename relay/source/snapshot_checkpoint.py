@@ -92,4 +92,5 @@ def compacted(state: dict[str, Any]) -> dict[str, Any]:
         "rows": state_rows(state),
         "table_count": len(tables),
         "skipped": state.get("skipped", {}),
+        **({"place": state["place"]} if "place" in state else {}),  # the next snapshot numbers on from it
     }

@@ -28,6 +28,7 @@ from relay.source.snapshot import Snapshot
 from relay.source.snapshot_checkpoint import EXTRA_KEY, READ_MS_KEY, compacted, state_rows
 from relay.source.snapshot_entry import SnapshotEntry
 from relay.source.snapshot_plan import captured_tables, check_where, plan
+from relay.source.snapshot_watermarks import place_of
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,21 @@ class SnapshotControl:
         ``moved``: the same snapshot on another server, whose checkpoints as handed out stay."""
         info = self.reading.info
         assert info is not None
+        # Where the previous snapshot (this run's, or the saved point's) put its last chunk: a chunk of
+        # this one at the same place numbers on from there (relay.source.snapshot_watermarks).
+        after = self.snapshot.watermarks.last_place() if self.snapshot is not None else place_of(self._state)
         if not moved:
             # Copies: the snapshot moves its own state on as chunks are put, points carry what was
             # handed out.
             self._state = copy.deepcopy(state)
             self._fresh = copy.deepcopy(state)
         snap = Snapshot(
-            self.config, self.reading.source_config(), state, server_id=info.server_id, mariadb=info.mariadb
+            self.config,
+            self.reading.source_config(),
+            state,
+            server_id=info.server_id,
+            mariadb=info.mariadb,
+            after=after,
         )
         self.snapshot = snap  # before its readers start: the parser watches for it from the next event
         snap.start(at)

@@ -78,10 +78,29 @@ class Watch:
     since: Pos | None = None
 
 
+def place_of(state: dict[str, Any] | None) -> tuple[Pos, int] | None:
+    """The last place a snapshot's checkpoint records a chunk put at, and its ordinal there (None: none)."""
+    saved = (state or {}).get("place")
+    if not saved:
+        return None
+    (name, order), offset, ordinal = saved
+    return ((str(name), int(order)), int(offset)), int(ordinal)
+
+
 class Watermarks:
     """The parser side of one snapshot: watched tables, chunks waiting for their place, the checkpoint."""
 
-    def __init__(self, state: dict[str, Any], *, server_id: int, mariadb: bool) -> None:
+    def __init__(
+        self,
+        state: dict[str, Any],
+        *,
+        server_id: int,
+        mariadb: bool,
+        after: tuple[Pos, int] | None = None,
+    ) -> None:
+        """``after``: the last place an earlier snapshot put a chunk at, and its ordinal there: a chunk of
+        this one put at the same place (no binlog written since) takes the next ordinal, so its rows sort
+        after the earlier snapshot's (``relay verify --repair`` of a key snapshotted at that place)."""
         self.state = state  # the emitted state (parser thread), copied into each chunk entry
         self.server_id = server_id
         self.mariadb = mariadb
@@ -89,9 +108,14 @@ class Watermarks:
         self._lock = threading.Lock()
         self._watches: dict[tuple[str, str], Watch] = {}
         self._submitted: list[Chunk] = []
-        self._place: tuple[Pos, int] | None = None  # the last place a chunk was put at, and how many there
+        # The last place a chunk was put at and its ordinal there; kept in the checkpoint ("place"), so a
+        # snapshot continued after a restart, or the next snapshot, goes on counting at that place.
+        self._place: tuple[Pos, int] | None = place_of(state) or after
         self._pos: Pos | None = None
         self._journal = ""  # the binlog file of ``_pos``
+
+    def last_place(self) -> tuple[Pos, int] | None:
+        return self._place
 
     def start_at(self, at: tuple[str, int] | None) -> None:
         """Where the parser starts reading (None or no file: not known yet)."""
@@ -216,6 +240,7 @@ class Watermarks:
         advance(self.state, chunk.spec.name, chunk.last_key, len(rows), chunk.done, self.skipped)
         ordinal = self._place[1] + 1 if self._place is not None and self._place[0] == pos else 0
         self._place = (pos, ordinal)
+        self.state["place"] = [[pos[0][0], pos[0][1]], pos[1], ordinal]
         entry = chunk_entry(
             chunk.spec, rows, deleted, journal, pos[1], ordinal=ordinal, server_id=self.server_id,
             mariadb=self.mariadb, gtid_set=gtid_set, checkpoint=self.state, read_ms=chunk.read_ms,

@@ -286,7 +286,10 @@ def test_a_finished_checkpoint_is_compacted_and_still_reported() -> None:
     (entry,) = snap.due(False, None)
     assert isinstance(entry, SnapshotEntry)
     small = compacted(entry.checkpoint)
-    assert small == {"id": "s1", "done": True, "cancelled": False, "rows": 1, "table_count": 1, "skipped": {}}
+    assert small == {
+        "id": "s1", "done": True, "cancelled": False, "rows": 1, "table_count": 1, "skipped": {},
+        "place": [["mysql-bin", 7], 1000, 0],  # where its last chunk sits: a next snapshot numbers on there
+    }  # fmt: skip
     assert state_rows(small) == state_rows(entry.checkpoint) == 1
     point = ResumePoint(FILE, 1000, extra={"snapshot": small})
     report = snapshot_report(None, ResumePoint.from_json(point.to_json()))
@@ -423,3 +426,36 @@ def test_changes_below_the_watch_start_neither_supersede_nor_void() -> None:
     (entry,) = snap.due(False, None)
     rc = entry.store_value
     assert isinstance(rc, RowChange) and [r.after for r in rc.rows] == [("1", "A")] and not chunk.redo
+
+
+def test_a_later_snapshot_at_the_same_place_numbers_its_chunks_on() -> None:
+    """No binlog written between two snapshots of a key (``relay verify --repair`` right after a snapshot):
+    the second one's chunk sits at the same place, and takes the next ordinal there, so its rows sort after
+    the first one's — also after a restart, from the place the saved checkpoint keeps."""
+    from relay.source.snapshot_checkpoint import compacted
+    from relay.source.snapshot_watermarks import place_of
+
+    spec = _spec()
+    first = _snapshot(spec)
+    first.watermarks.submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "x")], ["9"], True))
+    (earlier,) = first.due(False, None)
+    assert isinstance(earlier, SnapshotEntry) and earlier.ordinal == 0
+    saved = compacted(earlier.checkpoint)  # what a resume point keeps of a finished snapshot
+    for after in (first.watermarks.last_place(), place_of(saved)):
+        again = Snapshot(SnapshotConfig(), SourceConfig(), new_state([spec], "s2"), server_id=1, mariadb=True,
+                         after=after)  # fmt: skip
+        again.start((FILE, 1000))
+        again.stop()
+        again.watermarks.submit(
+            Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "y")], ["9"], True)
+        )
+        (later,) = again.due(False, None)
+        assert isinstance(later, SnapshotEntry)
+        assert (
+            later.header.logfile_offset == earlier.header.logfile_offset
+        )  # the same place, the same sequence
+        assert later.ordinal == 1, "numbered on after the earlier snapshot's chunk"
+    fresh = _snapshot(spec)  # no earlier snapshot: counting starts at 0
+    fresh.watermarks.submit(Chunk(spec, position(FILE, 900), position(FILE, 1000), [("9", "z")], ["9"], True))
+    (alone,) = fresh.due(False, None)
+    assert isinstance(alone, SnapshotEntry) and alone.ordinal == 0
