@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from relay.common.truststore import java_options
 from relay.errors import JarsError
 
 
@@ -210,7 +211,11 @@ def resolve(name: str, *, quiet: bool = True) -> Path:
         argv += [f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
         if quiet:
             argv.append("-q")
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        env = dict(os.environ)
+        trust = java_options(jars_dir())  # the machine's CA bundle, where Java's own store lacks some of it
+        if trust:
+            env["MAVEN_OPTS"] = " ".join([env.get("MAVEN_OPTS", ""), *trust]).strip()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
