@@ -321,6 +321,15 @@ class RingStore:
             entry = self._slots[(self._ack + 1) & self._mask]
             return entry.position if entry is not None else None
 
+    def first_unacked_ms(self) -> int:
+        """The binlog time (ms) of the first entry not yet acked (taken or not); 0 when the store holds
+        nothing, or that entry has no binlog time (a snapshot chunk)."""
+        with self._lock:
+            if self._ack == self._put:
+                return 0
+            entry = self._slots[(self._ack + 1) & self._mask]
+            return entry.header.execute_time if entry is not None else 0
+
     def latest_position(self) -> EntryPosition | None:
         """Position of the last entry put, even when already acked; None before the first put."""
         with self._lock:

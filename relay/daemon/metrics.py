@@ -9,8 +9,10 @@ store's fill, the saved position, the mapping version, the leadership — so a m
 copy. What needs the MySQL server (bytes behind the binlog end, retention runway) is fetched at most
 every ``server_check_seconds`` and cached; a failed check sets ``relay_source_up`` to 0.
 
-Lag in seconds is now − the binlog time of the last acknowledged change (of the saved position before
-the first ack), and 0 when the saved position is the server's binlog end: an idle source is not lag.
+Lag in seconds is now − the binlog time of the oldest change not yet acknowledged (the first one the
+store holds, else the last event read; the last acknowledged change's, or the saved position's, when
+neither is known), and 0 when the relay is caught up or the saved position is the server's binlog end: an
+idle source is not lag, and a change after a quiet hour lags by its own age, not the hour.
 Nothing leaves here unredacted: label values go through ``relay.common.redact.redact``.
 """
 
@@ -189,7 +191,10 @@ class RelayCollector(Collector):
         saved position is its binlog end, as ``relay status`` says."""
         point = self.saved()
         caught_up = view.lag_bytes == 0 or self.relay.instance.caught_up()
-        return self.relay.stats.lag_seconds(caught_up, point.timestamp if point is not None else 0)
+        instance = self.relay.instance
+        return self.relay.stats.lag_seconds(
+            caught_up, point.timestamp if point is not None else 0, instance.oldest_pending_ms()
+        )
 
     def collect(self) -> Iterator[Metric]:
         yield from self._counters()
@@ -301,7 +306,7 @@ class RelayCollector(Collector):
         if lag is not None:
             yield _gauge(
                 "relay_lag_seconds",
-                "Now minus the binlog time of the last acknowledged change (0 while caught up)",
+                "Now minus the binlog time of the oldest change not yet acknowledged (0 while caught up)",
                 lag,
             )
         if view.lag_bytes is not None:

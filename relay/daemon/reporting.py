@@ -76,6 +76,7 @@ class StatusReporter:
         data = self.stats.snapshot(
             caught_up=instance.caught_up(),
             saved_ms=0 if saved is None else saved.timestamp,
+            pending_ms=instance.oldest_pending_ms(),
             instance=self.config.instance,
             source=self.config.source.address,
             position=None if saved is None else json.loads(replace(saved, source=None).to_json()),

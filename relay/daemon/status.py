@@ -76,14 +76,17 @@ class RelayStats:
         published = self.records_published - base_count
         return published / elapsed if elapsed > 0 and published > 0 else 0.0
 
-    def lag_seconds(self, caught_up: bool = False, saved_ms: int = 0) -> float | None:
-        """``lag_seconds`` of this relay: 0 when ``caught_up``, else the age of the last acknowledged
+    def lag_seconds(self, caught_up: bool = False, saved_ms: int = 0, pending_ms: int = 0) -> float | None:
+        """``lag_seconds`` of this relay: 0 when ``caught_up``, else the age of the oldest change not yet
+        acknowledged (``pending_ms``: ``Instance.oldest_pending_ms``), else of the last acknowledged
         change (``saved_ms``, the saved position's binlog time, before any this run)."""
-        return lag_seconds(caught_up, self.last_event_ms or saved_ms)
+        return lag_seconds(caught_up, pending_ms or self.last_event_ms or saved_ms)
 
-    def snapshot(self, caught_up: bool = False, saved_ms: int = 0, **extra: Any) -> dict[str, Any]:
+    def snapshot(
+        self, caught_up: bool = False, saved_ms: int = 0, pending_ms: int = 0, **extra: Any
+    ) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-        lag = self.lag_seconds(caught_up, saved_ms)
+        lag = self.lag_seconds(caught_up, saved_ms, pending_ms)
         data.update(
             pid=os.getpid(),
             host=socket.gethostname(),
@@ -98,8 +101,8 @@ class RelayStats:
 
 def lag_seconds(caught_up: bool, event_ms: int, now: float | None = None) -> float | None:
     """A relay's lag in seconds: 0 while it is caught up (nothing read waits to be published, the
-    parser waits at the binlog end), else now minus the binlog time ``event_ms`` of the last change
-    acknowledged; None when there is none to go by."""
+    parser waits at the binlog end), else now minus the binlog time ``event_ms`` of the oldest change
+    not yet acknowledged (or, not known, of the last one acknowledged); None when there is none to go by."""
     if caught_up:
         return 0.0
     if not event_ms:

@@ -22,6 +22,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mariadb": ("mariadb-client-core", "the same client under its MariaDB name (the script takes either)"),
     "mariadb-tzinfo-to-sql": ("mariadb-client", "tests: loading time zones into MariaDB"),
     "java": ("default-jre-headless", "the embedded ZooKeeper and Apache Kafka"),
+    "keytool": ("default-jre-headless", "Maven's trust in the machine's CA bundle (relay.common.truststore)"),
     "mvn": ("maven", "resolving pinned Java artifacts from Maven Central once (relay.common.jars)"),
     "openssl": ("openssl", "tests: certificates for MySQL TLS"),
     "chromium": ("chromium", "tests: the browser Playwright drives through the console's pages"),

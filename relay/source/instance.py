@@ -176,6 +176,12 @@ class CanalInstance:
         (``AckPath.caught_up``): the lag is 0, however old the last change."""
         return self.acks.caught_up()
 
+    def oldest_pending_ms(self) -> int:
+        """The binlog time (ms) of the oldest change not yet acknowledged: the first entry the store holds
+        unacked, else the last event the parser read (everything before it is acknowledged); 0: unknown.
+        After a quiet hour, a new change makes the relay behind by its own age, not by the hour."""
+        return self.store.first_unacked_ms() or self.parser.last_event_ms
+
     @property
     def save_failure(self) -> BaseException | None:
         return self.acks.save_failure

@@ -434,3 +434,45 @@ def test_debug_log_names_batch_and_position_on_every_publish_and_ack_line(case: 
     assert sent and acked and any("delivered" in line for line in lines)
     missing = [line for line in lines if not POSITION.search(line)]
     assert not missing, "lines without a position:\n" + "\n".join(missing[:10])
+
+
+def test_a_change_after_a_quiet_hour_shows_its_own_age_as_lag_not_the_hour(
+    case: Case, own_broker: services.Running[KafkaService]
+) -> None:
+    """The last change acknowledged is an hour old (its binlog time set back with SET TIMESTAMP); a new
+    change waits on a frozen broker. The lag the status file shows is the new change's age (seconds), as
+    an operator must read it — not the hour since the previous change."""
+    case = replace(case, bootstrap=own_broker.service.bootstrap_servers)
+    cfg = case.configure({**LOAD, "kafka": {"delivery_timeout_seconds": 30.0}})
+    config = load_config(cfg)
+    table = f"{case.prefix}_00.orders_00"
+    relay = case.relay(cfg)
+    wait_for(lambda: relay.status().get("state") == "running", 60, "the relay running")
+    with case.conn.cursor() as cur:
+        cur.execute("SET TIMESTAMP = UNIX_TIMESTAMP() - 3600")
+        cur.execute(f"INSERT INTO {table} VALUES (%s, 'QUIET', 1, NULL)", (2 * 10**6,))
+        cur.execute("SET TIMESTAMP = DEFAULT")
+    wait_for(lambda: status_report(config)["lag_bytes"] == 0, 60, "the hour-old change acknowledged")
+    wait_for(lambda: relay.status().get("caught_up") is True, 30, "the relay caught up")
+    broker = own_broker.process.pid
+    os.kill(broker, signal.SIGSTOP)
+    try:
+        with case.conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} VALUES (%s, 'NEW', 1, NULL)", (2 * 10**6 + 1,))
+        written = time.time()
+        wait_for(lambda: relay.status().get("store_entries", 0) >= 1, 30, "the new change read")
+        wait_for(lambda: relay.status().get("updated", 0) > written + 1, 30, "a status written after it")
+        lags = []
+        deadline = time.monotonic() + 3.0  # the window: the change read, the broker frozen
+        while time.monotonic() < deadline:
+            status = relay.status()
+            assert status.get("caught_up") is False, status
+            lags.append(status["lag_seconds"])
+            time.sleep(0.2)
+    finally:
+        os.kill(broker, signal.SIGCONT)
+    assert lags and max(lags) < 600, f"lag during the wait: {lags} (the previous change is 3600 s old)"
+    assert max(lags) >= 1, f"the new change's own age shows: {lags}"
+    print(f"lag while the new change waited: {min(lags):.1f}-{max(lags):.1f} s (the change before: 3600 s)")
+    wait_for(lambda: status_report(config)["lag_bytes"] == 0, 60, "the new change acknowledged")
+    stop_gracefully(relay)

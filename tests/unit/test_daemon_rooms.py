@@ -559,3 +559,14 @@ def test_lag_is_zero_while_caught_up_and_the_age_of_the_last_acked_change_otherw
     assert stats.snapshot(caught_up=True)["lag_seconds"] == 0.0
     assert stats.snapshot(caught_up=True)["caught_up"] is True
     assert 29 < stats.snapshot()["lag_seconds"] < 60
+
+
+def test_a_change_after_a_quiet_hour_lags_by_its_own_age_not_the_hour() -> None:
+    stats = RelayStats()
+    hour_ago = int((time.time() - 3600) * 1000)
+    stats.acked(1, 1, "mysql-bin.000001:4", hour_ago)  # the last change before the quiet hour
+    new = int((time.time() - 2) * 1000)  # one change, read two seconds ago, not yet acknowledged
+    assert 1 < (stats.lag_seconds(pending_ms=new) or 0) < 30
+    assert 1 < stats.snapshot(pending_ms=new)["lag_seconds"] < 30
+    assert stats.lag_seconds(caught_up=True, pending_ms=new) == 0.0
+    assert (stats.lag_seconds() or 0) > 3500, "nothing pending known: the last acknowledged change's age"

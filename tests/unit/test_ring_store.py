@@ -149,6 +149,20 @@ def test_sequences_start_at_minus_one_and_keep_order() -> None:
     assert s.sequences == (4, 2, 1)
 
 
+def test_the_first_unacked_entrys_binlog_time_is_the_lags_base() -> None:
+    s = store()
+    assert s.first_unacked_ms() == 0  # nothing held
+    assert s.try_put(entries(3, 3))  # binlog times 3000, 4000, 5000 ms
+    assert s.first_unacked_ms() == 3000
+    s.try_get(2)
+    assert s.first_unacked_ms() == 3000, "taken but not acked: still pending"
+    s.ack(0)
+    assert s.first_unacked_ms() == 4000
+    s.try_get(5)
+    s.ack(2)
+    assert s.first_unacked_ms() == 0
+
+
 def test_empty_put_and_empty_get() -> None:
     s = store()
     assert s.try_put([]) and s.put([])
