@@ -365,3 +365,31 @@ def test_where_counts_each_matching_row_once(running: tuple[Case, Path, RelayPro
     ever = before | {i for i in created if i % 5 == 1}
     assert code in (0, 3) and report["differences"] == [], report["differences"][:3]
     assert report["total"]["rows"] <= len(ever), (report["total"], len(ever))
+
+
+def test_columns_added_after_a_row_was_published_hold_their_default(
+    running: tuple[Case, Path, RelayProcess],
+) -> None:
+    """``ADD COLUMN`` gives every existing row the column's default; their records, published before it,
+    have no such column. They agree while the row holds the default, and not once it holds another value
+    (changed without the binlog)."""
+    case, cfg, relay = running
+    t00 = f"{case.prefix}_00.orders_00"
+    with case.conn.cursor() as cur:
+        cur.execute(
+            f"ALTER TABLE {t00} ADD COLUMN prio INT NOT NULL DEFAULT 7, "
+            "ADD COLUMN tag VARCHAR(8) DEFAULT 'it''s', ADD COLUMN seen DATETIME NULL"
+        )
+    wait_for(lambda: caught_up(case, relay), 120, "the relay caught up")
+    code, report, _ = verify(cfg, case.topic)
+    assert (code, report["differences"]) == (0, []), report["differences"][:5]
+    first = min(i for i, t in case.existing.items() if t == t00)
+    with case.conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        try:
+            cur.execute(f"UPDATE {t00} SET prio = 8 WHERE id = %s", (first,))
+        finally:
+            cur.execute("SET SESSION sql_log_bin = 1")
+    code, report, _ = verify(cfg, case.topic)
+    assert code == 1
+    assert _findings(report) == {("different", t00, str(first), (("prio", "8", "(no such column)"),))}

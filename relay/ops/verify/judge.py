@@ -144,7 +144,7 @@ def _compare(
     columns = [
         (c, plain(row[i]), plain(actual.get(c, ABSENT)))
         for i, (c, e) in enumerate(expected.items())
-        if not target.same(shard, c, e, actual.get(c, ABSENT))
+        if not target.same(shard, c, e, actual.get(c, ABSENT)) and not _added_later(shard, c, row[i], actual)
     ]
     columns += [(c, plain(ABSENT), plain(v)) for c, v in actual.items() if c not in expected]
     if held.shard != shard.name:  # the key's row on the target comes from another shard
@@ -154,6 +154,14 @@ def _compare(
     names = tuple(c for c, _, _ in columns)
     diff = Difference(shard.name, "different", _key(shard, key), tuple(columns), held.identity)
     return ("different", (held.identity, names), diff)
+
+
+def _added_later(shard: Shard, column: str, value: str | None, actual: dict[str, Any]) -> bool:
+    """The target's record has no ``column`` (published before an ``ADD COLUMN``) and the source's row holds
+    the column's literal default: what MySQL gave every existing row, so the record stands for it."""
+    return (
+        actual.get(column, ABSENT) is ABSENT and column in shard.defaults and shard.defaults[column] == value
+    )
 
 
 def _key(shard: Shard, key: JoinKey) -> dict[str, Any]:

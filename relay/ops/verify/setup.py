@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from mapping.model import Mapping
 from relay.config.load import RelayConfig
@@ -90,7 +91,8 @@ def plan_shards(
                 "masked or truncated values the source does not)"
             )
         spec = reader.describe(db, name, rows)
-        shards.append(build_shard(spec, route, mirror=mirror, digests_exact=exact, where=where))
+        shard = build_shard(spec, route, mirror=mirror, digests_exact=exact, where=where)
+        shards.append(replace(shard, defaults=reader.defaults(db, name)))
     return shards
 
 

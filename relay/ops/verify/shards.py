@@ -23,8 +23,8 @@ taken from each record's data (``by_data``). Pure, any thread.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from typing import Any
@@ -101,6 +101,10 @@ class Shard:
     by_data: bool  # the topic keys this table by its physical name: join on the chunk key from the data
     method: str  # RANGE, ROWS or MULTISET (against the target it is built for)
     reason: str  # why this method, for the report
+    # Column -> its literal default as canal text (None: NULL) where the source declares one
+    # (SourceReader.defaults): a record published before ``ADD COLUMN`` lacks the column, and MySQL gave the
+    # existing row that default, so the two agree while the row still holds it.
+    defaults: Mapping[str, str | None] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def name(self) -> str:

@@ -20,6 +20,7 @@ of a window (a binlog tail of transactions the relay drops moves no position). R
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -186,6 +187,23 @@ class SourceReader:
         except pymysql.err.MySQLError as exc:
             raise mysql.translate(exc, f"relay verify: describing {db}.{table}") from exc
 
+    def defaults(self, db: str, table: str) -> dict[str, str | None]:
+        """The columns whose default is a literal, to it as canal text (None: NULL); an expression default
+        (CURRENT_TIMESTAMP, …) or none declared is left out: what MySQL gave existing rows is not known."""
+        rows = self._query(
+            "SELECT COLUMN_NAME, COLUMN_DEFAULT, IS_NULLABLE, EXTRA FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            [db, table],
+        )
+        out: dict[str, str | None] = {}
+        for name, default, nullable, extra in rows:
+            value = literal_default(
+                None if default is None else _text(default), _text(nullable) == "YES", _text(extra)
+            )
+            if value is not NO_LITERAL:
+                out[_text(name)] = value  # type: ignore[assignment]
+        return out
+
     # -- chunks (by the chunk key: the PRIMARY KEY or a UNIQUE key over NOT NULL columns) -----------
     def _chunk_where(self, shard: Shard, lo: ChunkKey | None, hi: ChunkKey | None) -> tuple[str, list[Any]]:
         spec = shard.spec
@@ -348,6 +366,29 @@ def _mapped(info: str) -> str:
     """``table_id: 42 (shop_00.orders_01)`` → ``shop_00.orders_01``."""
     inner = info[info.find("(") + 1 : info.rfind(")")] if "(" in info else ""
     return inner.replace("`", "")
+
+
+NO_LITERAL = object()  # a default that is not a literal (an expression), or none declared
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+
+def literal_default(default: str | None, nullable: bool, extra: str) -> object:
+    """``information_schema.COLUMNS.COLUMN_DEFAULT`` as canal text, None for NULL, or ``NO_LITERAL``.
+
+    MariaDB (10.2.7+) writes a literal quoted (``'a''b'``), a number bare, NULL as ``NULL`` and an expression
+    as itself (``current_timestamp()``); MySQL writes a literal bare, NULL as SQL NULL, and marks an
+    expression ``DEFAULT_GENERATED`` in EXTRA."""
+    if "DEFAULT_GENERATED" in extra.upper():
+        return NO_LITERAL
+    if default is None or (default == "NULL" and nullable):
+        return None if nullable else NO_LITERAL  # NOT NULL without a default: an implicit one, not known
+    if len(default) >= 2 and default[0] == default[-1] == "'":
+        return default[1:-1].replace("''", "'")
+    if _NUMBER.fullmatch(default):
+        return default
+    if "(" in default or default.lower().startswith("current_timestamp"):
+        return NO_LITERAL
+    return default  # MySQL's bare literal text
 
 
 def _text(value: Any) -> str:
