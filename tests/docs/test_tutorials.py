@@ -65,7 +65,7 @@ def test_tutorial_runs_as_written(
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "VIRTUAL_ENV": str(Path(bin_dir).parent),  # as `activate` sets it: the Flink tutorial finds the checkout
+        "VIRTUAL_ENV": str(Path(bin_dir).parent),  # as `activate` sets it: the Flink tutorial's checkout
         "RELAY_TEST_MYSQL": mysql_service.url,
         "RELAY_TEST_KAFKA": kafka_service.bootstrap_servers,
         "TMPDIR": str(tmp_path),  # the tutorial's `mktemp -d`
