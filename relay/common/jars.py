@@ -126,6 +126,17 @@ SPARK_SETS: dict[str, JarSet] = {
 }
 SETS.update(SPARK_SETS)
 
+# Flink's Kafka SQL connector (a shaded jar), for the Flink that scripts/bootstrap installs into .venv-flink
+# (PyFlink 2.3.0). The connector is released apart from Flink, each release built for one Flink minor: Maven
+# Central serves none for 2.3 yet; 5.0.0-2.2 is the newest, and Flink 2.3 runs it (the Flink SQL tutorial's
+# test proves it).
+FLINK_KAFKA_VERSION = "5.0.0-2.2"
+SETS["flink-kafka"] = JarSet(
+    "flink-kafka",
+    (f"org.apache.flink:flink-sql-connector-kafka:{FLINK_KAFKA_VERSION}",),
+    "Flink's Kafka SQL connector: the Flink SQL tutorial reads a debezium-json topic with PyFlink",
+)
+
 _DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".jars"
 
 

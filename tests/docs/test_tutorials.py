@@ -1,7 +1,8 @@
 """Every tutorial runs as written: its runnable blocks (tests/docs/tutorials.py) are executed in order in one
 bash, against the test session's MariaDB, Kafka (and ZooKeeper, for a tutorial that names it), given in the
 variables ``relay dev up`` prints (``RELAY_TEST_MYSQL``, ``RELAY_TEST_KAFKA``, ``RELAY_TEST_ZK``), with the
-checkout's ``relay`` first on ``PATH`` — what a reader has after ``source .venv/bin/activate``. A block the
+checkout's ``relay`` first on ``PATH`` and ``VIRTUAL_ENV`` naming its ``.venv`` — what a reader has after
+``source .venv/bin/activate``. A block the
 test does not run is listed as a skipped test, with its reason."""
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def test_tutorial_runs_as_written(
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "VIRTUAL_ENV": str(Path(bin_dir).parent),  # as `activate` sets it: the Flink tutorial's checkout
         "RELAY_TEST_MYSQL": mysql_service.url,
         "RELAY_TEST_KAFKA": kafka_service.bootstrap_servers,
         "TMPDIR": str(tmp_path),  # the tutorial's `mktemp -d`
