@@ -141,12 +141,48 @@ def exit_codes_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def errors_page() -> str:
+    """Every error class of ``relay.errors`` (the one-line errors a command stops with), in the order the
+    module defines them: what it means (its docstring), its kind, and whether the relay retries it itself."""
+    import inspect
+
+    from relay import errors
+
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.RelayError) and c.__module__ == errors.__name__
+    ]
+    classes.sort(key=lambda c: inspect.getsourcelines(c)[1])
+    lines = [
+        "# Errors",
+        "",
+        gen.GENERATED,
+        "",
+        "Every error the relay stops with on purpose is one of these. A command prints it as one line, "
+        "`relay: error: …` naming what is wrong and where (the setting, flag, table or server to change), "
+        "and exits with status 2 ([Exit statuses](exit-codes.md)); `relay run` retries the retriable ones "
+        "itself (with a backoff) and stops on the others. The messages an operator meets most, with their "
+        "causes and fixes, are in [Troubleshooting](../operations/troubleshooting.md).",
+        "",
+        "| Error | Kind | Retried by the relay | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for cls in classes:
+        parent = next((b.__name__ for b in cls.__bases__ if issubclass(b, errors.RelayError)), "")
+        doc = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split()).replace("``", "`")
+        retried = "yes" if getattr(cls, "retriable", False) else "no"
+        lines.append(f"| `{cls.__name__}` | {parent or '-'} | {retried} | {gen._cell(doc)} |")
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "config.md": gen.config_page,
     "mapping.md": gen.mapping_page,
     "metrics.md": gen.metrics_page,
     "exit-codes.md": exit_codes_page,
+    "errors.md": errors_page,
 }
 
 

@@ -114,3 +114,19 @@ def test_the_grafana_dashboard_names_only_metrics_the_code_defines() -> None:
                 used.add(re.sub(r"_(total|bucket|sum|count)$", "", name))
     assert len(used) > 10
     assert used <= defined, sorted(used - defined)
+
+
+def test_every_error_class_is_on_the_errors_page_with_a_meaning() -> None:
+    import inspect
+
+    from relay import errors
+    from relay.cli.docs_reference import errors_page
+
+    page = errors_page()
+    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.RelayError)]
+    assert len(classes) > 40
+    for cls in classes:
+        row = next((ln for ln in page.splitlines() if ln.startswith(f"| `{cls.__name__}` |")), None)
+        assert row is not None, f"{cls.__name__} is not on the errors page"
+        assert row.rstrip(" |").rsplit("|", 1)[1].strip(), f"{cls.__name__}: no meaning (a docstring)"
+        assert ("| yes |" in row) == bool(cls.retriable), row
