@@ -185,6 +185,14 @@ def add_spark_parser(subparsers: Any) -> None:
     )
     bench.add_argument("--source-records", type=values.positive_int, default=1_000_000)
     bench.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
+    bench.add_argument(
+        "--connect-timeout",
+        type=values.positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the checks made before Spark starts wait for the brokers and the object store "
+        "(default 10)",
+    )
     bench.set_defaults(func=cmd_spark_bench)
 
 
@@ -222,6 +230,10 @@ def cmd_cut(args: argparse.Namespace) -> int:
     from relay.spark.storage import Storage, parse_options
 
     storage = Storage(args.out, parse_options(args.storage_option, "--storage-option"))
+    if not storage.is_local:  # an object store that does not answer: one line naming its setting
+        from relay.cli.spark_checks import check_storage
+
+        check_storage(storage, "--out", args.format, _catalog(args), 10.0, read_only=True)
     found = find_cut(
         storage.root,
         format=args.format,
@@ -346,7 +358,23 @@ def cmd_spark_bench(args: argparse.Namespace) -> int:
     from relay.cli.spark_checks import check_programs
     from relay.spark.bench import main as bench_main
 
-    check_programs()  # before Spark starts
+    check_programs()  # before Spark starts: the programs, the object store, the brokers
+    from relay.cli.spark_checks import check_storage
+    from relay.errors import OptionError
+    from relay.spark.storage import Storage, parse_options
+
+    root = Storage(args.root or ".", parse_options(args.storage_option, "--storage-option"))
+    if args.storage_option and root.is_local:
+        raise OptionError(
+            "--storage-option: the settings of an object store, for --root s3://…; the tables go to a local "
+            "folder here (give --root, or leave the options out)"
+        )
+    if args.root:
+        check_storage(root, "--root", "delta", {}, args.connect_timeout)
+    if args.bootstrap_servers:
+        from relay.cli.spark_checks import check_kafka
+
+        check_kafka(args.bootstrap_servers, [], {}, args.connect_timeout)
     sizes = ["--small", str(args.small), "--large", str(args.large), "--batch", str(args.batch)]
     sizes += ["--load", str(args.load), "--batches", str(args.batches), "--formats", args.formats]
     sizes += ["--load-batch", str(args.load_batch), "--driver-memory", args.driver_memory]

@@ -407,6 +407,8 @@ def s3_refused(command: Command, inputs: Inputs) -> Case | None:
         args["checkpoint"] = str(inputs.folder / "checkpoint")
     if command.has("against"):
         args["against"] = "mirror:s3://sweep-bucket/mirror/x"
+    if command.has("root"):  # relay spark bench: where its tables go
+        args["root"] = "s3://sweep-bucket/bench"
     env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
     argv_extra = (
         [x for o in options for x in ("--storage-option", o)] if command.has("storage_option") else []

@@ -20,6 +20,8 @@ from dataclasses import replace
 
 from mapping.model import Mapping
 from relay.config.load import RelayConfig
+from relay.config.state import STATUS_FILE
+from relay.daemon.status import pid_running, read_status
 from relay.errors import VerifyError
 from relay.kafka.codec import compacted
 from relay.ops.verify.engine import Progress, Verifier, VerifyOptions
@@ -109,14 +111,22 @@ def first_point(
     return point
 
 
+def relay_running(config: RelayConfig) -> bool:
+    """Whether a relay runs with ``config`` now: its status file names a live process."""
+    data = read_status(config.state_path(STATUS_FILE))
+    pid = data.get("pid") if data else None
+    return isinstance(pid, int) and pid > 0 and pid_running(pid)
+
+
 def check_server(
     reader: SourceReader, point: ResumePoint | None, config: RelayConfig, waited: float = 0.0
 ) -> None:
     """The saved position must be a place in the binlog of the server read."""
     if point is None:
+        after = f" after {waited:g} s (--wait)" if waited else " and no relay runs with this config"
         raise VerifyError(
-            f"instance {config.instance} has no saved position after {waited:g} s (--wait): the relay has "
-            "published nothing to compare; is it running (relay status)?"
+            f"instance {config.instance} has no saved position{after}: the relay has published nothing to "
+            "compare; start it (relay status shows its position once it saved one)"
         )
     if point.source is None:
         return
@@ -176,7 +186,8 @@ def verify(
     deadline: float | None = None,
 ) -> Report:
     """One run; ``keys`` (and ``deadline``): only those keys, re-checked until then (after a repair)."""
-    check_server(reader, first_point(published, options.wait_seconds, stop), config, options.wait_seconds)
+    wait = options.wait_seconds if relay_running(config) else 0.0  # a relay that is not running saves none
+    check_server(reader, first_point(published, wait, stop), config, wait)
     verifier = Verifier(options, reader, target, published, shards, progress=progress, stop=stop)
     report = verifier.run(pending_only=keys, deadline=deadline)
     report.notes = [*getattr(target, "notes", []), *report.notes]
