@@ -343,7 +343,10 @@ def test_a_row_too_large_stops_quickly_keeping_the_position_or_goes_to_the_dead_
         assert took < 10, f"took {took:.1f}s to stop, start-up included"
         errors = [line for line in log.splitlines() if "MSG_SIZE_TOO_LARGE" in line]
         assert 1 <= len(errors) <= 3, "one error reported (publisher, relay, command), not a loop:\n" + log
-        assert "retrying" not in log and log.count("rolled back") <= 1  # the one at the stop
+        # Nothing retried once the broker refused the record: one roll-back, at the stop. (Before it, a batch
+        # to a just-created topic may be sent again after a delivery without an offset: not this record's.)
+        after = log[log.index("MSG_SIZE_TOO_LARGE") :]
+        assert "retrying" not in after and after.count("rolled back") <= 1, after
         assert f"'{case.topic}'" in errors[-1] and re.search(r"size 3\d{5} bytes", errors[-1]), errors[-1]
         status = json.loads(relay.status_path.read_text())
         assert status["state"] == "failed" and "MSG_SIZE_TOO_LARGE" in status["error"]
