@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,12 @@ def test_tutorial_runs_as_written(
         "RELAY_TEST_KAFKA": kafka_service.bootstrap_servers,
         "TMPDIR": str(tmp_path),  # the tutorial's `mktemp -d`
     }
+    # Flink's mini cluster resolves this machine's host name, which a fresh root (or a container) may not: the
+    # JVM reads names from a hosts file of the test's own (as tests/flink_check.py does); a reader's machine
+    # resolves its own name.
+    hosts = tmp_path / "jvm-hosts"
+    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n")
+    env["JVM_ARGS"] = f"-Djdk.net.hosts.file={hosts}"
     if "RELAY_TEST_ZK" in page.read_text(encoding="utf-8"):  # ZooKeeper only for the tutorials that use it
         env["RELAY_TEST_ZK"] = request.getfixturevalue("zk_service").hosts
     proc = subprocess.Popen(
