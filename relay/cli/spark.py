@@ -101,14 +101,7 @@ def add_spark_parser(subparsers: Any) -> None:
         "--max-offsets-per-trigger", type=values.positive_int, help="records per micro-batch at most"
     )
     mirror.add_argument("--available-now", action="store_true", help="stop once caught up")
-    mirror.add_argument(
-        "--connect-timeout",
-        type=values.positive_float,
-        default=10.0,
-        metavar="SECONDS",
-        help="how long the checks made before Spark starts wait for the brokers and the object store "
-        "(default 10)",
-    )
+    _add_connect_timeout(mirror)
     mirror.add_argument(
         "--trigger-seconds", type=values.positive_float, default=5.0, help="micro-batch interval (default 5)"
     )
@@ -185,7 +178,12 @@ def add_spark_parser(subparsers: Any) -> None:
     )
     bench.add_argument("--source-records", type=values.positive_int, default=1_000_000)
     bench.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
-    bench.add_argument(
+    _add_connect_timeout(bench)
+    bench.set_defaults(func=cmd_spark_bench)
+
+
+def _add_connect_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--connect-timeout",
         type=values.positive_float,
         default=10.0,
@@ -193,7 +191,6 @@ def add_spark_parser(subparsers: Any) -> None:
         help="how long the checks made before Spark starts wait for the brokers and the object store "
         "(default 10)",
     )
-    bench.set_defaults(func=cmd_spark_bench)
 
 
 def _add_cut_parser(actions: Any) -> None:
