@@ -70,7 +70,7 @@ class Instant(str):
 
 
 def _instant(text: str, seconds: int, frac: str) -> str:
-    if seconds == 0:  # the zero TIMESTAMP is no instant
+    if seconds == 0 and not frac.strip(".0"):  # the zero TIMESTAMP is no instant
         return text
     value = Instant(text)
     value.micros = seconds * 1_000_000 + (int(frac[1:].ljust(6, "0")) if frac else 0)
@@ -94,9 +94,10 @@ class TimestampZone:
         # The zone's fixed UTC offset in seconds when it has one; None: follow its rules (DST).
         self.offset: int | None = int(fixed.total_seconds()) if fixed is not None else None
 
-    def text(self, seconds: int) -> str:
-        """``YYYY-MM-DD hh:mm:ss`` of a TIMESTAMP's seconds since the epoch, in this zone."""
-        if seconds == 0:
+    def text(self, seconds: int, zero: bool = True) -> str:
+        """``YYYY-MM-DD hh:mm:ss`` of a TIMESTAMP's seconds since the epoch, in this zone; 0 is the zero
+        TIMESTAMP unless ``zero`` is False (0 seconds with a fraction: the epoch's first second)."""
+        if seconds == 0 and zero:
             return "0000-00-00 00:00:00"
         if self.offset is None:  # a zone with daylight saving: the slow, general path
             d = datetime.fromtimestamp(seconds, self.zone)
@@ -232,7 +233,9 @@ def _timestamp2(fsp: int, zone: TimestampZone) -> ValueDecoder:
     def decode(data: bytes, pos: int) -> tuple[str, int]:
         seconds = int.from_bytes(data[pos : pos + 4], "big")
         fraction = frac(data, pos + 4) if size else ""
-        return _instant(_timestamp_text(seconds) + fraction, seconds, fraction), pos + 4 + size
+        # 0 seconds is the zero TIMESTAMP only without a fraction ('1970-01-01 00:00:00.9999' UTC is stored)
+        text = _timestamp_text(seconds, not fraction.strip(".0"))
+        return _instant(text + fraction, seconds, fraction), pos + 4 + size
 
     return decode
 

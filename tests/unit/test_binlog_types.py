@@ -453,3 +453,16 @@ def test_json_malformed() -> None:
         jsonb.to_text(b"\x04\x07")
     with pytest.raises(DecodeError):
         jsonb.to_text(b"\x02\x05\x00\x40\x00")  # 5 elements, 64 bytes, but nothing there
+
+
+def test_a_timestamp_of_zero_seconds_with_a_fraction_is_the_epoch_not_the_zero_timestamp() -> None:
+    """'1970-01-01 00:00:00.9999' UTC is stored (0 seconds, a fraction): only 0 with no fraction is the zero
+    TIMESTAMP (the generative test's seed 4101 NO_LOG published '0000-00-00 00:00:00.9999')."""
+    from relay.binlog.values import TimestampZone, _timestamp2
+
+    decode = _timestamp2(4, TimestampZone())
+    text, end = decode(bytes(4) + (9999).to_bytes(2, "big"), 0)
+    assert (str(text), end) == ("1970-01-01 00:00:00.9999", 6)
+    assert getattr(text, "micros", None) == 999_900
+    zero, _ = decode(bytes(6), 0)
+    assert str(zero) == "0000-00-00 00:00:00.0000" and not hasattr(zero, "micros")
