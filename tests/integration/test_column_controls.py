@@ -59,8 +59,8 @@ TABLE = (
 ANN = (
     1,
     "ann.secret@example.com",
-    "+33 6 12 34 56 78",
-    "4970-1111-2222-3333",
+    "+33 6 PHONESECRET1",
+    "4970-CARDSECRET1-3333",
     b"\x01\x02PHOTOSECRET1",
     "SSN-111-11",
     "a",
@@ -68,8 +68,8 @@ ANN = (
 BOB = (
     2,
     "bob.secret@example.com",
-    "+1 555 0100 22",
-    "5100-4444-5555-6666",
+    "+1 555 PHONESECRET2",
+    "5100-CARDSECRET2-6666",
     b"\x03\x04PHOTOSECRET2",
     "SSN-222-22",
     "b",
@@ -77,24 +77,14 @@ BOB = (
 BOB_AFTER = (
     2,
     "bob.other@example.com",
-    "+1 555 0199 33",
-    "6200-7777-8888-9999",
+    "+1 555 PHONESECRET3",
+    "6200-CARDSECRET3-9999",
     b"\x05\x06PHOTOSECRET3",
     "SSN-333-33",
     "c",
 )
-SECRETS = (
-    b"secret@",
-    b"other@",
-    b"12 34",
-    b"0100",
-    b"0199",
-    b"1111",
-    b"4444",
-    b"7777",
-    b"PHOTOSECRET",
-    b"SSN-",
-)
+# Markers made of letters: digits alone turn up by chance in binary records (a sequence header held "0100").
+SECRETS = (b"secret@", b"other@", b"PHONESECRET", b"CARDSECRET", b"PHOTOSECRET", b"SSN-")
 
 
 @dataclass
