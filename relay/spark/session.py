@@ -164,12 +164,32 @@ def session(
         if driver_memory:
             settings["spark.driver.memory"] = driver_memory
     settings.update(conf or {})
+    if not submitted():
+        _launch_apart({**settings, "spark.app.name": app, **({"spark.master": master} if master else {})})
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _launch_apart(settings: Mapping[str, str]) -> None:
+    """Start Spark's JVM in a session of its own (once a process), so that a signal sent to the relay's
+    process group — Ctrl-C's SIGINT, ``timeout``'s and systemd's SIGTERM — reaches only Python, which stops
+    the query between micro-batches and then Spark. In the group, the JVM died with the signal and the
+    stop that followed failed ("relay: error: Connection refused", exit 2). The JVM still ends with its
+    driver: it exits when the pipe on its standard input closes (pyspark's own guard)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def has_connector(spark: Any, name: str) -> bool:
