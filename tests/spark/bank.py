@@ -140,13 +140,20 @@ class Writers:
     """Writer threads committing transfers and orders until stopped; each has its own connection."""
 
     def __init__(
-        self, connect: Any, prefix: str, threads: int = 2, seed: int = 7, budget: int = 10**9
+        self,
+        connect: Any,
+        prefix: str,
+        threads: int = 2,
+        seed: int = 7,
+        budget: int = 10**9,
+        pace: float = 1.0,
     ) -> None:
         self.connect, self.prefix = connect, prefix
         self.stop_event = threading.Event()
         self.committed = Counter[str]()
         self.errors: list[BaseException] = []
         self.budget = budget  # transactions committed in all, then the writers rest (the mirror catches up)
+        self.pace = pace  # the pause between a writer's transactions, in units of 0.05-0.2 s (0: none)
         # Every committed transaction (GTID sequence, what it did), for ``replay``; a writer holds its guard
         # from before its COMMIT until the transaction is logged, so ``log_now`` misses no committed one.
         self.log: list[tuple[int, list[Op]]] = []
@@ -214,7 +221,9 @@ class Writers:
                     conn.rollback()
                     if exc.args[0] not in (1205, 1213):  # lock wait timeout, deadlock: try again
                         raise
-                time.sleep(rng.uniform(0.05, 0.2))  # a pace a loaded 2-core machine's mirror keeps up with
+                pause = rng.uniform(0.05, 0.2)  # a pace a loaded 2-core machine's mirror keeps up with
+                if self.pace:
+                    time.sleep(pause * self.pace)
         except BaseException as exc:
             self.errors.append(exc)
         finally:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.common.jars import KAFKA_VERSION
 from relay.dev.bench.cluster_fleet import Fleet, NodeProcess, Writer, database
 from relay.dev.bench.cluster_probe import TreeMemory, ZkCounts, tree_memory, zk_counts, znode_census
 from relay.dev.bench.cluster_stats import ClusterResult, ZkPhase
@@ -258,6 +259,10 @@ def _drop(mysql: Any, instances: list[str]) -> None:
             cur.execute(f"DROP DATABASE IF EXISTS {database(name)}")
 
 
+# What _services starts when no --kafka is given (the report's machine line said Tansu after the switch).
+_EMBEDDED_KAFKA = f"Apache Kafka {KAFKA_VERSION} (embedded, one KRaft broker)"
+
+
 def run_cluster_bench(options: ClusterOptions, progress: Progress) -> tuple[ClusterResult, dict[str, Any]]:
     from relay.dev.bench.runner import machine_info
 
@@ -269,7 +274,7 @@ def run_cluster_bench(options: ClusterOptions, progress: Progress) -> tuple[Clus
         with _services(options, work, progress) as s:
             measure_load(s, options, work, result, progress)
             measure_handover(s, options, work, result, progress)
-            info = machine_info(s.mysql.version, "given" if options.kafka else "Tansu 0.6 (embedded)")
+            info = machine_info(s.mysql.version, "given" if options.kafka else _EMBEDDED_KAFKA)
             info["zookeeper"] = (
                 f"{s.zk_version}{' (given)' if options.zookeeper else ' (embedded, standalone)'}"
             )
