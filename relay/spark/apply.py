@@ -43,8 +43,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
+from relay.spark.ddl import schema_of
 from relay.spark.decode import TXN_COLUMNS, typed
-from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, Written, file_schema
+from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, RowAction, Written, file_schema
 from relay.spark.survey import Survey, survey
 from relay.spark.tables import MirrorTable, MirrorTarget, target_of
 from relay.spark.tasks import WRITTEN_DDL, BucketJob, PartSpec
@@ -55,7 +56,7 @@ Location = str | Path | MirrorTarget
 # The columns of ``changes`` rows the merge reads: the batch is cached as this projection only.
 _USED = (
     "topic", "partition", "offset", "key", "database", "table", "type", "is_ddl", "sequence", "part",
-    "source_id", "es", "mysql_type", "before", "after", "snapshot", "instants", *TXN_COLUMNS,
+    "source_id", "es", "mysql_type", "sql", "before", "after", "snapshot", "instants", *TXN_COLUMNS,
 )  # fmt: skip
 
 
@@ -102,7 +103,8 @@ class _Plan:
     kind: str
     state: MirrorState
     events: DataFrame  # the batch's upserts and deletes of the table, by bucket
-    rewrite: bool = False  # a column changed its type: every bucket is written again
+    rewrite: bool = False  # a column changed its type, or a schema change: every bucket is written again
+    actions: tuple[RowAction, ...] = ()  # what the batch's ALTER TABLEs do to stored rows (relay.spark.ddl)
     clear_all: bool = False  # a new TRUNCATE/DROP watermark: every bucket is filtered again
     changed_state: bool = False
 
@@ -127,20 +129,68 @@ def _plan(
     columns, added, retyped = _columns(old.columns if old else [], batch_columns)
     cleared = dict(old.cleared) if old else {}
     clear_all = False
+    state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
+    actions: list[RowAction] = []
+    if old is not None:
+        state.types, state.sources, state.dropped, state.altered = (
+            old.types,
+            old.sources,
+            old.dropped,
+            old.altered,
+        )
     if kind == "latest":
         for p, s in facts.clearings.get(table, {}).items():
             if s > cleared.get(p, -1):
                 cleared[p], clear_all = s, True
-    state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
-    plan = _Plan(mirror, kind, state, _events(rows, columns), rewrite=retyped and old is not None)
+        rows, actions = _follow_ddl(rows, state, old, facts, table)
+        before = {c: t for c, t in old.columns} if old else {}
+        added = [c for c, _ in state.columns if c not in before]
+        retyped = any(before.get(c, t) != t for c, t in state.columns)
+        removed = before.keys() - {c for c, _ in state.columns}
+        retyped = retyped or bool(removed) or bool(actions)
+    plan = _Plan(mirror, kind, state, _events(rows, state.columns), actions=tuple(actions))
+    plan.rewrite = old is not None and retyped
     plan.clear_all = clear_all
     # A cut batch commits every table it names, a change or not: its commit says the table holds the batch.
     state.cut = dict(cut) if cut is not None else {}
     plan.changed_state = old is None or bool(added) or retyped or clear_all or cut is not None
+    plan.changed_state = plan.changed_state or state.altered != (old.altered if old else {})
     if table not in facts.rows and not plan.changed_state:
-        return None  # a TRUNCATE/DROP replayed: older than the watermark kept
+        return None  # a TRUNCATE/DROP or ALTER TABLE replayed: older than the watermark kept
     _prepare_tables(plan, old, added)
     return plan
+
+
+def _follow_ddl(
+    rows: DataFrame, state: MirrorState, old: MirrorState | None, facts: Survey, table: str
+) -> tuple[DataFrame, list[RowAction]]:
+    """The batch's ALTER TABLE statements (``relay.spark.ddl``) applied to ``state`` (its columns and
+    schema bookkeeping) and to the batch's ``rows``; what they do to rows (the tasks do the same to the
+    stored ones: ``_Plan.actions``)."""
+    followed = schema_of(
+        table,
+        old,
+        state.columns,
+        facts.alters.get(table, []),
+        facts.variants.get(table, {}),
+        facts.sources.get(table, frozenset()),
+    )
+    cols = followed.columns
+    state.columns, state.types, state.altered = cols.columns, cols.types, followed.altered
+    state.sources = sorted(cols.sources)
+    state.dropped = {c: sorted(p) for c, p in cols.dropped.items() if p}
+    for a in followed.actions:
+        when = (F.col("_source") == a.source) & (F.col("_sequence") < a.sequence)
+        have = set(rows.columns)
+        if a.copy_from is not None:
+            new = F.col(a.copy_from) if a.copy_from in have else F.lit(None)
+        else:
+            new = F.lit(a.value)
+        current = F.col(a.column) if a.column in have else F.lit(None)
+        rows = rows.withColumn(
+            a.column, F.when(when, new.cast(a.spark_type)).otherwise(current.cast(a.spark_type))
+        )
+    return rows, followed.actions
 
 
 def _prepare_tables(plan: _Plan, old: MirrorState | None, added: list[str]) -> None:
@@ -177,7 +227,9 @@ def _job(plan: _Plan, write_id: str, dirs: tuple[str, str]) -> tuple[BucketJob, 
         mirror.tombs.bucket_in_file,
         mirror.tombs.file_schema(tomb_schema),
     )
-    job = BucketJob(target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite)
+    job = BucketJob(
+        target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite, plan.actions
+    )
     return job, sorted(stored) if plan.rewrite or plan.clear_all else []
 
 
