@@ -27,9 +27,12 @@ Exactly once: with a micro-batch id (``foreachBatch``), the commit records it (D
 transaction ``txn``, and the relay's state in every commit: Iceberg table property / Delta commit info) with
 the batch's Kafka offsets and highest sequence; a re-run of that batch is skipped. A kill between the
 tasks' writes and the commit leaves files no version references; the next apply deletes them
-(``MirrorTable.recover``). Schema drift: a new column is the format's schema evolution (older rows read
-null; no file rewritten); a changed type rewrites every bucket once, in the same commit as the schema
-change (values cast, null where they do not convert); a dropped column stays, null for rows changed after.
+(``MirrorTable.recover``). Schema drift in the rows: a new column is the format's schema evolution (older
+rows read null; no file rewritten); a changed type rewrites every bucket once, in the same commit as the
+schema change (values cast, null where they do not convert). ALTER TABLE records (``relay.spark.ddl``):
+applied as MySQL applies them — a default given to the rows older than the statement, a dropped column
+removed, a renamed one's values moved, a widened type cast — by rewriting every bucket once, in the
+batch's one commit; what cannot be applied exactly raises ``MirrorDdlError`` before anything is written.
 """
 
 from __future__ import annotations
