@@ -46,7 +46,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
-from relay.spark.ddl import schema_of
+from relay.spark.altering import check_ddl, follow_ddl
+from relay.spark.ddl import merged_columns
 from relay.spark.decode import TXN_COLUMNS, typed
 from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, RowAction, Written, file_schema
 from relay.spark.survey import Survey, survey
@@ -77,25 +78,6 @@ def bucket_of(key: Column) -> Column:
     ranged = F.concat(F.lit("r"), F.floor(number.cast("long") / RANGE_SPAN).cast("string"))
     hashed = F.concat(F.lit("h"), F.pmod(F.xxhash64(key), F.lit(HASH_BUCKETS)).cast("string"))
     return F.when(number != "", ranged).otherwise(hashed)
-
-
-def _columns(
-    stored: list[list[str]], batch: list[tuple[str, str]]
-) -> tuple[list[list[str]], list[str], bool]:
-    """The table's columns after this batch, the added ones, and whether any changed its type."""
-    merged = [list(c) for c in stored]
-    index = {c[0]: i for i, c in enumerate(merged)}
-    added: list[str] = []
-    retyped = False
-    for name, kind in batch:
-        if name not in index:
-            index[name] = len(merged)
-            merged.append([name, kind])
-            added.append(name)
-        elif merged[index[name]][1] != kind:
-            merged[index[name]][1] = kind
-            retyped = True
-    return merged, added, retyped
 
 
 @dataclass
@@ -129,7 +111,7 @@ def _plan(
         return None
     rows = typed(changes_df, table, facts.columns.get(table, []))
     batch_columns = [(c, t) for c, t in rows.dtypes if not c.startswith("_")]
-    columns, added, retyped = _columns(old.columns if old else [], batch_columns)
+    columns, added, retyped = merged_columns(old.columns if old else [], batch_columns)
     cleared = dict(old.cleared) if old else {}
     clear_all = False
     state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
@@ -145,7 +127,7 @@ def _plan(
         for p, s in facts.clearings.get(table, {}).items():
             if s > cleared.get(p, -1):
                 cleared[p], clear_all = s, True
-        rows, actions = _follow_ddl(rows, state, old, facts, table)
+        rows, actions = follow_ddl(rows, state, old, facts, table)
         before = {c: t for c, t in old.columns} if old else {}
         added = [c for c, _ in state.columns if c not in before]
         retyped = any(before.get(c, t) != t for c, t in state.columns)
@@ -162,38 +144,6 @@ def _plan(
         return None  # a TRUNCATE/DROP or ALTER TABLE replayed: older than the watermark kept
     _prepare_tables(plan, old, added)
     return plan
-
-
-def _follow_ddl(
-    rows: DataFrame, state: MirrorState, old: MirrorState | None, facts: Survey, table: str
-) -> tuple[DataFrame, list[RowAction]]:
-    """The batch's ALTER TABLE statements (``relay.spark.ddl``) applied to ``state`` (its columns and
-    schema bookkeeping) and to the batch's ``rows``; what they do to rows (the tasks do the same to the
-    stored ones: ``_Plan.actions``)."""
-    followed = schema_of(
-        table,
-        old,
-        state.columns,
-        facts.alters.get(table, []),
-        facts.variants.get(table, {}),
-        facts.sources.get(table, frozenset()),
-    )
-    cols = followed.columns
-    state.columns, state.types, state.altered = cols.columns, cols.types, followed.altered
-    state.sources = sorted(cols.sources)
-    state.dropped = {c: sorted(p) for c, p in cols.dropped.items() if p}
-    for a in followed.actions:
-        when = (F.col("_source") == a.source) & (F.col("_sequence") < a.sequence)
-        have = set(rows.columns)
-        if a.copy_from is not None:
-            new = F.col(a.copy_from) if a.copy_from in have else F.lit(None)
-        else:
-            new = F.lit(a.value)
-        current = F.col(a.column) if a.column in have else F.lit(None)
-        rows = rows.withColumn(
-            a.column, F.when(when, new.cast(a.spark_type)).otherwise(current.cast(a.spark_type))
-        )
-    return rows, followed.actions
 
 
 def _prepare_tables(plan: _Plan, old: MirrorState | None, added: list[str]) -> None:
@@ -434,6 +384,9 @@ def apply_changes(
         recorded = None
         if cut is not None and batch is not None:
             recorded = {**cut, "app": batch.app_id, "batch": batch.batch_id, "tables": chosen}
+        for table in chosen:  # a schema change it cannot apply stops the batch before any table commits
+            if facts.alters.get(table):
+                check_ddl(target, table, facts)
         for table in chosen:
             apply_table(cached, target, table, batch=batch, facts=facts, cut=recorded)
             if history:

@@ -371,3 +371,22 @@ def schema_of(
     for st in pending:
         altered[st.source] = max(st.sequence, altered.get(st.source, -1))
     return Followed(cols, actions, altered)
+
+
+def merged_columns(
+    stored: list[list[str]], batch: list[tuple[str, str]]
+) -> tuple[list[list[str]], list[str], bool]:
+    """The table's columns after this batch, the added ones, and whether any changed its type."""
+    merged = [list(c) for c in stored]
+    index = {c[0]: i for i, c in enumerate(merged)}
+    added: list[str] = []
+    retyped = False
+    for name, kind in batch:
+        if name not in index:
+            index[name] = len(merged)
+            merged.append([name, kind])
+            added.append(name)
+        elif merged[index[name]][1] != kind:
+            merged[index[name]][1] = kind
+            retyped = True
+    return merged, added, retyped
