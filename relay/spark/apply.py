@@ -380,7 +380,7 @@ def apply_changes(
     cached = changes_df.select(*_USED, used.alias("source")).persist()
     try:
         facts = survey(cached)
-        chosen = [t for t in facts.tables if tables is None or t in tables]
+        chosen = [t for t in facts.tables if (tables is None or t in tables) and _held(target, t, facts)]
         recorded = None
         if cut is not None and batch is not None:
             recorded = {**cut, "app": batch.app_id, "batch": batch.batch_id, "tables": chosen}
@@ -394,6 +394,12 @@ def apply_changes(
         return chosen
     finally:
         cached.unpersist()
+
+
+def _held(target: MirrorTarget, table: str, facts: Survey) -> bool:
+    """Whether the batch has something for ``table``: rows, a TRUNCATE/DROP, or ALTER TABLE statements of a
+    table the mirror holds (those of a table it has no rows of yet change nothing)."""
+    return table in facts.rows or table in facts.clearings or MirrorTable(target, table).rows.exists()
 
 
 def _conform(df: DataFrame, columns: list[list[str]]) -> list[Column]:
