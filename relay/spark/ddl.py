@@ -175,6 +175,8 @@ def _default(cdef: exp.ColumnDef, col: ColumnDef) -> str | None:
         return "1" if given.this else "0"
     if isinstance(given, exp.Neg) and isinstance(given.this, exp.Literal) and not given.this.is_string:
         return f"-{given.this.this}"
+    if isinstance(given, exp.Literal) and col.kind in ("enum", "set") and not given.is_string:
+        raise _InexactError(f"the {col.kind} default {given.this} is a member's number: not followed")
     if isinstance(given, exp.Literal):
         return str(given.this)
     raise _InexactError(f"the default {given.sql(DIALECT)} is an expression: what each row got is not known")

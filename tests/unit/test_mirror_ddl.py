@@ -52,6 +52,16 @@ def test_add_without_default_and_implicit_defaults() -> None:
     assert [(a.column, a.value) for a in actions] == [("b", 0), ("s", ""), ("e", Decimal("-1.50"))]
 
 
+def test_enum_defaults() -> None:
+    cols = _cols(("id", "bigint", "bigint"))
+    sql = (
+        "ALTER TABLE t ADD a ENUM('x', 'y') NOT NULL, ADD b ENUM('x', 'y') DEFAULT 'y', "
+        "ADD c CHAR(3) DEFAULT 'z '"
+    )
+    actions = follow(T, cols, [Statement(P, 3, sql)])
+    assert [(a.column, a.value) for a in actions] == [("a", "x"), ("b", "y"), ("c", "z")]
+
+
 def test_drop_rename_change_modify() -> None:
     cols = _cols(("id", "bigint", "bigint"), ("a", "int", "int"), ("b", "string", "varchar(10)"))
     statements = [
@@ -92,6 +102,7 @@ def test_drop_on_one_shard_keeps_the_column_for_the_others() -> None:
         ("ALTER TABLE t ADD c TINYINT DEFAULT 300", "does not fit"),
         ("ALTER TABLE t ADD c DATETIME NOT NULL", "implicit value"),
         ("ALTER TABLE t ADD c BIT(3) DEFAULT b'101'", "expression"),
+        ("ALTER TABLE t ADD c ENUM('x', 'y') DEFAULT 2", "member's number"),
     ],
 )
 def test_what_cannot_be_applied_exactly_is_refused(sql: str, why: str) -> None:
