@@ -49,9 +49,14 @@ from tests.spark.test_mirror import as_text, config_for, local_targets, select_a
 
 
 @pytest.fixture
-def source(mysql_service: Any, kafka_service: Any, tmp_path: Path) -> Iterator[tuple[str, Any, Path, Any]]:
-    """``{prefix}_00.orders_00`` with rows, behind a running relay: (prefix, connection, config, relay)."""
+def source(
+    mysql_service: Any, kafka_service: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, Any, Path, Any]]:
+    """``{prefix}_00.orders_00`` with rows, behind a running relay publishing the codec ``request.param``
+    (default canal-json): (prefix, connection, config, relay)."""
     prefix = f"dd{time.monotonic_ns() % 10**8}"
+    mapping = single_table_mapping(prefix)
+    mapping["defaults"] = {"codec": getattr(request, "param", "canal-json")}
     conn = mysql_service.connect()
     relay = None
     try:
@@ -65,7 +70,7 @@ def source(mysql_service: Any, kafka_service: Any, tmp_path: Path) -> Iterator[t
             tmp_path / "relay",
             mysql=mysql_service,
             bootstrap=kafka_service.bootstrap_servers,
-            mapping=single_table_mapping(prefix),
+            mapping=mapping,
             start=master_position(conn),
             instance=prefix,
             include=f"{prefix}_\\d+\\..*",
@@ -131,17 +136,20 @@ def _verify(cfg: Path, table: str, out: Path, fmt: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(900)  # a relay, five steps of two mirror runs and two relay verify runs
 @pytest.mark.parametrize(
-    "writers",
+    ("writers", "source"),
     [
-        pytest.param("driver", id="delta-with-cuts-and-iceberg"),
-        pytest.param("spark", id="delta-spark-writer", marks=pytest.mark.long),
+        pytest.param("driver", "canal-json", id="delta-with-cuts-and-iceberg"),
+        pytest.param("spark", "canal-json", id="delta-spark-writer", marks=pytest.mark.long),
+        pytest.param("driver", "canal-protobuf", id="canal-protobuf", marks=pytest.mark.long),
     ],
+    indirect=["source"],
 )
 def test_each_alter_leaves_the_mirror_equal_to_select(
     spark: Any, kafka_service: Any, source: tuple[str, Any, Path, Any], tmp_path: Path, writers: str
 ) -> None:
     """``driver``: Delta with consistent cuts (a statement's rewrite is a version of a cut) and Iceberg table
-    by table, the default writer; ``spark`` (the longer suite): Delta by Spark's own connector."""
+    by table, the default writer; ``spark`` (the longer suite): Delta by Spark's own connector; the longer
+    suite also runs the default writer over a canal-protobuf topic."""
     prefix, conn, cfg, relay = source
     physical, table = f"{prefix}_00.orders_00", f"{prefix}.orders"
     bootstrap = kafka_service.bootstrap_servers
