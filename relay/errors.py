@@ -353,6 +353,12 @@ class OptionError(SparkSourceError):
     """An option value is wrong; the message names the option. Never retriable."""
 
 
+class MirrorDdlError(SparkSourceError):
+    """A schema change the mirror cannot apply so that its rows equal the source's (an expression default,
+    a narrowing type change; ``relay.spark.ddl``): the message names the table and the statement. The
+    mirror stops before writing anything of the batch. Never retriable."""
+
+
 class CutError(SparkSourceError):
     """No consistent cut of a mirror can be given as asked (none complete yet, a cut across sources, a
     source without transaction boundaries, a table written without them); the message says which and what

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import threading
 from pathlib import Path
@@ -304,7 +305,7 @@ def _mirror_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
-    from relay.errors import SparkSourceError
+    from relay.errors import MirrorDdlError, SparkSourceError
     from relay.spark.guide import how_to_read
     from relay.spark.mirror import local_session, start
 
@@ -340,6 +341,9 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     except Exception as exc:  # the query failed (pyspark's StreamingQueryException): its first line
         if type(exc).__name__ != "StreamingQueryException":
             raise
+        refused = re.search(r"MirrorDdlError: ([^\n]+)", str(exc))  # a schema change it cannot follow
+        if refused:
+            raise MirrorDdlError(refused.group(1).strip()) from exc
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise SparkSourceError(f"the mirror query stopped: {first.strip()}") from exc
     finally:

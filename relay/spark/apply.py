@@ -27,9 +27,12 @@ Exactly once: with a micro-batch id (``foreachBatch``), the commit records it (D
 transaction ``txn``, and the relay's state in every commit: Iceberg table property / Delta commit info) with
 the batch's Kafka offsets and highest sequence; a re-run of that batch is skipped. A kill between the
 tasks' writes and the commit leaves files no version references; the next apply deletes them
-(``MirrorTable.recover``). Schema drift: a new column is the format's schema evolution (older rows read
-null; no file rewritten); a changed type rewrites every bucket once, in the same commit as the schema
-change (values cast, null where they do not convert); a dropped column stays, null for rows changed after.
+(``MirrorTable.recover``). Schema drift in the rows: a new column is the format's schema evolution (older
+rows read null; no file rewritten); a changed type rewrites every bucket once, in the same commit as the
+schema change (values cast, null where they do not convert). ALTER TABLE records (``relay.spark.ddl``):
+applied as MySQL applies them — a default given to the rows older than the statement, a dropped column
+removed, a renamed one's values moved, a widened type cast — by rewriting every bucket once, in the
+batch's one commit; what cannot be applied exactly raises ``MirrorDdlError`` before anything is written.
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
 
+from relay.spark.altering import check_ddl, follow_ddl
+from relay.spark.ddl import merged_columns
 from relay.spark.decode import TXN_COLUMNS, typed
-from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, Written, file_schema
+from relay.spark.layout import BUCKET, HASH_BUCKETS, RANGE_SPAN, MirrorState, RowAction, Written, file_schema
 from relay.spark.survey import Survey, survey
 from relay.spark.tables import MirrorTable, MirrorTarget, target_of
 from relay.spark.tasks import WRITTEN_DDL, BucketJob, PartSpec
@@ -55,7 +60,7 @@ Location = str | Path | MirrorTarget
 # The columns of ``changes`` rows the merge reads: the batch is cached as this projection only.
 _USED = (
     "topic", "partition", "offset", "key", "database", "table", "type", "is_ddl", "sequence", "part",
-    "source_id", "es", "mysql_type", "before", "after", "snapshot", "instants", *TXN_COLUMNS,
+    "source_id", "es", "mysql_type", "sql", "before", "after", "snapshot", "instants", *TXN_COLUMNS,
 )  # fmt: skip
 
 
@@ -75,25 +80,6 @@ def bucket_of(key: Column) -> Column:
     return F.when(number != "", ranged).otherwise(hashed)
 
 
-def _columns(
-    stored: list[list[str]], batch: list[tuple[str, str]]
-) -> tuple[list[list[str]], list[str], bool]:
-    """The table's columns after this batch, the added ones, and whether any changed its type."""
-    merged = [list(c) for c in stored]
-    index = {c[0]: i for i, c in enumerate(merged)}
-    added: list[str] = []
-    retyped = False
-    for name, kind in batch:
-        if name not in index:
-            index[name] = len(merged)
-            merged.append([name, kind])
-            added.append(name)
-        elif merged[index[name]][1] != kind:
-            merged[index[name]][1] = kind
-            retyped = True
-    return merged, added, retyped
-
-
 @dataclass
 class _Plan:
     """One table's batch, ready for the tasks."""
@@ -102,7 +88,8 @@ class _Plan:
     kind: str
     state: MirrorState
     events: DataFrame  # the batch's upserts and deletes of the table, by bucket
-    rewrite: bool = False  # a column changed its type: every bucket is written again
+    rewrite: bool = False  # a column changed its type, or a schema change: every bucket is written again
+    actions: tuple[RowAction, ...] = ()  # what the batch's ALTER TABLEs do to stored rows (relay.spark.ddl)
     clear_all: bool = False  # a new TRUNCATE/DROP watermark: every bucket is filtered again
     changed_state: bool = False
 
@@ -124,21 +111,37 @@ def _plan(
         return None
     rows = typed(changes_df, table, facts.columns.get(table, []))
     batch_columns = [(c, t) for c, t in rows.dtypes if not c.startswith("_")]
-    columns, added, retyped = _columns(old.columns if old else [], batch_columns)
+    columns, added, retyped = merged_columns(old.columns if old else [], batch_columns)
     cleared = dict(old.cleared) if old else {}
     clear_all = False
+    state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
+    actions: list[RowAction] = []
+    if old is not None:
+        state.types, state.sources, state.dropped, state.altered = (
+            old.types,
+            old.sources,
+            old.dropped,
+            old.altered,
+        )
     if kind == "latest":
         for p, s in facts.clearings.get(table, {}).items():
             if s > cleared.get(p, -1):
                 cleared[p], clear_all = s, True
-    state = MirrorState(columns, cleared, dict(old.batches) if old else {}, commits=old.commits if old else 0)
-    plan = _Plan(mirror, kind, state, _events(rows, columns), rewrite=retyped and old is not None)
+        rows, actions = follow_ddl(rows, state, old, facts, table)
+        before = {c: t for c, t in old.columns} if old else {}
+        added = [c for c, _ in state.columns if c not in before]
+        retyped = any(before.get(c, t) != t for c, t in state.columns)
+        removed = before.keys() - {c for c, _ in state.columns}
+        retyped = retyped or bool(removed) or bool(actions)
+    plan = _Plan(mirror, kind, state, _events(rows, state.columns), actions=tuple(actions))
+    plan.rewrite = old is not None and retyped
     plan.clear_all = clear_all
     # A cut batch commits every table it names, a change or not: its commit says the table holds the batch.
     state.cut = dict(cut) if cut is not None else {}
     plan.changed_state = old is None or bool(added) or retyped or clear_all or cut is not None
+    plan.changed_state = plan.changed_state or state.altered != (old.altered if old else {})
     if table not in facts.rows and not plan.changed_state:
-        return None  # a TRUNCATE/DROP replayed: older than the watermark kept
+        return None  # a TRUNCATE/DROP or ALTER TABLE replayed: older than the watermark kept
     _prepare_tables(plan, old, added)
     return plan
 
@@ -177,7 +180,9 @@ def _job(plan: _Plan, write_id: str, dirs: tuple[str, str]) -> tuple[BucketJob, 
         mirror.tombs.bucket_in_file,
         mirror.tombs.file_schema(tomb_schema),
     )
-    job = BucketJob(target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite)
+    job = BucketJob(
+        target.storage, plan.kind, rows, tombs, plan.state.cleared, plan.clear_all, plan.rewrite, plan.actions
+    )
     return job, sorted(stored) if plan.rewrite or plan.clear_all else []
 
 
@@ -375,10 +380,13 @@ def apply_changes(
     cached = changes_df.select(*_USED, used.alias("source")).persist()
     try:
         facts = survey(cached)
-        chosen = [t for t in facts.tables if tables is None or t in tables]
+        chosen = [t for t in facts.tables if (tables is None or t in tables) and _held(target, t, facts)]
         recorded = None
         if cut is not None and batch is not None:
             recorded = {**cut, "app": batch.app_id, "batch": batch.batch_id, "tables": chosen}
+        for table in chosen:  # a schema change it cannot apply stops the batch before any table commits
+            if facts.alters.get(table):
+                check_ddl(target, table, facts)
         for table in chosen:
             apply_table(cached, target, table, batch=batch, facts=facts, cut=recorded)
             if history:
@@ -386,6 +394,12 @@ def apply_changes(
         return chosen
     finally:
         cached.unpersist()
+
+
+def _held(target: MirrorTarget, table: str, facts: Survey) -> bool:
+    """Whether the batch has something for ``table``: rows, a TRUNCATE/DROP, or ALTER TABLE statements of a
+    table the mirror holds (those of a table it has no rows of yet change nothing)."""
+    return table in facts.rows or table in facts.clearings or MirrorTable(target, table).rows.exists()
 
 
 def _conform(df: DataFrame, columns: list[list[str]]) -> list[Column]:

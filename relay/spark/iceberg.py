@@ -155,13 +155,17 @@ class IcebergPart:
         """Added columns go into the batch's transaction (``begin``): nothing to commit on their own."""
 
     def begin(self, schema: pa.Schema) -> None:
-        """Open the batch's transaction and evolve the table's schema to ``schema`` in it."""
+        """Open the batch's transaction and evolve the table's schema to ``schema`` in it (a column it lacks
+        is deleted: only a schema change's rewrite, which writes every file again, leaves one out)."""
         from pyiceberg.schema import promote
 
         table = self._open()
         self._tx = table.transaction()
         current = {f.name: f for f in table.schema().fields}
+        wanted = set(schema.names)
         with self._tx.update_schema() as update:
+            for gone in [name for name in current if name not in wanted]:
+                update.delete_column(gone)  # dropped or renamed (the batch rewrites every file)
             for field in _fresh_ids(schema).fields:
                 have = current.get(field.name)
                 if have is None:

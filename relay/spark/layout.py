@@ -39,6 +39,20 @@ class Written:
     stats: str  # Delta's per-file statistics JSON ("" where not computed)
 
 
+@dataclass(frozen=True)
+class RowAction:
+    """What a schema change does to stored rows (``relay.spark.ddl``): rows of physical table ``source``
+    last changed before ``sequence`` get ``column`` = ``value`` (typed for Spark type ``spark_type``; None:
+    null), or the value of column ``copy_from`` when it is set (a rename)."""
+
+    source: str
+    sequence: int
+    column: str
+    spark_type: str
+    value: Any = None
+    copy_from: str | None = None
+
+
 @dataclass
 class MirrorState:
     """What the relay records in each commit of a mirror table, beside the data."""
@@ -53,6 +67,13 @@ class MirrorState:
     # without transaction boundaries; {"schema_only": true} — a schema change of a cut batch (no data);
     # else {"app", "batch", "sources": {source id: frontier}, "unbounded": [source ids], "tables": [...]}
     cut: dict[str, Any] = field(default_factory=dict)
+    # Schema changes (``relay.spark.ddl``): each column's MySQL type, the physical tables the table has
+    # rows of, per column the physical tables that dropped it (others still have it), and per physical
+    # table the sequence of the last ALTER TABLE applied (a replayed older one is not applied again)
+    types: dict[str, str] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    dropped: dict[str, list[str]] = field(default_factory=dict)
+    altered: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

@@ -11,12 +11,14 @@ a bucket is reading and writing its files. Called by ``relay.spark.bucket_task``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from relay.spark.layout import RowAction, arrow_type
 
 _ORIGIN = "_origin"  # 0: stored, 1: this batch
 
@@ -54,6 +56,36 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         for f in schema
     ]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def act(table: pa.Table, actions: Sequence[RowAction]) -> pa.Table:
+    """``table`` (a file's rows, its own columns) after the ``actions`` of schema changes, in order: a
+    column set (or copied from another) where the row's ``_source`` and ``_sequence`` say the change
+    found it; a column the file lacks is added first (null)."""
+    for a in actions:
+        kind = arrow_type(a.spark_type)
+        names = table.column_names
+        hit = pc.fill_null(
+            pc.and_(
+                pc.equal(table.column("_source"), a.source), pc.less(table.column("_sequence"), a.sequence)
+            ),
+            False,
+        )
+        if a.copy_from is not None:
+            new: Any = (
+                _cast(table.column(a.copy_from), kind)
+                if a.copy_from in names
+                else pa.nulls(table.num_rows, kind)
+            )
+        else:
+            new = pa.scalar(a.value, kind)
+        current = _cast(table.column(a.column), kind) if a.column in names else pa.nulls(table.num_rows, kind)
+        value = pc.if_else(hit, new, current)
+        if a.column in names:
+            table = table.set_column(names.index(a.column), a.column, value)
+        else:
+            table = table.append_column(a.column, value)
+    return table
 
 
 def _first_per_key(table: pa.Table, keys: list[str]) -> pa.Table:

@@ -30,17 +30,25 @@ class Survey:
     columns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # table → [(name, mysqlType)]
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # topic → partition → last offset
     max_sequence: int | None = None
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)  # table → physical tables of its rows
+    # table → its ALTER TABLE records, once each (a DDL barrier is on every partition): (physical, seq, SQL)
+    alters: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
+    variants: dict[str, dict[str, int]] = field(default_factory=dict)  # table → mysqlType JSON → latest seq
 
     @property
     def tables(self) -> list[str]:
-        """The logical tables ("db.table") with row changes or a TRUNCATE/DROP TABLE, sorted."""
-        return sorted(self.rows | self.clearings.keys())
+        """The logical tables ("db.table") with row changes, a TRUNCATE/DROP or an ALTER TABLE, sorted."""
+        return sorted(self.rows | self.clearings.keys() | self.alters.keys())
 
 
 def survey(changes_df: DataFrame) -> Survey:
     """The facts of ``changes_df`` (``changes`` rows of a batch DataFrame), in one Spark job."""
     ddl, kind = F.col("is_ddl"), F.col("type")
-    what = F.when(~ddl & kind.isin(*ROW_TYPES), F.lit("row")).when(ddl & kind.isin(*CLEARING), F.lit("clear"))
+    what = (
+        F.when(~ddl & kind.isin(*ROW_TYPES), F.lit("row"))
+        .when(ddl & kind.isin(*CLEARING), F.lit("clear"))
+        .when(ddl & (kind == "ALTER"), F.lit("alter"))
+    )
     physical = F.concat_ws(".", F.col("source.database"), F.col("source.table"))
     found = (
         changes_df.select(
@@ -50,10 +58,11 @@ def survey(changes_df: DataFrame) -> Survey:
             "sequence",
             F.concat_ws(".", "database", "table").alias("t"),
             what.alias("k"),
-            F.when(what == "clear", physical).alias("p"),
+            F.when(what.isNotNull(), physical).alias("p"),
             F.when(what == "row", F.to_json("mysql_type")).alias("types"),
+            F.when(what == "alter", F.col("sql")).alias("sql"),
         )
-        .groupBy("topic", "partition", "t", "k", "p", "types")
+        .groupBy("topic", "partition", "t", "k", "p", "types", "sql")
         .agg(F.max("offset").alias("o"), F.max("sequence").alias("s"))
         .collect()
     )
@@ -61,21 +70,35 @@ def survey(changes_df: DataFrame) -> Survey:
     rows: set[str] = set()
     clearings: dict[str, dict[str, int]] = {}
     variants: dict[str, dict[str, int]] = {}  # table → mysqlType JSON → its latest sequence
+    sources: dict[str, set[str]] = {}
+    alters: dict[str, set[tuple[str, int, str]]] = {}
     for r in found:
         part = offsets.setdefault(r["topic"], {})
         part[str(r["partition"])] = max(int(r["o"]), part.get(str(r["partition"]), int(r["o"])))
         seq = -1 if r["s"] is None else int(r["s"])
         if r["k"] == "row":
             rows.add(r["t"])
+            sources.setdefault(r["t"], set()).add(r["p"])
             if r["types"] is not None:
                 seen = variants.setdefault(r["t"], {})
                 seen[r["types"]] = max(seq, seen.get(r["types"], seq))
         elif r["k"] == "clear":
             marks = clearings.setdefault(r["t"], {})
             marks[r["p"]] = max(seq, marks.get(r["p"], seq))
+        elif r["k"] == "alter":
+            alters.setdefault(r["t"], set()).add((r["p"], seq, r["sql"]))
     top = max((int(r["s"]) for r in found if r["s"] is not None), default=None)
     columns = {t: latest_columns(v) for t, v in variants.items()}
-    return Survey(frozenset(rows), clearings, columns, offsets, top)
+    return Survey(
+        frozenset(rows),
+        clearings,
+        columns,
+        offsets,
+        top,
+        {t: frozenset(p) for t, p in sources.items()},
+        {t: sorted(a, key=lambda x: x[1]) for t, a in alters.items()},
+        variants,
+    )
 
 
 def latest_columns(variants: dict[str, int]) -> list[tuple[str, str]]:

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from relay.spark.layout import BUCKET, MAX_FILE_ROWS, Written
-from relay.spark.merge import Merged, conform, kept, merge_history, merge_latest
+from relay.spark.layout import BUCKET, MAX_FILE_ROWS, RowAction, Written
+from relay.spark.merge import Merged, act, conform, kept, merge_history, merge_latest
 from relay.spark.storage import Storage
 
 WRITTEN_DDL = "part string, bucket string, path string, size long, rows long, stats string"
@@ -48,7 +48,8 @@ class BucketJob:
     tombs: PartSpec
     cleared: Mapping[str, int] = field(default_factory=dict)
     clear_all: bool = False  # a new TRUNCATE/DROP watermark: filter the stored rows too
-    rewrite: bool = False  # a column changed its type: write every bucket again
+    rewrite: bool = False  # a column changed its type, or a schema change: write every bucket again
+    actions: tuple[RowAction, ...] = ()  # what the batch's schema changes do to the stored rows
 
     def function(self) -> Callable[[pa.Table], pa.Table]:
         """``run`` as a one-argument function (what ``applyInArrow`` inspects and pickles)."""
@@ -67,7 +68,7 @@ class BucketJob:
             merged = Merged(kept(events.filter(pc.is_valid(events.column("_key"))), self.cleared), None)
             merged = Merged(conform(merged.rows, self.rows.schema), None)
         else:
-            rows = self._read(fs, self.rows, bucket)
+            rows = self._read(fs, self.rows, bucket, self.actions)
             tombs = self._read(fs, self.tombs, bucket)
             if self.kind == "history":
                 merged = merge_history(events, rows, tombs)
@@ -82,10 +83,10 @@ class BucketJob:
             written += self._write(fs, self.tombs, "tombs", bucket, merged.tombs)
         return pa.Table.from_pylist([asdict(w) for w in written], schema=_WRITTEN_SCHEMA)
 
-    def _read(self, fs: Any, part: PartSpec, bucket: str) -> pa.Table:
+    def _read(self, fs: Any, part: PartSpec, bucket: str, actions: tuple[RowAction, ...] = ()) -> pa.Table:
         tables = []
         for uri in part.files.get(bucket, ()):
-            table = pq.read_table(self.storage.fs_path(uri), filesystem=fs)
+            table = act(pq.read_table(self.storage.fs_path(uri), filesystem=fs), actions)
             if BUCKET not in table.column_names:
                 table = table.append_column(BUCKET, pa.array([bucket] * table.num_rows, pa.string()))
             tables.append(conform(table, part.schema))
