@@ -92,7 +92,8 @@ class FailedDeliveries:
         log_failure = log.warning if handle.error is None else log.debug
         log_failure(
             "%s: a record to %s [%s] was acknowledged without an offset (implicitly, after a later request "
-            "succeeded): whether it landed is unknown; the batch will be sent again",
+            "succeeded): whether it landed is unknown; the batch will be sent again, after records of that "
+            "partition that may have landed before it (a key's changes may be out of order there)",
             handle.label,
             record.topic,
             partition,

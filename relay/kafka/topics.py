@@ -123,9 +123,50 @@ class TopicCatalog:
             existing = self._list_topics()
             self._partitions.update({n: existing[n] for n in names if existing.get(n)})
             if all(n in self._partitions for n in names):
+                self._await_leaders(names)
                 return
             if not backoff.wait():
                 raise PublishError(f"created topics {names} did not show in metadata in time")
+
+    def _await_leaders(self, names: list[str]) -> None:
+        """Wait until every partition of the just-created ``names`` answers ListOffsets from its leader.
+
+        Metadata shows a new partition's leader before that broker serves it (KRaft applies the image to
+        the metadata cache, then to the replica manager): a first produce request in that gap fails with
+        NOT_LEADER_OR_FOLLOWER while the next one of the same partition lands — and since the broker holds
+        no idempotence state for the partition yet, it accepts the later records first. The earlier ones are
+        then sent again after them (``relay.kafka.delivery``): nothing lost, but a key's changes out of order
+        in the log (seen: a cluster test's first records to a fresh topic). ListOffsets is served only by a
+        partition's leader, so its answer closes the gap; nothing is written to the topic. Best effort: a
+        broker that cannot answer it in ``admin_timeout_s`` is logged and produced to anyway."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        pending = {(n, p) for n in names for p in range(self._partitions[n])}
+        backoff = RetryPolicy(initial=0.05, maximum=0.5, deadline=self._config.admin_timeout_s).start()
+        while pending:
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            asked = {TopicPartition(n, p): latest for n, p in sorted(pending)}
+            try:
+                futures = self._admin.list_offsets(asked, request_timeout=self._config.admin_timeout_s)
+            except (KafkaException, ValueError, TypeError) as exc:  # a client or broker without ListOffsets
+                log.warning("new topics %s: leaders not confirmed (%s); producing anyway", names, exc)
+                return
+            for tp, future in futures.items():
+                try:
+                    future.result()
+                    pending.discard((tp.topic, tp.partition))
+                except KafkaException as exc:
+                    log.debug("new topic %s [%d] not served yet: %s", tp.topic, tp.partition, exc)
+            if pending and not backoff.wait():
+                log.warning(
+                    "new topics: %d partition(s) not served by a leader within %g s (e.g. %s [%d]); "
+                    "producing anyway",
+                    len(pending),
+                    self._config.admin_timeout_s,
+                    *min(pending),
+                )
+                return
 
 
 def probe_brokers(settings: dict[str, object], timeout: float) -> None:

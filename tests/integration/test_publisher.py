@@ -158,6 +158,32 @@ def test_batches_arrive_on_murmur2_partitions_with_keys_and_headers(
     assert len({m.partition() for m in got}) > 1  # the keys really spread
 
 
+def test_the_first_batches_to_fresh_topics_land_in_the_order_sent(
+    kafka_service: KafkaService, publishers: Callable[..., KafkaPublisher]
+) -> None:
+    """Batches sent, pipelined, the moment the publisher has created their topics land in each partition in
+    the order they were sent, with no batch failing: a broker that shows a new partition's leader in metadata
+    before serving it answered the first request with NOT_LEADER_OR_FOLLOWER and took the next one first (a
+    key's later change at offset 0, its earlier one resent after it). The publisher waits for the leaders
+    (ListOffsets) before it sends. Several fresh topics, since the window is a race."""
+    pub = publishers(kafka_service)
+    for round_ in range(4):
+        topic = unique(f"fresh{round_}")
+        pub.ensure_topics([topic])
+        sent = {b: keyed(topic, b, 40) for b in range(1, 9)}  # 8 batches in flight at once
+        for batch_id, records in sent.items():
+            pub.send(batch_id, records)
+        for handle in collect(pub, list(sent)):
+            assert handle.pending == 0
+        order = {r.key: n for n, r in enumerate(r for records in sent.values() for r in records)}
+        got = read_back(kafka_service, topic, PARTITIONS, len(order))
+        for p in range(PARTITIONS):
+            landed = [m for m in sorted(got, key=lambda m: m.offset()) if m.partition() == p]
+            positions = [order[m.key()] for m in landed]
+            assert positions == sorted(positions), f"{topic} [{p}]: sent order {positions}"
+        pub = publishers(kafka_service)  # a new producer id as well as new topics
+
+
 def test_librdkafka_murmur2_random_places_keys_where_we_do(kafka_service: KafkaService) -> None:
     topic = unique("hash")
     create_topic(kafka_service, topic, 7)
