@@ -338,6 +338,8 @@ def _check_cut_command(target: MirrorTarget, prefix: str, expected: dict[str, li
     ]
     for key, value in target.storage.options.items():
         command += ["--storage-option", f"{key}={value}"]
+    for key, value in target.catalog.items():
+        command += ["--catalog-option", f"{key}={value}"]
     done = subprocess.run(command, check=False, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
