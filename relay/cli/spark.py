@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import signal
 import threading
@@ -247,6 +248,19 @@ def cmd_cut(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_query_failure(spark: Any) -> None:
+    """A micro-batch that fails (a schema change the mirror refuses, a table it cannot write) ends the command
+    with its one line (``relay: error: …``, below). Without this, py4j logged the Python traceback of the
+    failed callback and Spark's stream execution the query's termination with the JVM's stack, ~150 lines
+    before that one. ``-v`` keeps them."""
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    jvm = spark.sparkContext._jvm
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    for name in ("MicroBatchExecution", "AsyncProgressTrackingMicroBatchExecution"):
+        logger = f"org.apache.spark.sql.execution.streaming.runtime.{name}"
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, off)
+
+
 def _catalog(args: argparse.Namespace) -> dict[str, str]:
     from relay.spark.storage import parse_options
 
@@ -327,6 +341,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         connectors=config.connectors(),
         storage_options=config.storage_options,
     )
+    if not getattr(args, "verbose", 0) and not getattr(args, "debug", False):
+        _quiet_query_failure(spark)
     query = None if stopping.is_set() else start(spark, config, announce)
     if query is None:
         return EXIT_INTERRUPTED
