@@ -235,6 +235,11 @@ def test_a_broker_restarted_in_the_middle_of_a_transaction_loses_and_repeats_not
             proc.stop()
     committed, everything = proofs(spare_broker.service, prefix, changes, mysql_service)
     restarts = len(relays) - 1
+    # A relay that rode out a restart committed its open transaction once the broker was back: nothing was
+    # aborted, legitimately. Aborted records are required only where a relay stopped with one open.
     assert_exactly_once(
-        committed, everything, f"exactly-once, broker restarted twice ({restarts} relay restarts)"
+        committed,
+        everything,
+        f"exactly-once, broker restarted twice ({restarts} relay restarts)",
+        aborted=restarts > 0,
     )
