@@ -108,9 +108,42 @@ def open_transaction(relay: RelayProcess) -> int:
     return records
 
 
-def with_transaction_open(relay: RelayProcess, act: Any) -> None:
-    """Call ``act(relay)`` once the relay has records in an open transaction."""
-    wait_for(lambda: open_transaction(relay) > 0, 60, "a transaction open with records sent")
+def open_in_log(bootstrap: str, prefix: str) -> bool:
+    """Whether a partition of the prefix's topics holds records of a transaction still open: its end for
+    read_uncommitted, asked first, beyond its last stable offset (read_committed's end), asked after."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    def ends(level: str) -> dict[tuple[str, int], int]:
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "eos-probe", "isolation.level": level}
+        )
+        try:
+            meta = consumer.list_topics(timeout=10).topics
+            parts = [
+                TopicPartition(t, p) for t, m in meta.items() if t.startswith(prefix) for p in m.partitions
+            ]
+            return {
+                (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                for tp in parts
+            }
+        finally:
+            consumer.close()
+
+    everything = ends("read_uncommitted")
+    stable = ends("read_committed")
+    return any(end > stable.get(key, end) for key, end in everything.items())
+
+
+def with_transaction_open(relay: RelayProcess, act: Any, bootstrap: str = "", prefix: str = "") -> None:
+    """Call ``act(relay)`` once the relay has records in an open transaction — in the log itself when
+    ``bootstrap`` is given (records only handed to the client may never reach the broker before the act,
+    and then no transaction is left to abort)."""
+    wait_for(
+        lambda: open_transaction(relay) > 0 and (not bootstrap or open_in_log(bootstrap, prefix)),
+        120,
+        "a transaction open with records in the log",
+        0.02,
+    )
     act(relay)
 
 
@@ -153,7 +186,7 @@ def test_sigkill_and_sigstop_takeovers_publish_every_change_exactly_once(
         wait_for(lambda: a.status().get("batches_acked", 0) >= 3, 60, "relay-0 publishing")
 
         # 1. SIGKILL of the active relay, a transaction open
-        with_transaction_open(a, lambda r: r.signal(signal.SIGKILL))
+        with_transaction_open(a, lambda r: r.signal(signal.SIGKILL), kafka_service.bootstrap_servers, prefix)
         assert a.wait(10) == -signal.SIGKILL
         wait_for(lambda: active_of(relays) is b, SESSION + 30, "relay-1 took over")
         a2 = relay(0)
@@ -162,7 +195,7 @@ def test_sigkill_and_sigstop_takeovers_publish_every_change_exactly_once(
         wait_for(lambda: b.status().get("batches_acked", 0) >= 3, 60, "relay-1 publishing")
 
         # 2. SIGSTOP of the active relay past its session, a transaction open; then SIGCONT
-        with_transaction_open(b, lambda r: r.signal(signal.SIGSTOP))
+        with_transaction_open(b, lambda r: r.signal(signal.SIGSTOP), kafka_service.bootstrap_servers, prefix)
         try:
             # the frozen relay's status file still says running (it cannot write): asked of the others
             others = [r for r in relays if r is not b]
