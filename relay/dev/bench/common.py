@@ -129,6 +129,23 @@ def broker_name(options: BenchOptions) -> str:
     return f"Apache Kafka {KAFKA_VERSION} (embedded, one KRaft broker)"
 
 
+def end_offsets(consumer: Any, tp: Any, timeout: float = 60.0) -> tuple[int, int]:
+    """A partition's (low, high) watermarks from its leader, asked again while the broker gives a passing
+    error — NOT_LEADER_FOR_PARTITION right after the topic was created (metadata names the new partition's
+    leader before that broker serves it): the bench stopped with an internal error on it."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=min(30.0, timeout), cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if not exc.args or not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def empty_topics(bootstrap: str, names: list[str]) -> None:
     """Delete every record of the topics (DeleteRecords up to each partition's end): the next run writes
     to empty topics, and the broker deletes the old segments from disk."""
@@ -142,7 +159,7 @@ def empty_topics(bootstrap: str, names: list[str]) -> None:
         ends = []
         for name in names:
             for partition in metadata[name].partitions if name in metadata else {}:
-                end = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=30)[1]
+                end = end_offsets(consumer, TopicPartition(name, partition))[1]
                 if end > 0:
                     ends.append(TopicPartition(name, partition, end))
     finally:

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from relay.dev.bench import workloads as wl
+from relay.dev.bench.common import end_offsets
 from relay.errors import BenchError
 
 LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
@@ -153,7 +154,7 @@ def read_landed(bootstrap: str, topics: list[str], decode: Decoder, sample: set[
         for topic in topics:
             for partition in sorted(meta.topics[topic].partitions):
                 tp = TopicPartition(topic, partition)
-                low, high = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
+                low, high = end_offsets(consumer, tp)
                 if high > low:
                     _read_partition(
                         consumer, TopicPartition(topic, partition, low), high, decode, sample, landed
