@@ -133,15 +133,23 @@ def end_offsets(consumer: Any, tp: Any, timeout: float = 60.0) -> tuple[int, int
     """A partition's (low, high) watermarks from its leader, asked again while the broker gives a passing
     error — NOT_LEADER_FOR_PARTITION right after the topic was created (metadata names the new partition's
     leader before that broker serves it): the bench stopped with an internal error on it."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
+    passing = (
+        KafkaError.NOT_LEADER_FOR_PARTITION,  # librdkafka does not mark it retriable here
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=min(30.0, timeout), cached=False)
             return int(low), int(high)
         except KafkaException as exc:
-            if not exc.args or not exc.args[0].retriable() or time.monotonic() > deadline:
+            err = exc.args[0] if exc.args else None
+            again = err is not None and (err.retriable() or err.code() in passing)
+            if not again or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
