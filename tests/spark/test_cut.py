@@ -205,13 +205,11 @@ def _incomplete_batch(target: MirrorTarget, cut: Cut) -> bool:
     )
 
 
-def run_invariant(
-    mysql_service: Any, kafka_service: Any, prefix: str, tmp: Path, target: MirrorTarget, budget: int = 400
-) -> None:
-    bootstrap = kafka_service.bootstrap_servers
-    conn = mysql_service.connect()
-    cfg = write_configs(
-        tmp / "relay",
+def bank_relay(folder: Path, mysql_service: Any, bootstrap: str, prefix: str, conn: Any) -> Path:
+    """The relay's config for the bank workload: from the binlog's end now, its databases only, the
+    transaction topic ``{prefix}.txn`` on."""
+    return write_configs(
+        folder,
         mysql=mysql_service,
         bootstrap=bootstrap,
         mapping=bank.mapping(prefix),
@@ -220,6 +218,14 @@ def run_invariant(
         include=f"{prefix}_\\d+\\..*",
         extra={"kafka": {"transaction_topic": f"{prefix}.txn"}},
     )
+
+
+def run_invariant(
+    mysql_service: Any, kafka_service: Any, prefix: str, tmp: Path, target: MirrorTarget, budget: int = 400
+) -> None:
+    bootstrap = kafka_service.bootstrap_servers
+    conn = mysql_service.connect()
+    cfg = bank_relay(tmp / "relay", mysql_service, bootstrap, prefix, conn)
     args = [
         "--bootstrap-servers", bootstrap, "--topics", ",".join(bank.topics(prefix)),
         "--transaction-topic", f"{prefix}.txn", "--out", target.storage.root, "--format", target.format,

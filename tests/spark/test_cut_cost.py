@@ -26,9 +26,9 @@ import pytest
 from relay.spark.mirror import MirrorConfig, start
 from relay.spark.storage import Storage
 from relay.spark.tables import MirrorTarget
-from tests.integration.relay_harness import RelayThread, master_position, wait_for, write_configs
+from tests.integration.relay_harness import RelayThread, wait_for
 from tests.spark import bank
-from tests.spark.test_cut import COLUMNS, Reader, _as_set
+from tests.spark.test_cut import COLUMNS, Reader, _as_set, bank_relay
 
 
 @pytest.fixture
@@ -77,16 +77,7 @@ def test_what_holding_back_incomplete_transactions_costs(
     txns = int(os.environ.get("RELAY_CUT_COST_TXNS", "1500"))
     runs = int(os.environ.get("RELAY_CUT_COST_RUNS", "3"))
     conn = mysql_service.connect()
-    cfg = write_configs(
-        tmp_path / "relay",
-        mysql=mysql_service,
-        bootstrap=bootstrap,
-        mapping=bank.mapping(prefix),
-        start=master_position(conn),
-        instance=prefix,
-        include=f"{prefix}_\\d+\\..*",
-        extra={"kafka": {"transaction_topic": f"{prefix}.txn"}},
-    )
+    cfg = bank_relay(tmp_path / "relay", mysql_service, bootstrap, prefix, conn)
     with RelayThread(cfg):
         bank.open_accounts(conn, prefix)
         with bank.Writers(mysql_service.connect, prefix, seed=11, budget=txns, pace=0.0) as writers:
