@@ -90,6 +90,21 @@ def test_statements_that_change_no_column_leave_the_table_as_it_is(sql: str) -> 
     assert c.table("d", "o") == before
 
 
+def test_zerofill_before_unsigned_is_read_like_unsigned_zerofill() -> None:
+    """MySQL takes both orders; the parser only one (the generative test's seed 38004 stopped on it)."""
+    c = catalog()
+    apply_ddl(
+        c,
+        "CREATE TABLE z (id INT PRIMARY KEY, a int(2) ZEROFILL UNSIGNED NULL, b INT ZEROFILL, "
+        "c varchar(20) DEFAULT 'zerofill unsigned', `zerofill unsigned` int)",
+        "d",
+    )
+    t = c.table("d", "z")
+    assert t is not None
+    cols = {col.name: col for col in t.columns}
+    assert cols["a"].unsigned and cols["b"].unsigned and not cols["zerofill unsigned"].unsigned
+
+
 def test_a_quoted_name_is_a_column_even_when_it_spells_a_keyword() -> None:
     c = catalog()
     apply_ddl(c, "CREATE TABLE o (id INT PRIMARY KEY)", "d")

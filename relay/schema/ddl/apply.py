@@ -10,6 +10,7 @@ failure into ``UnappliedDdlError`` naming the tables. Runs on the binlog reader 
 from __future__ import annotations
 
 import logging
+import re
 
 import sqlglot
 from sqlglot import exp
@@ -53,10 +54,25 @@ def apply_ddl(catalog: Catalog, sql: str, default_schema: str) -> Changes:
     return changes
 
 
+# A quoted string or name (kept as written), or MySQL's "ZEROFILL UNSIGNED", which sqlglot parses only in the
+# other order ("UNSIGNED ZEROFILL"; the server takes both): the schema history stopped on such a CREATE TABLE.
+_QUOTED_OR_ZEROFILL = re.compile(
+    r"""'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`]|``)*`|\bzerofill(\s+)unsigned\b""",
+    re.IGNORECASE,
+)
+
+
+def _attribute_order(sql: str) -> str:
+    """``sql`` with every ZEROFILL UNSIGNED outside quotes written UNSIGNED ZEROFILL (same meaning)."""
+    return _QUOTED_OR_ZEROFILL.sub(
+        lambda m: f"unsigned{m.group(1)}zerofill" if m.group(1) is not None else m.group(0), sql
+    )
+
+
 def _apply(catalog: Catalog, sql: str, default_schema: str) -> Changes:
     if partitions_only(sql):
         return {}
-    statements = [s for s in sqlglot.parse(sql, dialect=DIALECT) if s is not None]
+    statements = [s for s in sqlglot.parse(_attribute_order(sql), dialect=DIALECT) if s is not None]
     if len(statements) != 1:
         raise ValueError(f"expected one statement, found {len(statements)}")
     node = statements[0]
