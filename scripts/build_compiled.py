@@ -87,8 +87,9 @@ MODULES = (
 
 # C helpers with no Python source of their own: the modules that use them take their Python path whenever
 # the relay runs pure (relay._native). relay.kafka._jsontext: a canal-json row's ``data`` object as bytes;
-# relay.binlog._rowimage: a row image's values as canal's text.
-C_MODULES = ("relay.binlog._rowimage", "relay.kafka._jsontext")
+# relay.binlog._rowimage: a row image's values as canal's text; relay.ops.verify._rowdigest: the row digests
+# of canal-json records, for relay verify's topic read.
+C_MODULES = ("relay.binlog._rowimage", "relay.kafka._jsontext", "relay.ops.verify._rowdigest")
 
 
 def c_source_of(module: str) -> Path:

@@ -143,9 +143,9 @@ def _binary_text(text: str) -> str:
 def _number_text(text: str, single: bool) -> str:
     try:
         value = float(text)
-    except ValueError:
+        return mysql_double_text(float32(value) if single else value)
+    except (ValueError, OverflowError):  # not a number, or beyond FLOAT's range: no server text is this
         return text
-    return mysql_double_text(float32(value) if single else value)
 
 
 def column_text(kind: HashKind, text: object) -> str | None:
@@ -181,6 +181,13 @@ STR_CONVERTERS: dict[HashKind, Callable[[str], str]] = {
 _HEADERS: dict[int, str] = {}
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no server text holds (a forged record): any bytes differ
+        return text.encode("utf-8", "surrogatepass")
+
+
 def digest_text(texts: Sequence[str | None]) -> bytes:
     """The canonical bytes of a row from its columns' digest texts."""
     if None in texts:
@@ -191,8 +198,8 @@ def digest_text(texts: Sequence[str | None]) -> bytes:
         if form is None:
             form = _HEADERS[len(texts)] = ",".join(["%d"] * len(texts)) + "|"
         header, body = form % tuple(map(len, texts)), "".join(texts)  # type: ignore[arg-type]
-        return (header + body).encode("utf-8", "surrogateescape")
-    return (header + "|" + body).encode("utf-8", "surrogateescape")
+        return _utf8(header + body)
+    return _utf8(header + "|" + body)
 
 
 def digest_of(data: bytes) -> int:

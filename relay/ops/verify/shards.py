@@ -138,6 +138,16 @@ class Shard:
         return tuple((i, STR_CONVERTERS[self.kinds[i]]) for i in self.converted)
 
     @cached_property
+    def native_spec(self) -> tuple[tuple[bytes, ...], bytes, tuple[Callable[[str], str] | None, ...]]:
+        """The arguments after ``values`` of the C helper's ``data_digests`` (``relay.ops.verify.topic``):
+        the column names as UTF-8, the kinds one byte each, the DOUBLE/FLOAT converters."""
+        names = tuple(n.encode("utf-8", "surrogatepass") for n in self.names)
+        convert = tuple(
+            STR_CONVERTERS[k] if k in (HashKind.DOUBLE, HashKind.FLOAT) else None for k in self.kinds
+        )
+        return names, bytes(int(k) for k in self.kinds), convert
+
+    @cached_property
     def textual(self) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.kinds) if k in (HashKind.TEXT, HashKind.BIT))
 

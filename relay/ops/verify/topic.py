@@ -27,11 +27,12 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from relay import _native
 from relay.canal.proto.convert import decode_messages_packet
 from relay.common.kafka_log import quiet
 from relay.errors import ProtoDecodeError, VerifyError
@@ -57,6 +58,21 @@ FETCH_GAP = 2000  # offsets apart two records are read through rather than sough
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
 _TEXT_TYPES = frozenset({str, type(None)})
 _DATA, _OLD = b'"data":[', b'],"old":'
+
+# The C helper (relay/ops/verify/_rowdigest.c, built with the compiled modules): canal-json records' row
+# digests straight from their bytes, the same ints as ``data_digest(shard, parse_datas(...))``, None for a
+# record it leaves to that Python path; not used where it is not built or the relay runs pure Python.
+DataDigests = Callable[
+    [list[bytes], tuple[bytes, ...], bytes, tuple[Callable[[str], str] | None, ...]], list[int | None]
+]
+data_digests: DataDigests | None = None
+if _native.mode == "compiled":
+    try:
+        from relay.ops.verify._rowdigest import data_digests as _data_digests
+
+        data_digests = _data_digests
+    except ImportError:  # an interrupted build: the Python path
+        pass
 
 
 def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
@@ -137,6 +153,19 @@ def data_digest(shard: Shard, data: dict[str, Any]) -> int:
         if text is not None:
             texts[i] = convert(text)
     return digest_of(digest_text(texts))
+
+
+def digests_of(shard: Shard, values: list[bytes]) -> list[int]:
+    """The row digests of records of one shard (``data_digest`` of each one's ``data``): by the C helper
+    where it is built, the Python path for what it leaves."""
+    found: list[int | None] = (
+        data_digests(values, *shard.native_spec) if data_digests is not None else [None] * len(values)
+    )
+    left = [i for i, d in enumerate(found) if d is None]
+    if left:
+        for i, data in zip(left, parse_datas([values[i] for i in left]), strict=True):
+            found[i] = data_digest(shard, data)
+    return found  # type: ignore[return-value]
 
 
 class TopicIndex:
@@ -353,8 +382,13 @@ class TopicIndex:
             if self.parse_values and not entry.deleted:
                 parse.append((entry, shard, value))
         if parse:
-            for (entry, shard, _), data in zip(parse, parse_datas([p[2] for p in parse]), strict=True):
-                entry.digest = data_digest(shard, data)
+            by_shard: dict[str, list[tuple[Held, Shard, bytes]]] = {}
+            for item in parse:
+                by_shard.setdefault(item[1].name, []).append(item)
+            for items in by_shard.values():
+                digests = digests_of(items[0][1], [i[2] for i in items])
+                for (entry, _, _), digest in zip(items, digests, strict=True):
+                    entry.digest = digest
 
     def _by_data(self, shard: Shard, ident: Identity, value: bytes, where: Any) -> None:
         kind, data, old = parse_value(value)

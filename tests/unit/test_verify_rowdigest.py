@@ -1,0 +1,241 @@
+"""The C helper of ``relay verify``'s topic read (``relay/ops/verify/_rowdigest.c``) against the Python path.
+
+For every record it is sure of, ``data_digests`` must give the int ``data_digest(shard, parse_datas(...))``
+gives; for every other it must give None (and the Python path decides). A seeded generator makes tables of
+every digest kind (text, binary, BIT, DOUBLE, FLOAT) and canal-json values for them: texts with escapes,
+non-ASCII, astral characters, ISO-8859-1 bytes, numbers in every layout; objects with keys reordered,
+missing, extra or twice, numbers and literals where text belongs, raw control characters, lone surrogate
+escapes, invalid UTF-8, whitespace between tokens, a data array not where the codec writes it. MD5 is
+checked against hashlib at every length around its block edges. Seeds: a fixed set; ``RELAY_FUZZ_SEEDS=N``
+runs N more; a failure prints its seed. Skipped where the helper is not built (``RELAY_PURE_PYTHON=1``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from typing import Any
+
+import pytest
+
+from relay.ops.verify import topic
+from relay.ops.verify.digest import HashKind
+from relay.ops.verify.shards import ROWS, Shard
+from relay.source.snapshot_tables import TableSpec, column_meta
+
+native = pytest.importorskip("relay.ops.verify._rowdigest", reason="the C helpers are not built")
+if topic.data_digests is None:  # built, but this process runs pure Python
+    pytest.skip("the relay runs pure Python here", allow_module_level=True)
+
+# (DATA_TYPE, COLUMN_TYPE, extra information_schema fields) of the generated columns
+TYPES: list[tuple[str, str, dict[str, Any]]] = [
+    ("bigint", "bigint(20)", {}),
+    ("varchar", "varchar(64)", {"CHARACTER_OCTET_LENGTH": 256, "COLLATION_ID": 45}),
+    ("text", "text", {"CHARACTER_OCTET_LENGTH": 65535, "COLLATION_ID": 45}),
+    ("varbinary", "varbinary(32)", {"CHARACTER_OCTET_LENGTH": 32, "COLLATION_ID": 63}),
+    ("blob", "blob", {"CHARACTER_OCTET_LENGTH": 65535, "COLLATION_ID": 63}),
+    ("double", "double", {}),
+    ("float", "float", {}),
+    ("bit", "bit(12)", {"NUMERIC_PRECISION": 12}),
+    ("decimal", "decimal(12,2)", {"NUMERIC_PRECISION": 12, "NUMERIC_SCALE": 2}),
+    ("datetime", "datetime(3)", {"DATETIME_PRECISION": 3}),
+]
+
+
+def _column(index: int, name: str, data_type: str, column_type: str, extra: dict[str, Any]) -> Any:
+    row = {
+        "COLUMN_NAME": name,
+        "DATA_TYPE": data_type,
+        "COLUMN_TYPE": column_type,
+        "IS_NULLABLE": "YES",
+        "CHARACTER_OCTET_LENGTH": None,
+        "NUMERIC_PRECISION": None,
+        "NUMERIC_SCALE": None,
+        "DATETIME_PRECISION": None,
+        "COLLATION_ID": None,
+        **extra,
+    }
+    return column_meta(index, row, index == 0)
+
+
+def _shard(rng: random.Random) -> Shard:
+    count = rng.randint(1, 9)
+    names = ["id"]
+    while len(names) < count:
+        name = rng.choice(["c", "é", "名", 'a"b', "x\\y", "\U0001f600", "n"]) + str(len(names))
+        names.append(name)
+    picked = [TYPES[0]] + [rng.choice(TYPES) for _ in range(count - 1)]
+    metas = [_column(i, n, *picked[i]) for i, n in enumerate(names)]
+    spec = TableSpec("db", "t", tuple(m for m, _ in metas), tuple(k for _, k in metas), (0,), "PRIMARY")
+    from relay.ops.verify.digest import hash_kind
+
+    kinds = tuple(hash_kind(m, k) for m, k in metas)
+    return Shard(spec, None, kinds, (0,), None, False, ROWS, "")  # type: ignore[arg-type]
+
+
+def _text(rng: random.Random, kind: HashKind) -> str:
+    if kind in (HashKind.DOUBLE, HashKind.FLOAT):
+        return rng.choice(
+            [
+                repr(rng.uniform(-1e6, 1e6)),
+                repr(rng.random() * 10 ** rng.randint(-30, 30)),
+                str(rng.randint(-(10**18), 10**18)),
+                rng.choice(
+                    ["1.0E15", "1e-05", "-0.0", "0", "3.4028235E38", "NaN", "Infinity", "1_0", " 2 ", "x"]
+                ),
+            ]
+        )
+    if kind == HashKind.BINARY and rng.random() < 0.8:
+        return bytes(rng.randrange(256) for _ in range(rng.randint(0, 20))).decode("latin-1")
+    alphabet = ["a", "Z", "0", " ", '"', "\\", "/", "\n", "\t", "\b", "\f", "\r", "\x01", "\x1f", "\x7f",
+                "é", "ÿ", "\x80", "Ā", "名", "\u2028", "\U0001f600", "\U0010fffd"]  # fmt: skip
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+
+
+def _json_string(rng: random.Random, text: str) -> str:
+    if rng.random() < 0.5:
+        return json.dumps(text, ensure_ascii=rng.random() < 0.5)
+    out = ['"']  # escapes of any character, as another writer may choose
+    for ch in text:
+        r = rng.random()
+        if ch in '"\\' or ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}" if r < 0.5 else json.dumps(ch)[1:-1])
+        elif r < 0.2 and ord(ch) < 0x10000:
+            out.append(("\\u%04X" if r < 0.1 else "\\u%04x") % ord(ch))
+        elif r < 0.25 and ch == "/":
+            out.append("\\/")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _ws(rng: random.Random) -> str:
+    return rng.choice(["", "", "", " ", "\n", " \t\r\n"])
+
+
+# single bad bytes, overlong forms, encoded surrogates (high and low), beyond U+10FFFF
+BAD_UTF8 = [b"\x80", b"\xc0", b"\xed", b"\xf5", b"\xff", b"\x01", b"\xc0\xaf", b"\xe0\x80\xaf",
+            b"\xed\xa0\x80", b"\xed\xb2\x80", b"\xf4\x90\x80\x80", b"\xf0\x80\x80\xaf"]  # fmt: skip
+
+
+def _value(rng: random.Random, shard: Shard) -> bytes:
+    """A canal-json record value for ``shard``, most of them well formed, some broken in one way."""
+    pairs: list[tuple[str, str]] = []
+    for name, kind in zip(shard.names, shard.kinds, strict=True):
+        if rng.random() < 0.15:
+            pairs.append((name, "null"))
+        else:
+            pairs.append((name, _json_string(rng, _text(rng, kind))))
+    flaw = rng.random()
+    if flaw < 0.05 and pairs:
+        pairs.pop(rng.randrange(len(pairs)))  # a missing column
+    elif flaw < 0.10:
+        pairs.append(("extra", '"1"'))  # a column the table lacks
+    elif flaw < 0.15 and pairs:
+        pairs.append(rng.choice(pairs))  # a column twice
+    elif flaw < 0.20 and pairs:
+        i = rng.randrange(len(pairs))
+        pairs[i] = (pairs[i][0], rng.choice(["1", "-2.5", "true", "false", "[]", "{}", '["a"]', "nul"]))
+    elif flaw < 0.25:
+        rng.shuffle(pairs)  # another writer's key order (well formed)
+    body = (
+        "{"
+        + _ws(rng)
+        + ("," + _ws(rng)).join(
+            f"{json.dumps(n, ensure_ascii=rng.random() < 0.5)}{_ws(rng)}:{_ws(rng)}{v}" for n, v in pairs
+        )
+        + _ws(rng)
+        + "}"
+    )
+    raw = ("{" + '"data":[' + body + '],"old":null,"type":"INSERT"}').encode("utf-8", "surrogatepass")
+    flaw = rng.random()
+    if flaw < 0.03:
+        raw = raw.replace(b'"data":[', b'"data": [', 1)  # not the codec's layout: the whole value is parsed
+    elif flaw < 0.06:
+        raw = raw.replace(b"\\u00", b"\\ud8", 1)  # perhaps a lone surrogate escape
+    elif flaw < 0.09 and len(raw) > 20:
+        at = rng.randrange(10, len(raw) - 10)
+        bad = rng.choice(BAD_UTF8)
+        quote = raw.find(b':"', at)  # inside a string where there is one after ``at``
+        at = quote + 2 if quote > 0 and rng.random() < 0.7 else at
+        raw = raw[:at] + bad + raw[at:]  # invalid UTF-8, or an encoded surrogate
+    elif flaw < 0.11:
+        raw = raw.replace(b'"data":[{', b'"data":[{"x":{"y":1},', 1)  # a nested object
+    return raw
+
+
+def _python(shard: Shard, value: bytes) -> tuple[str, Any]:
+    try:
+        return "digest", topic.data_digest(shard, topic.parse_datas([value])[0])
+    except Exception as exc:
+        return "error", type(exc).__name__
+
+
+def run_seed(seed: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    sure = unsure = 0
+    for _ in range(6):
+        shard = _shard(rng)
+        values = [_value(rng, shard) for _ in range(40)]
+        found = native.data_digests(values, *shard.native_spec)
+        for value, digest in zip(values, found, strict=True):
+            kind, want = _python(shard, value)
+            if digest is None:
+                unsure += 1
+                continue
+            sure += 1
+            assert (kind, want) == ("digest", digest), f"seed {seed}: {value!r} -> C {digest}, Python {want}"
+        # the whole path: the helper, then Python for what it left
+        oracle = [_python(shard, v) for v in values]
+        if all(k == "digest" for k, _ in oracle):
+            assert topic.digests_of(shard, values) == [d for _, d in oracle], f"seed {seed}: digests_of"
+    return sure, unsure
+
+
+SEEDS = list(range(60)) + [
+    random.randrange(10**6) for _ in range(int(os.environ.get("RELAY_FUZZ_SEEDS", "0")))
+]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_generated_records_digest_as_the_python_path(seed: int) -> None:
+    run_seed(seed)
+
+
+def test_the_helper_is_sure_of_the_codecs_records() -> None:
+    """The codec's own layout (keys in table order, json.dumps text) is never left to Python."""
+    rng = random.Random(7)
+    shard = _shard(rng)
+    values = []
+    for n in range(200):
+        data = {name: (None if n % 7 == i else _text(rng, kind))
+                for i, (name, kind) in enumerate(zip(shard.names, shard.kinds, strict=True))}  # fmt: skip
+        values.append(
+            (
+                '{"data":[' + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + '],"old":null}'
+            ).encode()
+        )
+    found = native.data_digests(values, *shard.native_spec)
+    assert None not in found
+    assert found == [topic.data_digest(shard, d) for d in topic.parse_datas(values)]
+
+
+def test_md5_prefix_equals_hashlib_around_every_block_edge() -> None:
+    rng = random.Random(11)
+    for size in [*range(0, 200), 1000, 4095, 4096, 65_537]:
+        data = bytes(rng.randrange(256) for _ in range(size))
+        want = int.from_bytes(hashlib.md5(data, usedforsecurity=False).digest()[:8], "big")
+        assert native.md5_prefix(data) == want, size
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        native.data_digests([b"{}"], (b"a",), b"", (None,))
+    with pytest.raises(TypeError, match="bytes"):
+        native.data_digests([b"{}"], ("a",), b"\x00", (None,))
+    with pytest.raises(TypeError, match="converter"):
+        native.data_digests([b"{}"], (b"a",), b"\x03", (None,))
+    assert native.data_digests([None, b"", b"[]"], (b"a",), b"\x00", (None,)) == [None, None, None]
