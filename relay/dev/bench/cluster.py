@@ -264,7 +264,7 @@ _EMBEDDED_KAFKA = f"Apache Kafka {KAFKA_VERSION} (embedded, one KRaft broker)"
 
 
 def run_cluster_bench(options: ClusterOptions, progress: Progress) -> tuple[ClusterResult, dict[str, Any]]:
-    from relay.dev.bench.runner import machine_info
+    from relay.dev.bench.services import machine_info
 
     if options.kill < 1 or options.instances < 1:
         raise BenchError("relay bench --cluster: --cluster-instances and --cluster-kill must be at least 1")

@@ -92,7 +92,7 @@ class Context:
     fresh_broker: Callable[[], str] | None = None
 
     def renew_broker(self) -> None:
-        """An empty embedded broker for the next measured run (``runner._EmbeddedBroker.renew``): each run
+        """An empty embedded broker for the next measured run (``services.EmbeddedBroker.renew``): each run
         is measured against empty topics, not what the runs before it left behind."""
         if self.fresh_broker is not None:
             self.kafka = self.fresh_broker()

@@ -1,7 +1,7 @@
 """The benchmark run: services, backlogs, repetitions in child processes, latency and the broker stall.
 
-``run_bench(options, progress)`` runs on the caller's (main) thread. It starts MariaDB and Apache Kafka (one
-KRaft broker; ``--broker tansu``: the Tansu broker) in a temp dir (or uses the addresses given), writes each
+``run_bench(options, progress)`` runs on the caller's (main) thread. It starts MariaDB and Apache Kafka
+(``relay.dev.bench.services``) in a temp dir (or uses the addresses given), writes each
 workload's backlog once, then measures every reader on that same binlog range ``repeat`` times, each in a
 fresh ``relay.dev.bench.worker`` process: the relay end to end, the stock parse-only reader and the naive
 relay. Then a relay runs live while the workload is offered at a fixed rate (latency commit → acknowledged),
@@ -14,22 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pymysql
 
-from relay import _native
 from relay.dev.bench import workloads as wl
 from relay.dev.bench.common import (
     LIVE_BASE_ID,
@@ -39,11 +33,10 @@ from relay.dev.bench.common import (
     LiveWorker,
     Progress,
     broker_name,
-    create_topics,
-    empty_topics,
     run_worker,
 )
 from relay.dev.bench.peer_session import PeerSession, describe
+from relay.dev.bench.services import bench_services, machine_info
 from relay.dev.bench.sidebyside import (
     CEILING_SUFFIX,
     RELAY_FORMAT,
@@ -59,7 +52,7 @@ from relay.dev.bench.snapshot import SnapshotResult, run_snapshot
 from relay.dev.bench.stall import run_stall
 from relay.dev.bench.stats import Latency, StallResult, WorkloadResult
 from relay.dev.bench.verify import VerifyResult, run_verify
-from relay.errors import BenchError, RelayError
+from relay.errors import BenchError
 
 __all__ = ["BenchError", "BenchOptions", "BenchReport", "run_bench"]
 
@@ -92,110 +85,6 @@ class BenchReport:
 
 
 # ---- services ----------------------------------------------------------------------------------------
-
-
-class _EmbeddedBroker:
-    """The bench's own broker, emptied before each measured run with the bench's topics there.
-
-    Apache Kafka keeps its records on disk and does not slow as it holds more: it runs for the whole bench,
-    and ``renew`` deletes every record of the bench's topics (DeleteRecords), so the disk holds one run's
-    records at a time. Tansu keeps them in memory and slows as it holds more (one full run took W4's
-    produce-only ceiling from 55k to 22k rows/s): ``renew`` restarts it empty."""
-
-    def __init__(self, work: Path, topics: list[str], broker: str) -> None:
-        self.work = work
-        self.topics = topics
-        self.broker = broker
-        self.running: Any = None
-        self.starts = 0
-
-    def start(self) -> str:
-        from relay.dev.services import StartOptions, start_kafka, start_tansu
-
-        self.stop()
-        self.starts += 1
-        opts = StartOptions(self.work / f"{self.broker}-{self.starts}")
-        self.running = start_tansu(opts) if self.broker == "tansu" else start_kafka(opts)
-        bootstrap = str(self.running.service.bootstrap_servers)
-        create_topics(bootstrap, self.topics)
-        return bootstrap
-
-    def renew(self) -> str:
-        if self.broker == "tansu" or self.running is None:
-            return self.start()
-        bootstrap = str(self.running.service.bootstrap_servers)
-        empty_topics(bootstrap, self.topics)
-        return bootstrap
-
-    def stop(self) -> None:
-        if self.running is not None:
-            running, self.running = self.running, None
-            with contextlib.suppress(RelayError):
-                running.stop(remove_dir=True)
-
-
-def bench_topics(options: BenchOptions, peers: PeerSession | None = None) -> list[str]:
-    tables = [wl.WORKLOADS[n].table for n in options.workloads]
-    topics = [f"bench.{t}" for t in tables] + [f"naive.{t}" for t in tables] + ["bench.ddl", "bench.warmup"]
-    if peers is not None:
-        snap = ["snap"] if options.snapshot_rows > 0 else []
-        ceilings = [f"bench.{t}{CEILING_SUFFIX}" for t in [*tables, *snap]]
-        topics += ["bench.snap", *ceilings, *peers.topics([*tables, *snap])]
-    return topics
-
-
-@contextlib.contextmanager
-def _services(
-    options: BenchOptions, work: Path, progress: Progress, peers: PeerSession | None
-) -> Iterator[tuple[Any, str, _EmbeddedBroker | None]]:
-    from relay.dev.services import MySQLService, StartOptions, start_mysql
-
-    started: list[Any] = []
-    broker: _EmbeddedBroker | None = None
-    try:
-        if options.mysql:
-            mysql = MySQLService.parse(options.mysql).with_server_info()
-        else:
-            progress("starting MariaDB …")
-            started.append(start_mysql(StartOptions(work / "mysql")))
-            mysql = started[-1].service
-        if options.kafka:
-            kafka = options.kafka
-            create_topics(kafka, bench_topics(options, peers))
-        else:
-            progress(
-                "starting the Tansu broker …" if options.broker == "tansu" else "starting Apache Kafka …"
-            )
-            broker = _EmbeddedBroker(work, bench_topics(options, peers), options.broker)
-            kafka = broker.start()
-        yield mysql, kafka, broker
-    finally:
-        if broker is not None:
-            broker.stop()
-        for running in reversed(started):
-            with contextlib.suppress(RelayError):
-                running.stop(remove_dir=True)
-
-
-def machine_info(mysql_version: str, kafka: str) -> dict[str, Any]:
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "build": _native.describe(),  # the workers inherit the environment: the same build runs there
-        "mysql": mysql_version,
-        "kafka": kafka,
-        "command": " ".join(["relay", *sys.argv[1:]])
-        if sys.argv[0].endswith("relay")
-        else " ".join(sys.argv),
-    }
 
 
 # ---- one workload --------------------------------------------------------------------------------------
@@ -488,7 +377,7 @@ def run_bench(options: BenchOptions, progress: Progress) -> BenchReport:
     try:
         if peers is not None:
             peers.install(progress)
-        with _services(options, work, progress, peers) as (mysql, kafka, broker):
+        with bench_services(options, work, progress, peers) as (mysql, kafka, broker):
             conn = mysql.connect()
             try:
                 fresh = broker.renew if broker is not None else None
