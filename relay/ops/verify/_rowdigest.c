@@ -27,6 +27,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 /* ---- MD5 (RFC 1321) ------------------------------------------------------------------------------ */
 
@@ -372,12 +373,71 @@ static int read_row(const unsigned char *value, Py_ssize_t size, PyObject *names
     return OK;
 }
 
+
+/* A DOUBLE/FLOAT column's digest text for the common case, in C (``digest._number_text``): ``text`` strictly
+ * a decimal number (sign, digits, one point, an exponent: what float() reads the same as C), the value
+ * (FLOAT: rounded to float32 as struct's "<f" does) non-zero and in [1e-4, 1e15), where MySQL's text is
+ * Python's repr without a trailing ".0". Returns the length written to ``out``, or -1: the Python converter
+ * decides (zero, other ranges, inf/nan, underscores, spaces, anything else). */
+static int number_text(const unsigned char *text, Py_ssize_t n, int single, char *out, size_t room) {
+    if (n < 1 || n > 64) return -1;
+    Py_ssize_t i = 0;
+    int digits = 0;
+    if (text[i] == '-' || text[i] == '+') i++;
+    while (i < n && text[i] >= '0' && text[i] <= '9') i++, digits++;
+    if (i < n && text[i] == '.') {
+        i++;
+        while (i < n && text[i] >= '0' && text[i] <= '9') i++, digits++;
+    }
+    if (digits == 0) return -1;
+    if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+        i++;
+        if (i < n && (text[i] == '-' || text[i] == '+')) i++;
+        int exp_digits = 0;
+        while (i < n && text[i] >= '0' && text[i] <= '9') i++, exp_digits++;
+        if (exp_digits == 0) return -1;
+    }
+    if (i != n) return -1;
+    char copy[65];
+    memcpy(copy, text, (size_t)n);
+    copy[n] = 0;
+    char *end = NULL;
+    double x = PyOS_string_to_double(copy, &end, NULL);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (end != copy + n) return -1;
+    if (single) {
+        float y = (float)x;
+        if (isinf(y)) return -1;
+        x = (double)y;
+    }
+    double a = fabs(x);
+    if (!(a >= 1e-4 && a < 1e15)) return -1;
+    char *repr = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (repr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    size_t len = strlen(repr);
+    if (len >= 2 && repr[len - 2] == '.' && repr[len - 1] == '0') len -= 2;
+    if (len >= room || memchr(repr, 'e', len) != NULL) { /* positional in this range; else let Python say */
+        PyMem_Free(repr);
+        return -1;
+    }
+    memcpy(out, repr, len);
+    PyMem_Free(repr);
+    return (int)len;
+}
+
 static const char HEXUP[] = "0123456789ABCDEF";
 
 /* The digest text of the row read into ``cols``: the header, '|', the texts. */
 static int digest_row(column *cols, Py_ssize_t ncols, const char *kinds, PyObject *converters, buf *scratch,
                       buf *out, buf *body) {
-    char num[24];
+    char num[24], num2[40];
+    int fast;
     out->n = 0;
     body->n = 0;
     for (Py_ssize_t i = 0; i < ncols; i++) {
@@ -402,6 +462,9 @@ static int digest_row(column *cols, Py_ssize_t ncols, const char *kinds, PyObjec
             }
             body->n += 2 * chars;
             chars *= 2;
+        } else if ((kind == 3 || kind == 4) && (fast = number_text(text, col->len, kind == 4, num2, sizeof(num2))) >= 0) {
+            if (buf_put(body, num2, fast) < 0) return FAILED; /* ASCII: its length in characters too */
+            chars = fast;
         } else if (kind == 3 || kind == 4) { /* DOUBLE, FLOAT: MySQL's layout, by the Python converter */
             PyObject *convert = PyTuple_GET_ITEM(converters, i);
             PyObject *str = PyUnicode_DecodeUTF8((const char *)text, col->len, NULL);
@@ -499,6 +562,206 @@ fail:
     return NULL;
 }
 
+/* ---- the headers of consumed records ----------------------------------------------------------------- */
+
+enum { HDB, HTABLE, HPDB, HPTABLE, HTYPE, HSEQ, HSOURCE, HPART, NHEADERS };
+
+/* Which of the relay's headers ``name`` is (-1: none the keyed path reads). */
+static int header_slot(const char *s, Py_ssize_t n) {
+    if (n < 8 || memcmp(s, "relay.", 6) != 0) return -1;
+    s += 6;
+    n -= 6;
+    switch (n) {
+    case 2: return memcmp(s, "db", 2) == 0 ? HDB : -1;
+    case 4: return memcmp(s, "type", 4) == 0 ? HTYPE : memcmp(s, "part", 4) == 0 ? HPART : -1;
+    case 5: return memcmp(s, "table", 5) == 0 ? HTABLE : -1;
+    case 8: return memcmp(s, "sequence", 8) == 0 ? HSEQ : -1;
+    case 9: return memcmp(s, "source.id", 9) == 0 ? HSOURCE : -1;
+    case 11: return memcmp(s, "physical.db", 11) == 0 ? HPDB : -1;
+    case 14: return memcmp(s, "physical.table", 14) == 0 ? HPTABLE : -1;
+    default: return -1;
+    }
+}
+
+/* A header's decimal digits as Python's int() reads the relay's own (an optional '-', 1-18 digits). */
+static int parse_int(PyObject *value, long long *out) {
+    if (value == NULL || !PyBytes_Check(value)) return -1;
+    const char *s = PyBytes_AS_STRING(value);
+    Py_ssize_t n = PyBytes_GET_SIZE(value), i = 0;
+    int negative = 0;
+    if (n > 0 && s[0] == '-') {
+        negative = 1;
+        i = 1;
+    }
+    if (n - i < 1 || n - i > 18) return -1;
+    long long v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = negative ? -v : v;
+    return 0;
+}
+
+static int bytes_equal(PyObject *a, PyObject *b) {
+    return a != NULL && PyBytes_Check(a) && PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+           memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0;
+}
+
+static PyObject *call0(PyObject *obj, PyObject *name) { return PyObject_CallMethodNoArgs(obj, name); }
+
+static PyObject *S_ERROR, *S_HEADERS, *S_KEY, *S_VALUE, *S_TOPIC, *S_PARTITION, *S_OFFSET, *B_INSERT, *B_UPDATE, *B_DELETE;
+
+/* What the keyed path takes of one record: NULL with no error for a record this table's index skips, the
+ * Message itself for one the Python path must read (no headers, a shard read another way, a header the
+ * relay never writes so), else (shard, (sequence, part), type, key, value, (topic, partition, offset)). */
+static PyObject *row_record(PyObject *msg, PyObject *topic, PyObject *partition, PyObject *offset, PyObject *db,
+                            PyObject *table, PyObject *source, PyObject *keyed, PyObject *others) {
+    PyObject *pairs = call0(msg, S_HEADERS);
+    if (pairs == NULL) return NULL;
+    if (!PyList_Check(pairs) || PyList_GET_SIZE(pairs) == 0) {
+        Py_DECREF(pairs);
+        return Py_NewRef(msg);
+    }
+    PyObject *h[NHEADERS] = {NULL};
+    Py_ssize_t count = PyList_GET_SIZE(pairs);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            Py_DECREF(pairs);
+            return Py_NewRef(msg);
+        }
+        Py_ssize_t n;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &n);
+        if (name == NULL) {
+            PyErr_Clear();
+            Py_DECREF(pairs);
+            return Py_NewRef(msg);
+        }
+        int slot = header_slot(name, n);
+        if (slot >= 0) h[slot] = PyTuple_GET_ITEM(pair, 1); /* the last of a name wins, as dict(pairs) */
+    }
+    PyObject *out = NULL;
+    if (!bytes_equal(h[HTABLE], table) || !bytes_equal(h[HDB], db)) goto done; /* another table */
+    if (h[HSOURCE] != NULL && h[HSOURCE] != Py_None && !bytes_equal(h[HSOURCE], source)) goto done; /* not ours */
+    PyObject *pdb = h[HPDB], *ptable = h[HPTABLE];
+    if ((pdb != NULL && !PyBytes_Check(pdb)) || (ptable != NULL && !PyBytes_Check(ptable))) {
+        out = Py_NewRef(msg);
+        goto done;
+    }
+    Py_ssize_t ndb = pdb ? PyBytes_GET_SIZE(pdb) : 0, ntable = ptable ? PyBytes_GET_SIZE(ptable) : 0;
+    PyObject *physical = PyBytes_FromStringAndSize(NULL, ndb + 1 + ntable);
+    if (physical == NULL) goto done;
+    char *w = PyBytes_AS_STRING(physical);
+    if (ndb) memcpy(w, PyBytes_AS_STRING(pdb), (size_t)ndb);
+    w[ndb] = '.';
+    if (ntable) memcpy(w + ndb + 1, PyBytes_AS_STRING(ptable), (size_t)ntable);
+    PyObject *shard = PyDict_GetItemWithError(keyed, physical); /* borrowed */
+    int other = shard == NULL && !PyErr_Occurred() ? PySet_Contains(others, physical) : 0;
+    Py_DECREF(physical);
+    if (PyErr_Occurred() || other < 0) goto done;
+    if (other) {
+        out = Py_NewRef(msg);
+        goto done;
+    }
+    if (shard == NULL) goto done; /* a shard not verified */
+    PyObject *kind = h[HTYPE];
+    if (kind == NULL || !(bytes_equal(kind, B_INSERT) || bytes_equal(kind, B_UPDATE) || bytes_equal(kind, B_DELETE)))
+        goto done;
+    if (h[HSEQ] == NULL) goto done;
+    long long seq, part = 0;
+    if (parse_int(h[HSEQ], &seq) < 0 || (h[HPART] != NULL && parse_int(h[HPART], &part) < 0)) {
+        out = Py_NewRef(msg); /* not the relay's digits: the Python path says what is wrong */
+        goto done;
+    }
+    PyObject *key = call0(msg, S_KEY), *value = key ? call0(msg, S_VALUE) : NULL;
+    if (value != NULL) {
+        PyObject *where = PyTuple_Pack(3, topic, partition, offset);
+        PyObject *ident = where ? Py_BuildValue("(LL)", seq, part) : NULL;
+        if (ident != NULL) out = PyTuple_Pack(6, shard, ident, kind, key, value, where);
+        Py_XDECREF(ident);
+        Py_XDECREF(where);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+done:
+    Py_DECREF(pairs);
+    return out;
+}
+
+/* next_offsets[(topic, partition)] = offset + 1 */
+static int note_offset(PyObject *next_offsets, PyObject *topic, PyObject *partition, PyObject *offset) {
+    PyObject *where = PyTuple_Pack(2, topic, partition);
+    PyObject *one = where ? PyLong_FromLong(1) : NULL;
+    PyObject *next = one ? PyNumber_Add(offset, one) : NULL;
+    int r = next ? PyDict_SetItem(next_offsets, where, next) : -1;
+    Py_XDECREF(where);
+    Py_XDECREF(one);
+    Py_XDECREF(next);
+    return r;
+}
+
+static PyObject *row_records(PyObject *self, PyObject *args) {
+    PyObject *messages, *db, *table, *source, *keyed, *others, *next_offsets;
+    if (!PyArg_ParseTuple(args, "O!SSSO!O!O!", &PyList_Type, &messages, &db, &table, &source, &PyDict_Type, &keyed,
+                          &PySet_Type, &others, &PyDict_Type, &next_offsets))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    PyObject *topic = NULL, *partition = NULL, *offset = NULL; /* of the record read last */
+    PyObject *last_topic = NULL, *last_partition = NULL, *last_offset = NULL; /* a partition's last, to note */
+    Py_ssize_t count = PyList_GET_SIZE(messages), read = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *msg = PyList_GET_ITEM(messages, i);
+        PyObject *err = call0(msg, S_ERROR);
+        if (err == NULL) goto fail;
+        int is_error = err != Py_None;
+        Py_DECREF(err);
+        PyObject *item = NULL;
+        if (is_error) { /* the end of a partition, or a failure: the Python path says which */
+            item = Py_NewRef(msg);
+        } else {
+            topic = call0(msg, S_TOPIC);
+            partition = topic ? call0(msg, S_PARTITION) : NULL;
+            offset = partition ? call0(msg, S_OFFSET) : NULL;
+            if (offset == NULL) goto fail;
+            read++;
+            if (last_topic != NULL && (PyObject_RichCompareBool(last_topic, topic, Py_EQ) != 1 ||
+                                       PyObject_RichCompareBool(last_partition, partition, Py_EQ) != 1)) {
+                if (note_offset(next_offsets, last_topic, last_partition, last_offset) < 0) goto fail;
+            }
+            Py_XSETREF(last_topic, Py_NewRef(topic));
+            Py_XSETREF(last_partition, Py_NewRef(partition));
+            Py_XSETREF(last_offset, Py_NewRef(offset));
+            item = row_record(msg, topic, partition, offset, db, table, source, keyed, others);
+            Py_CLEAR(topic);
+            Py_CLEAR(partition);
+            Py_CLEAR(offset);
+            if (item == NULL && PyErr_Occurred()) goto fail;
+        }
+        if (item != NULL) {
+            int r = PyList_Append(out, item);
+            Py_DECREF(item);
+            if (r < 0) goto fail;
+        }
+    }
+    if (last_topic != NULL && note_offset(next_offsets, last_topic, last_partition, last_offset) < 0) goto fail;
+    Py_XDECREF(last_topic);
+    Py_XDECREF(last_partition);
+    Py_XDECREF(last_offset);
+    PyObject *result = Py_BuildValue("(Nn)", out, read);
+    return result;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(partition);
+    Py_XDECREF(offset);
+    Py_XDECREF(last_topic);
+    Py_XDECREF(last_partition);
+    Py_XDECREF(last_offset);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *md5_prefix(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
@@ -511,10 +774,28 @@ static PyMethodDef METHODS[] = {
     {"data_digests", data_digests, METH_VARARGS,
      "data_digests(values, names, kinds, converters) -> list of int or None: each canal-json record's row "
      "digest (relay.ops.verify.topic.data_digest), None where the Python path must decide."},
+    {"row_records", row_records, METH_VARARGS,
+     "row_records(messages, db, table, source, keyed, others, next_offsets) -> (items, read): per consumed "
+     "message of the logical table (relay.ops.verify.topic.TopicIndex._batch) its keyed-path tuple, or the Message "
+     "for the Python path (errors included); next_offsets noted per partition; read: the records (not errors)."},
     {"md5_prefix", md5_prefix, METH_O, "md5_prefix(data) -> int: the first 8 bytes of MD5(data), big-endian."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "relay.ops.verify._rowdigest", NULL, -1, METHODS};
 
-PyMODINIT_FUNC PyInit__rowdigest(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__rowdigest(void) {
+    S_ERROR = PyUnicode_InternFromString("error");
+    S_HEADERS = PyUnicode_InternFromString("headers");
+    S_KEY = PyUnicode_InternFromString("key");
+    S_VALUE = PyUnicode_InternFromString("value");
+    S_TOPIC = PyUnicode_InternFromString("topic");
+    S_PARTITION = PyUnicode_InternFromString("partition");
+    S_OFFSET = PyUnicode_InternFromString("offset");
+    B_INSERT = PyBytes_FromString("INSERT");
+    B_UPDATE = PyBytes_FromString("UPDATE");
+    B_DELETE = PyBytes_FromString("DELETE");
+    if (!S_ERROR || !S_HEADERS || !S_KEY || !S_VALUE || !S_TOPIC || !S_PARTITION || !S_OFFSET || !B_INSERT || !B_UPDATE || !B_DELETE)
+        return NULL;
+    return PyModule_Create(&MODULE);
+}

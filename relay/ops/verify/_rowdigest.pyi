@@ -1,4 +1,5 @@
 from collections.abc import Callable
+from typing import Any
 
 def data_digests(
     values: list[bytes],
@@ -7,3 +8,12 @@ def data_digests(
     converters: tuple[Callable[[str], str] | None, ...],
 ) -> list[int | None]: ...
 def md5_prefix(data: bytes) -> int: ...
+def row_records(
+    messages: list[Any],
+    db: bytes,
+    table: bytes,
+    source: bytes,
+    keyed: dict[bytes, Any],
+    others: set[bytes],
+    next_offsets: dict[tuple[str, int], int],
+) -> tuple[list[Any], int]: ...

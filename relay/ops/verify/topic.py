@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 READ_TIMEOUT = 120.0  # seconds a refresh may take to see every partition's end
 FETCH_GAP = 2000  # offsets apart two records are read through rather than sought again
+# How long one consume() waits: it returns when it has its count of records OR the wait is over, so the
+# last call of a read (fewer records left than asked for) always waits it out — 0.5 s was a fifth of a
+# 100,000-record read (librdkafka hands over such a topic in ~0.2 s).
+CONSUME_WAIT = 0.05
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
 _TEXT_TYPES = frozenset({str, type(None)})
 _DATA, _OLD = b'"data":[', b'],"old":'
@@ -65,12 +69,19 @@ _DATA, _OLD = b'"data":[', b'],"old":'
 DataDigests = Callable[
     [list[bytes], tuple[bytes, ...], bytes, tuple[Callable[[str], str] | None, ...]], list[int | None]
 ]
+# Beside it, ``row_records``: a consumed batch read in C (``TopicIndex._batch``).
+RowRecords = Callable[
+    [list[Any], bytes, bytes, bytes, dict[bytes, Any], set[bytes], dict[tuple[str, int], int]],
+    tuple[list[Any], int],
+]
 data_digests: DataDigests | None = None
+row_records: RowRecords | None = None
 if _native.mode == "compiled":
     try:
         from relay.ops.verify._rowdigest import data_digests as _data_digests
+        from relay.ops.verify._rowdigest import row_records as _row_records
 
-        data_digests = _data_digests
+        data_digests, row_records = _data_digests, _row_records
     except ImportError:  # an interrupted build: the Python path
         pass
 
@@ -79,7 +90,12 @@ def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | Non
     """(type, data, old) of a row record, canal-json or canal-protobuf: ``data`` the row (the before image
     of a DELETE), ``old`` an UPDATE's previous values of its changed columns (protobuf: all of them)."""
     if value[:1] == b"{":
-        m = json.loads(value)
+        try:
+            m = json.loads(value)
+        except ValueError as exc:  # not JSON, or not UTF-8: no relay wrote it
+            raise VerifyError(f"a record of the topic is not canal-json: {exc}") from exc
+        if not isinstance(m, dict) or not isinstance(m.get("data") or [{}], list):
+            raise VerifyError("a record of the topic is not canal-json: no data array")
         data = (m.get("data") or [{}])[0]
         old = (m.get("old") or [None])[0]
         return str(m.get("type")), data, old
@@ -189,6 +205,9 @@ class TopicIndex:
         self._db, self._table = db.encode(), table.encode()
         self._source = source_id.encode()
         self._shards = {s.name.encode(): s for s in shards}
+        # for the C helper: the shards the keyed path reads, and the others (read by ``_record``)
+        self._keyed = {n: s for n, s in self._shards.items() if s.method != MULTISET and not s.by_data}
+        self._others = {n for n in self._shards if n not in self._keyed}
         self.parse_values = parse_values
         self.held: dict[JoinKey, Held] = {}
         self.multisets: dict[str, Multiset] = {s.name: Multiset() for s in shards if s.method == MULTISET}
@@ -254,19 +273,7 @@ class TopicIndex:
                     raise VerifyError(
                         f"the topic's end was not reached in {READ_TIMEOUT:.0f} s: {sorted(pending)}"
                     )
-                batch = []
-                for msg in consumer.consume(num_messages=2000, timeout=0.5):
-                    err = msg.error()
-                    where = (str(msg.topic()), int(msg.partition() or 0))
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(where)
-                            continue
-                        raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
-                    self.next_offsets[where] = msg.offset() + 1
-                    batch.append(msg)
-                self._records(batch)
-                read += len(batch)
+                read += self._batch(consumer.consume(num_messages=2000, timeout=CONSUME_WAIT), pending)
         finally:
             consumer.close()
         self.finish_read(read, began, log_it=log_it)
@@ -315,7 +322,7 @@ class TopicIndex:
                         raise VerifyError(
                             f"records {topic} [{partition}] {first}..{end} could not be read again"
                         )
-                    for msg in consumer.consume(num_messages=500, timeout=0.5):
+                    for msg in consumer.consume(num_messages=500, timeout=CONSUME_WAIT):
                         if msg.error() is not None:
                             continue
                         at = max(at, int(msg.offset()))
@@ -326,39 +333,82 @@ class TopicIndex:
         return out
 
     # -- records -------------------------------------------------------------------------------------
-    def _records(self, batch: list[Any]) -> None:
-        """One consumed batch, in order. Keyed records are gathered so that their keys and values are
-        parsed by one ``json.loads`` each (a call per record costs more than the parse)."""
+    def _batch(self, messages: list[Any], pending: set[tuple[str, int]]) -> int:
+        """One consumed batch, in order: each partition's next offset noted, its end taken off ``pending``,
+        the records indexed (keyed ones gathered, so that their keys and values are parsed by one
+        ``json.loads`` each: a call per record costs more than the parse). Where the C helper is built, it
+        reads the batch (``row_records``: the same tuples, and the messages it leaves to Python). The
+        records read (not the partitions' ends)."""
         keyed: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]] = []
-        for msg in batch:
-            pairs = msg.headers()
-            value = msg.value()
-            if not pairs:
-                if value is None:  # someone else's tombstone: after what came before it
-                    self._by_keys(keyed)
-                    keyed = []
-                    self._foreign_tombstone(msg, int(msg.partition() or 0))
-                continue
-            h = dict(pairs)
-            if h.get(H_TABLE) != self._table or h.get(H_DB) != self._db:
-                continue
-            source = h.get(H_SOURCE_ID)
-            if source is not None and source != self._source:
-                continue
-            shard = self._shards.get(h.get(H_PHYSICAL_DB, b"") + b"." + h.get(H_PHYSICAL_TABLE, b""))
-            kind = h.get(H_TYPE)
-            if shard is None or kind not in _ROW_TYPES or H_SEQUENCE not in h:
-                continue
-            ident = (int(h[H_SEQUENCE]), int(h.get(H_PART, b"0")))
-            where = (msg.topic(), msg.partition(), msg.offset())
-            if shard.method == MULTISET:
-                self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
-            elif shard.by_data:
-                if value is not None:
-                    self._by_data(shard, ident, value, where)
-            else:
-                keyed.append((shard, ident, kind, msg.key(), value, where))
+        read = 0
+        if row_records is None:
+            for msg in messages:
+                where = (str(msg.topic()), int(msg.partition() or 0))
+                if msg.error() is not None:
+                    self._error(msg, where, pending)
+                    continue
+                self.next_offsets[where] = msg.offset() + 1
+                read += 1
+                keyed = self._record(msg, keyed)
+        else:
+            items, read = row_records(
+                messages, self._db, self._table, self._source, self._keyed, self._others, self.next_offsets
+            )
+            for item in items:
+                if item.__class__ is tuple:
+                    keyed.append(item)
+                elif item.error() is not None:
+                    self._error(item, (str(item.topic()), int(item.partition() or 0)), pending)
+                else:
+                    keyed = self._record(item, keyed)
         self._by_keys(keyed)
+        return read
+
+    @staticmethod
+    def _error(msg: Any, where: tuple[str, int], pending: set[tuple[str, int]]) -> None:
+        err = msg.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            pending.discard(where)
+            return
+        raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
+
+    def _record(self, msg: Any, keyed: list[Any]) -> list[Any]:
+        """One record: a keyed row added to ``keyed``, or read now (after ``keyed``, which is then empty)."""
+        pairs = msg.headers()
+        value = msg.value()
+        if not pairs:
+            if value is None:  # someone else's tombstone: after what came before it
+                self._by_keys(keyed)
+                self._foreign_tombstone(msg, int(msg.partition() or 0))
+                return []
+            return keyed
+        h = dict(pairs)
+        if h.get(H_TABLE) != self._table or h.get(H_DB) != self._db:
+            return keyed
+        source = h.get(H_SOURCE_ID)
+        if source is not None and source != self._source:
+            return keyed
+        shard = self._shards.get((h.get(H_PHYSICAL_DB) or b"") + b"." + (h.get(H_PHYSICAL_TABLE) or b""))
+        kind = h.get(H_TYPE)
+        if shard is None or kind not in _ROW_TYPES or H_SEQUENCE not in h:
+            return keyed
+        where = (msg.topic(), msg.partition(), msg.offset())
+        try:
+            ident = (int(h[H_SEQUENCE]), int(h.get(H_PART) or b"0"))
+        except (TypeError, ValueError):
+            raise VerifyError(
+                f"{where[0]} [{where[1]}] offset {where[2]}: a record of {self._db.decode()}."
+                f"{self._table.decode()} whose {H_SEQUENCE} / {H_PART} headers are not numbers "
+                f"({h[H_SEQUENCE]!r}, {h.get(H_PART)!r}): not the relay's, and no change identity"
+            ) from None
+        if shard.method == MULTISET:
+            self._multiset(shard, ident, value, h.get(H_SNAPSHOT) == b"true", where)
+        elif shard.by_data:
+            if value is not None:
+                self._by_data(shard, ident, value, where)
+        else:
+            keyed.append((shard, ident, kind, msg.key(), value, where))
+        return keyed
 
     def _by_keys(self, rows: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]]) -> None:
         if not rows:
@@ -415,14 +465,14 @@ class TopicIndex:
         if not self.parse_values:
             return
         kind, data, old = parse_value(value)
-        row = row_values(shard, data)
+        row = _hashable(row_values(shard, data))
         if snapshot and self.snapshot_seq.get(shard.name) != ident[0]:
             self.snapshot_seq[shard.name] = ident[0]
             state.rows = Counter()  # a keyless table is snapshotted whole: the chunk replaces it
         if kind == "DELETE":
             _remove(state.rows, row)
         elif kind == "UPDATE":
-            _remove(state.rows, row_values(shard, {**data, **(old or {})}))
+            _remove(state.rows, _hashable(row_values(shard, {**data, **(old or {})})))
             state.rows[row] += 1
         else:
             state.rows[row] += 1
@@ -442,6 +492,17 @@ class TopicIndex:
             cur.where = (str(msg.topic()), partition, int(msg.offset()))
             log.warning("topic %s [%d] offset %d: a tombstone without the relay's headers deletes key %s",
                         msg.topic(), partition, msg.offset(), msg.key())  # fmt: skip
+
+
+def _hashable(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row as a multiset member: a value that is not canal text (a JSON object or list in a forged record)
+    as its JSON in a tuple, which no source text equals."""
+    if all(v is None or v.__class__ is str or v is ABSENT for v in row):
+        return row
+    return tuple(
+        v if v is None or v.__class__ is str or v is ABSENT else ("\x00json", json.dumps(v, sort_keys=True))
+        for v in row
+    )
 
 
 def _remove(rows: Counter[tuple[Any, ...]], row: tuple[Any, ...]) -> None:
