@@ -65,7 +65,8 @@ class Services:
 
 @contextlib.contextmanager
 def _services(options: ClusterOptions, work: Path, progress: Progress) -> Iterator[Services]:
-    from relay.dev.services import MySQLService, StartOptions, start_kafka, start_mysql, start_zookeeper
+    from relay.dev.bench.services import bench_mysql
+    from relay.dev.services import StartOptions, start_kafka, start_zookeeper
 
     started: list[Any] = []
     try:
@@ -75,12 +76,7 @@ def _services(options: ClusterOptions, work: Path, progress: Progress) -> Iterat
             progress("starting ZooKeeper …")
             started.append(start_zookeeper(StartOptions(work / "zookeeper")))
             zk = str(started[-1].service.hosts)
-        if options.mysql:
-            mysql = MySQLService.parse(options.mysql).with_server_info()
-        else:
-            progress("starting MariaDB …")
-            started.append(start_mysql(StartOptions(work / "mysql")))
-            mysql = started[-1].service
+        mysql = bench_mysql(options.mysql, work, progress, started)
         if options.kafka:
             kafka = options.kafka
         else:

@@ -79,17 +79,10 @@ def bench_topics(options: BenchOptions, peers: PeerSession | None = None) -> lis
 def bench_services(
     options: BenchOptions, work: Path, progress: Progress, peers: PeerSession | None
 ) -> Iterator[tuple[Any, str, EmbeddedBroker | None]]:
-    from relay.dev.services import MySQLService, StartOptions, start_mysql
-
     started: list[Any] = []
     broker: EmbeddedBroker | None = None
     try:
-        if options.mysql:
-            mysql = MySQLService.parse(options.mysql).with_server_info()
-        else:
-            progress("starting MariaDB …")
-            started.append(start_mysql(StartOptions(work / "mysql")))
-            mysql = started[-1].service
+        mysql = bench_mysql(options.mysql, work, progress, started)
         if options.kafka:
             kafka = options.kafka
             create_topics(kafka, bench_topics(options, peers))
@@ -106,6 +99,18 @@ def bench_services(
         for running in reversed(started):
             with contextlib.suppress(RelayError):
                 running.stop(remove_dir=True)
+
+
+def bench_mysql(address: str | None, work: Path, progress: Progress, started: list[Any]) -> Any:
+    """The source a bench measures: ``address`` (``--mysql``), or a MariaDB started in ``work`` (appended to
+    ``started``, which the caller stops)."""
+    from relay.dev.services import MySQLService, StartOptions, start_mysql
+
+    if address:
+        return MySQLService.parse(address).with_server_info()
+    progress("starting MariaDB …")
+    started.append(start_mysql(StartOptions(work / "mysql")))
+    return started[-1].service
 
 
 def machine_info(mysql_version: str, kafka: str) -> dict[str, Any]:
