@@ -170,7 +170,9 @@ def _read_partition(
     consumer.assign([tp])
     offset = tp.offset
     while offset < high:
-        messages = consumer.consume(num_messages=5000, timeout=10)
+        # no more than are left: consume() returns at its count or at its timeout, so asking for more than
+        # the partition holds waited the 10 s out at the end of every partition
+        messages = consumer.consume(num_messages=min(5000, high - offset), timeout=10)
         if not messages:
             raise BenchError(f"reading {tp.topic}[{tp.partition}] stalled at offset {offset} of {high}")
         for message in messages:
