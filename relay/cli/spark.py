@@ -261,6 +261,16 @@ def _quiet_query_failure(spark: Any) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, off)
 
 
+def _quiet_stop(spark: Any) -> None:
+    """Asked to stop (SIGTERM/SIGINT): the query is stopped between micro-batches and the command ends with
+    its progress line. Stopping interrupts Spark's stream thread, and the JVM then wrote an
+    ``InterruptedException`` with its stack to stderr now and then (a thread join interrupted, after
+    "Failed to cancel job group"): nothing is wrong, so no more of the JVM's output is shown; -v shows it."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(jvm.org.apache.logging.log4j.Level.OFF)
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+
+
 def _catalog(args: argparse.Namespace) -> dict[str, str]:
     from relay.spark.storage import parse_options
 
@@ -364,6 +374,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         raise SparkSourceError(f"the mirror query stopped: {first.strip()}") from exc
     finally:
         if query.isActive:
+            if stopping.is_set() and not getattr(args, "verbose", 0) and not getattr(args, "debug", False):
+                _quiet_stop(spark)
             query.stop()
         progress = query.lastProgress
         if progress:

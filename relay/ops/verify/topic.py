@@ -1,14 +1,15 @@
 """The topic side of ``relay verify``: a topic's latest state per key, read like a compacted topic reads.
 
 ``TopicIndex`` consumes the logical table's topic from the start (``assign``, no group), keeping for each
-join key the record with the highest change identity (sequence, part) — repeats of a change are
-byte-identical, an older copy arriving late changes nothing, a key-changing UPDATE is a DELETE (part 0)
-under the old key and an INSERT (part 1) under the new, and a tombstone (null value) deletes the key it
-follows at the same identity (equal identities: the later offset wins, as compaction keeps the last
-record). A tombstone without the relay's headers, produced by someone else, deletes the key it names in
-its partition. Only records of this source (``relay.source.id``) and logical table, from the shards
-verified, count. Values are parsed only for a record newer than what the key holds; what is kept per key
-is its ``Held`` (identity, deleted, shard, digest, where the record is), not the row.
+join key the record with the highest change identity (sequence, part); of equal identities the later
+offset wins, as compaction keeps the last record — the relay's repeats of a change are byte-identical, so
+only a record someone else wrote under the relay's identity can differ, and it is then what readers of the
+topic see. An older copy arriving late changes nothing, a key-changing UPDATE is a DELETE (part 0) under
+the old key and an INSERT (part 1) under the new, and a tombstone (null value) deletes the key it follows
+at the same identity. A tombstone without the relay's headers, produced by someone else, deletes the key
+it names in its partition. Only records of this source (``relay.source.id``) and logical table, from the
+shards verified, count. Values are parsed only for a record at or after what the key holds; what is kept
+per key is its ``Held`` (identity, deleted, shard, digest, where the record is), not the row.
 
 Each ``refresh`` opens a fresh consumer at the offsets the previous one stopped at and reads every
 partition until the broker says its end was reached (``enable.partition.eof``; a high watermark is not
@@ -415,7 +416,7 @@ class TopicIndex:
             return
         keys = _parse_all([r[3] or b"null" for r in rows])
         held = self.held
-        parse: list[tuple[Held, Shard, bytes]] = []
+        parse: list[tuple[Held, Shard, bytes, Any]] = []
         for (shard, ident, kind, _, value, where), parsed in zip(rows, keys, strict=True):
             if not isinstance(parsed, dict):
                 continue
@@ -425,18 +426,22 @@ class TopicIndex:
                 if cur is None or ident >= cur.identity:
                     held[jk] = Held(ident, True, shard.name, 0, where)
                 continue
-            if cur is not None and ident <= cur.identity:
-                continue
+            if cur is not None and ident < cur.identity:
+                continue  # older (of equal identities the later record wins, as compaction keeps it)
             entry = Held(ident, _ROW_TYPES[kind] == 2, shard.name, 0, where)
             held[jk] = entry
             if self.parse_values and not entry.deleted:
-                parse.append((entry, shard, value))
+                parse.append((entry, shard, value, jk))
         if parse:
             by_shard: dict[str, list[tuple[Held, Shard, bytes]]] = {}
-            for item in parse:
-                by_shard.setdefault(item[1].name, []).append(item)
+            for entry, shard, value, jk in parse:
+                if held.get(jk) is entry:  # not superseded later in the batch
+                    by_shard.setdefault(shard.name, []).append((entry, shard, value))
             for items in by_shard.values():
-                digests = digests_of(items[0][1], [i[2] for i in items])
+                try:
+                    digests = digests_of(items[0][1], [i[2] for i in items])
+                except VerifyError as exc:  # say which record
+                    raise VerifyError(f"{_unreadable(items)}: {exc}") from None
                 for (entry, _, _), digest in zip(items, digests, strict=True):
                     entry.digest = digest
 
@@ -450,7 +455,7 @@ class TopicIndex:
             if before != key and (cur is None or ident > cur.identity):
                 self.held[before] = Held(ident, True, shard.name, 0, where)
         cur = self.held.get(key)
-        if cur is not None and ident <= cur.identity:
+        if cur is not None and ident < cur.identity:
             return
         deleted = kind == "DELETE"
         self.held[key] = Held(ident, deleted, shard.name, 0 if deleted else data_digest(shard, data), where)
@@ -492,6 +497,17 @@ class TopicIndex:
             cur.where = (str(msg.topic()), partition, int(msg.offset()))
             log.warning("topic %s [%d] offset %d: a tombstone without the relay's headers deletes key %s",
                         msg.topic(), partition, msg.offset(), msg.key())  # fmt: skip
+
+
+def _unreadable(items: list[tuple[Held, Shard, bytes]]) -> str:
+    """Where the first record of ``items`` that is not canal-json or canal-protobuf is."""
+    for entry, _, value in items:
+        try:
+            parse_value(value)
+        except VerifyError:
+            topic, partition, offset = entry.where
+            return f"{topic} [{partition}] offset {offset}"
+    return "a record of the batch"
 
 
 def _hashable(row: tuple[Any, ...]) -> tuple[Any, ...]:
