@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from relay.errors import VerifyError
-from relay.ops.verify import topic
+from relay.ops.verify import topic, topic_values
 from relay.ops.verify.digest import HashKind
 from relay.ops.verify.shards import MULTISET, ROWS, Shard
 from relay.source.snapshot_tables import TableSpec, column_meta
 
 native = pytest.importorskip("relay.ops.verify._rowdigest", reason="the C helpers are not built")
-if topic.data_digests is None:  # built, but this process runs pure Python
+if topic_values.data_digests is None:  # built, but this process runs pure Python
     pytest.skip("the relay runs pure Python here", allow_module_level=True)
 
 # (DATA_TYPE, COLUMN_TYPE, extra information_schema fields) of the generated columns
@@ -176,7 +176,7 @@ def _value(rng: random.Random, shard: Shard) -> bytes:
 
 def _python(shard: Shard, value: bytes) -> tuple[str, Any]:
     try:
-        return "digest", topic.data_digest(shard, topic.parse_datas([value])[0])
+        return "digest", topic_values.data_digest(shard, topic_values.parse_datas([value])[0])
     except Exception as exc:
         return "error", type(exc).__name__
 
@@ -198,7 +198,9 @@ def run_seed(seed: int) -> tuple[int, int]:
         # the whole path: the helper, then Python for what it left
         oracle = [_python(shard, v) for v in values]
         if all(k == "digest" for k, _ in oracle):
-            assert topic.digests_of(shard, values) == [d for _, d in oracle], f"seed {seed}: digests_of"
+            assert topic_values.digests_of(shard, values) == [d for _, d in oracle], (
+                f"seed {seed}: digests_of"
+            )
     return sure, unsure
 
 
@@ -227,7 +229,7 @@ def test_the_helper_is_sure_of_the_codecs_records() -> None:
         )
     found = native.data_digests(values, *shard.native_spec)
     assert None not in found
-    assert found == [topic.data_digest(shard, d) for d in topic.parse_datas(values)]
+    assert found == [topic_values.data_digest(shard, d) for d in topic_values.parse_datas(values)]
 
 
 def test_md5_prefix_equals_hashlib_around_every_block_edge() -> None:

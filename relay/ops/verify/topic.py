@@ -28,15 +28,13 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from relay import _native
-from relay.canal.proto.convert import decode_messages_packet
 from relay.common.kafka_log import quiet
-from relay.errors import ProtoDecodeError, VerifyError
+from relay.errors import VerifyError
 from relay.kafka.codec import (
     H_DB,
     H_PART,
@@ -48,9 +46,17 @@ from relay.kafka.codec import (
     H_TABLE,
     H_TYPE,
 )
-from relay.ops.verify.digest import ABSENT, canal_row_hash, column_text, digest_of, digest_text
+from relay.ops.verify.digest import ABSENT
 from relay.ops.verify.shards import MULTISET, JoinKey, Shard
 from relay.ops.verify.target import Held, Identity, Multiset
+from relay.ops.verify.topic_values import (
+    data_digest,
+    digests_of,
+    parse_all,
+    parse_value,
+    row_records,
+    row_values,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,128 +67,6 @@ FETCH_GAP = 2000  # offsets apart two records are read through rather than sough
 # 100,000-record read (librdkafka hands over such a topic in ~0.2 s).
 CONSUME_WAIT = 0.05
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
-_TEXT_TYPES = frozenset({str, type(None)})
-_DATA, _OLD = b'"data":[', b'],"old":'
-
-# The C helper (relay/ops/verify/_rowdigest.c, built with the compiled modules): canal-json records' row
-# digests straight from their bytes, the same ints as ``data_digest(shard, parse_datas(...))``, None for a
-# record it leaves to that Python path; not used where it is not built or the relay runs pure Python.
-DataDigests = Callable[
-    [list[bytes], tuple[bytes, ...], bytes, tuple[Callable[[str], str] | None, ...]], list[int | None]
-]
-# Beside it, ``row_records``: a consumed batch read in C (``TopicIndex._batch``).
-RowRecords = Callable[
-    [list[Any], bytes, bytes, bytes, dict[bytes, Any], set[bytes], dict[tuple[str, int], int]],
-    tuple[list[Any], int],
-]
-data_digests: DataDigests | None = None
-row_records: RowRecords | None = None
-if _native.mode == "compiled":
-    try:
-        from relay.ops.verify._rowdigest import data_digests as _data_digests
-        from relay.ops.verify._rowdigest import row_records as _row_records
-
-        data_digests, row_records = _data_digests, _row_records
-    except ImportError:  # an interrupted build: the Python path
-        pass
-
-
-def parse_value(value: bytes) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-    """(type, data, old) of a row record, canal-json or canal-protobuf: ``data`` the row (the before image
-    of a DELETE), ``old`` an UPDATE's previous values of its changed columns (protobuf: all of them)."""
-    if value[:1] == b"{":
-        try:
-            m = json.loads(value)
-        except ValueError as exc:  # not JSON, or not UTF-8: no relay wrote it
-            raise VerifyError(f"a record of the topic is not canal-json: {exc}") from exc
-        if not isinstance(m, dict) or not isinstance(m.get("data") or [{}], list):
-            raise VerifyError("a record of the topic is not canal-json: no data array")
-        data = (m.get("data") or [{}])[0]
-        old = (m.get("old") or [None])[0]
-        return str(m.get("type")), data, old
-    try:
-        _, entries = decode_messages_packet(value)
-    except ProtoDecodeError as exc:
-        raise VerifyError(f"a record of the topic is neither canal-json nor canal-protobuf: {exc}") from exc
-    rc = entries[0].store_value
-    names = [c.name for c in rc.columns]  # type: ignore[union-attr]
-    row = rc.rows[0]  # type: ignore[union-attr]
-    image = row.after if row.after is not None else row.before
-    before = dict(zip(names, row.before, strict=True)) if row.before is not None and row.after else None
-    return rc.event_type.name, dict(zip(names, image or (), strict=True)), before  # type: ignore[union-attr]
-
-
-def _parse_all(texts: list[bytes]) -> list[Any]:
-    """Each JSON text parsed, in one ``json.loads`` (each alone where one of them is not JSON)."""
-    try:
-        parsed = json.loads(b"[" + b",".join(texts) + b"]")
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, list) and len(parsed) == len(texts):
-        return parsed
-    out: list[Any] = []
-    for text in texts:
-        try:
-            out.append(json.loads(text))
-        except ValueError:
-            out.append(None)
-    return out
-
-
-def parse_datas(values: list[bytes]) -> list[dict[str, Any]]:
-    """The rows (``data``) of records. canal-json: only the ``data`` objects are parsed, together — the
-    codec writes ``"data":[{…}],"old":`` and those bytes, with their unescaped quotes, cannot occur
-    inside a JSON string — else each whole value (``parse_value``)."""
-    slices: list[bytes | None] = []
-    for value in values:
-        start = value.find(_DATA) if value[:1] == b"{" else -1
-        end = value.find(_OLD, start) if start > 0 else -1
-        slices.append(value[start + len(_DATA) : end] if end > start > 0 else None)
-    found = _parse_all([s for s in slices if s is not None])
-    it = iter(found)
-    out = []
-    for value, piece in zip(values, slices, strict=True):
-        data = next(it) if piece is not None else None
-        out.append(data if isinstance(data, dict) else parse_value(value)[1])
-    return out
-
-
-def row_values(shard: Shard, data: dict[str, Any]) -> tuple[Any, ...]:
-    """A record's row in the shard's column order (``ABSENT`` where the record has no such column)."""
-    names = shard.names
-    if len(data) == len(names) and shard.names_set.issuperset(data):
-        return tuple([data[n] for n in names])
-    return tuple([data.get(n, ABSENT) for n in names])
-
-
-def data_digest(shard: Shard, data: dict[str, Any]) -> int:
-    """The digest of a record's row (``canal_row_hash`` in the shard's column order)."""
-    names = shard.names
-    if len(data) != len(names) or not shard.names_set.issuperset(data):
-        digest = canal_row_hash(shard.kinds, row_values(shard, data))
-        return digest ^ 1 if not shard.names_set.issuperset(data) else digest  # a column only the target has
-    texts = list(shard.values_of(data))
-    if not _TEXT_TYPES.issuperset(map(type, texts)):  # a JSON number or another type where text was expected
-        kinds = shard.kinds
-        return digest_of(digest_text([column_text(kinds[i], v) for i, v in enumerate(texts)]))
-    for i, convert in shard.str_converters:  # the columns whose digest text is not their canal text
-        text = texts[i]
-        if text is not None:
-            texts[i] = convert(text)
-    return digest_of(digest_text(texts))
-
-
-def digests_of(shard: Shard, values: list[bytes]) -> list[int]:
-    """The row digests of records of one shard (``data_digest`` of each one's ``data``): by the C helper
-    where it is built, the Python path for what it leaves."""
-    found: list[int | None] = (
-        data_digests(values, *shard.native_spec) if data_digests is not None else [None] * len(values)
-    )
-    left = [i for i, d in enumerate(found) if d is None]
-    if left:
-        for i, data in zip(left, parse_datas([values[i] for i in left]), strict=True):
-            found[i] = data_digest(shard, data)
-    return found  # type: ignore[return-value]
 
 
 class TopicIndex:
@@ -302,16 +186,9 @@ class TopicIndex:
     def fetch(self, wheres: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes | None]:
         """The values of the records at (topic, partition, offset)."""
         out: dict[tuple[str, int, int], bytes | None] = {}
-        segments: list[list[tuple[str, int, int]]] = []
-        for where in sorted(set(wheres)):  # runs of nearby offsets of one partition are read through
-            last = segments[-1][-1] if segments else None
-            if last is not None and last[:2] == where[:2] and where[2] - last[2] <= FETCH_GAP:
-                segments[-1].append(where)
-            else:
-                segments.append([where])
         consumer = self._consumer()
         try:
-            for segment in segments:
+            for segment in _segments(wheres):
                 topic, partition, first = segment[0]
                 wanted = {w[2] for w in segment}
                 consumer.assign([TopicPartition(topic, partition, first)])
@@ -346,7 +223,7 @@ class TopicIndex:
             for msg in messages:
                 where = (str(msg.topic()), int(msg.partition() or 0))
                 if msg.error() is not None:
-                    self._error(msg, where, pending)
+                    _read_error(msg, where, pending)
                     continue
                 self.next_offsets[where] = msg.offset() + 1
                 read += 1
@@ -359,19 +236,11 @@ class TopicIndex:
                 if item.__class__ is tuple:
                     keyed.append(item)
                 elif item.error() is not None:
-                    self._error(item, (str(item.topic()), int(item.partition() or 0)), pending)
+                    _read_error(item, (str(item.topic()), int(item.partition() or 0)), pending)
                 else:
                     keyed = self._record(item, keyed)
         self._by_keys(keyed)
         return read
-
-    @staticmethod
-    def _error(msg: Any, where: tuple[str, int], pending: set[tuple[str, int]]) -> None:
-        err = msg.error()
-        if err.code() == KafkaError._PARTITION_EOF:
-            pending.discard(where)
-            return
-        raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
 
     def _record(self, msg: Any, keyed: list[Any]) -> list[Any]:
         """One record: a keyed row added to ``keyed``, or read now (after ``keyed``, which is then empty)."""
@@ -414,7 +283,7 @@ class TopicIndex:
     def _by_keys(self, rows: list[tuple[Shard, Identity, bytes, bytes | None, bytes | None, Any]]) -> None:
         if not rows:
             return
-        keys = _parse_all([r[3] or b"null" for r in rows])
+        keys = parse_all([r[3] or b"null" for r in rows])
         held = self.held
         parse: list[tuple[Held, Shard, bytes, Any]] = []
         for (shard, ident, kind, _, value, where), parsed in zip(rows, keys, strict=True):
@@ -497,6 +366,27 @@ class TopicIndex:
             cur.where = (str(msg.topic()), partition, int(msg.offset()))
             log.warning("topic %s [%d] offset %d: a tombstone without the relay's headers deletes key %s",
                         msg.topic(), partition, msg.offset(), msg.key())  # fmt: skip
+
+
+def _read_error(msg: Any, where: tuple[str, int], pending: set[tuple[str, int]]) -> None:
+    """A consumed error: a partition's end (taken off ``pending``), or a failure to read it."""
+    err = msg.error()
+    if err.code() == KafkaError._PARTITION_EOF:
+        pending.discard(where)
+        return
+    raise VerifyError(f"cannot read {where[0]} [{where[1]}]: {err.str()}")
+
+
+def _segments(wheres: Iterable[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
+    """Records to read again as runs: nearby offsets of one partition are read through, not sought again."""
+    segments: list[list[tuple[str, int, int]]] = []
+    for where in sorted(set(wheres)):
+        last = segments[-1][-1] if segments else None
+        if last is not None and last[:2] == where[:2] and where[2] - last[2] <= FETCH_GAP:
+            segments[-1].append(where)
+        else:
+            segments.append([where])
+    return segments
 
 
 def _unreadable(items: list[tuple[Held, Shard, bytes]]) -> str:

@@ -12,8 +12,9 @@ from typing import Any
 from relay.ops.verify.digest import ABSENT, canal_row_hash
 from relay.ops.verify.shards import JoinKey, Shard
 from relay.ops.verify.target import Held, Identity, Multiset
-from relay.ops.verify.topic import TopicIndex, parse_value
+from relay.ops.verify.topic import TopicIndex
 from relay.ops.verify.topic_fork import begin
+from relay.ops.verify.topic_values import parse_value
 
 
 class TopicTarget:
