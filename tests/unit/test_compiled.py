@@ -523,3 +523,40 @@ def test_importing_mapping_or_the_spark_readers_decides_nothing(pure: bool) -> N
     # nothing decided, no finder added, no hot package loaded; reading the build decides it then
     assert (out["decided"], out["finders"], out["hot"]) == (False, True, [])
     assert out["mode"] == ("pure" if pure else _native.decide({})[0])
+
+
+def _packaged(path: str, patterns: list[str]) -> bool:
+    """Whether setuptools' package-data ``patterns`` take ``path`` (relative to the package): ``*`` never
+    crosses a ``/``."""
+    import fnmatch
+
+    parts = path.split("/")
+    for pattern in patterns:
+        steps = pattern.split("/")
+        if len(steps) != len(parts):
+            continue
+        if all(fnmatch.fnmatchcase(p, s) for p, s in zip(parts, steps, strict=True)):
+            return True
+    return False
+
+
+def test_the_wheel_takes_every_compiled_module_and_c_source() -> None:
+    # a wheel without a helper's .c reads as stale to relay._native, and the image ran pure Python (the
+    # container build's `relay --version | grep compiled` failed on relay/ops/verify/_rowdigest.c)
+    import tomllib
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import build_compiled
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["relay"]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    wanted = ["_compiled.json", f"_compiled__mypyc{suffix}"]
+    for module in (*build_compiled.MODULES, *build_compiled.C_MODULES):
+        inner = module.removeprefix("relay.").replace(".", "/")
+        wanted.append(inner + suffix)
+        if module in build_compiled.C_MODULES:
+            wanted.append(inner + ".c")
+    assert [w for w in wanted if not _packaged(w, patterns)] == []
