@@ -52,6 +52,8 @@ def consumer_config(options: Mapping[str, str]) -> dict[str, Any]:
             # Reading past the retained range must surface as an error (data loss), never be reset.
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": int(conf.get("fetch.wait.max.ms", 50)),
+            # a partition whose local queue is full is fetched again 10 ms later, not librdkafka's 1 s
+            "fetch.queue.backoff.ms": int(conf.get("fetch.queue.backoff.ms", 10)),
         }
     )
     return conf
@@ -268,9 +270,10 @@ def _records(
     consumer = ck.Consumer(quiet(consumer_config(options)))
     try:
         consumer.assign([ck.TopicPartition(tp[0], tp[1], start)])
-        progress = time.monotonic()
+        progress, at = time.monotonic(), start
         while True:
-            batch = consumer.consume(_CONSUME_BATCH, 0.2)
+            # no more than the range has left: consume() waits its timeout out for a batch never filled
+            batch = consumer.consume(max(1, min(_CONSUME_BATCH, until - at)), 0.2)
             if batch:
                 progress = time.monotonic()
             for msg in batch:
@@ -287,6 +290,7 @@ def _records(
                 offset = msg.offset()
                 if offset >= until:
                     return
+                at = offset + 1
                 yield _row(msg, include_headers)
                 if offset >= until - 1:
                     return
