@@ -45,7 +45,17 @@ _PLACEHOLDERS = frozenset({"password", "pass", "pw", "passwd", "secret", MASK})
 _MESSAGE_WORDS = frozenset(
     {"a", "an", "the", "must", "expected", "environment", "unknown", "not", "cannot", "missing", "required"}
 )
-_BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[\w.~+/=-]+)", re.IGNORECASE)
+_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[\w.~+/=-]+)", re.IGNORECASE)
+
+# An ``auth`` key (``zookeeper.auth: user:password``) shares its suffix with logger names
+# (``….auth: message``): after a colon, only a value shaped like a credential (``user:password``, quoted,
+# or more than letters) is one; after ``=``, any value.
+_AUTH_KEY = re.compile(r"auth[\"']?\s*:\s*$", re.IGNORECASE)
+
+
+def _credential(value: str) -> bool:
+    return value[0] in "\"'" or ":" in value or not value.isalpha()
+
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -95,6 +105,8 @@ def _mask_pair(m: re.Match[str]) -> str:
         return m.group(0)  # nothing secret to hide: keep "password: null" readable
     if value in _MESSAGE_WORDS and m.end() < len(m.string) and m.string[m.end()] == " ":
         return m.group(0)  # "source.password: environment variable … is not set": a message, not a value
+    if _AUTH_KEY.search(m.group("key")) and ":" in m.group("key") and not _credential(value):
+        return m.group(0)  # "kazoo.auth: sent digest": a logger ending in "auth", then its message
     quote = value[0] if value[0] in "\"'" else ""
     return f"{m.group('key')}{quote}{MASK}{quote}"
 

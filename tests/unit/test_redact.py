@@ -40,6 +40,11 @@ def _fresh_registry() -> Iterator[None]:
         ("sasl.jaas.config=org.Login required user=x;", "org.Login"),
         ("ssl.key.password='kp-1'", "kp-1"),
         ("api_key=AKIA123", "AKIA123"),
+        ("Authorization: Basic YWRtaW46cHc=", "YWRtaW46cHc="),
+        ("zookeeper.auth: bob:pw-1", "bob:pw-1"),
+        ("mapping.zookeeper.auth=bob", "bob"),
+        ('{"auth": "bob:pw"}', "bob:pw"),
+        ("auth: s3cr3t", "s3cr3t"),
     ],
 )
 def test_secret_looking_values_are_masked(text: str, hidden: str) -> None:
@@ -70,6 +75,18 @@ def test_the_configs_own_messages_about_a_secret_key_stay_readable() -> None:
     assert redact("password=an") == f"password={MASK}"
     register_secret("expected")  # a registered secret is masked whatever it looks like
     assert redact("source.password: expected a string") == f"source.password: {MASK} a string"
+
+
+def test_a_logger_named_like_an_auth_key_keeps_its_message() -> None:
+    # "%(name)s: %(message)s" of a logger whose name ends in "auth": its first word was masked
+    for text in (
+        "2026-12-07 10:00:00 INFO relay.console.auth: login of admin accepted",
+        "WARNING kazoo.auth: sent digest",
+        "mapping.zookeeper.auth: environment variable RELAY_ZK_AUTH is not set",
+    ):
+        assert redact(text) == text
+    register_secret("hunter")  # a registered secret is masked whatever it looks like
+    assert redact("zookeeper.auth: hunter") == f"zookeeper.auth: {MASK}"
 
 
 def test_registered_secret_is_hidden_anywhere_also_json_escaped() -> None:
