@@ -8,6 +8,8 @@ thread; the connection belongs to it.
 
 from __future__ import annotations
 
+import ssl
+import threading
 from typing import Any
 
 import pymysql
@@ -20,6 +22,23 @@ ER_PARSE_ERROR = 1064
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 # Errors that reconnecting cannot repair: a person has to change the account or the position.
 PERMANENT_ERRORS = frozenset({ER_ACCESS_DENIED_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG})
+
+
+class _Connection(pymysql.connections.Connection):  # type: ignore[misc]
+    """PyMySQL's connection, but its PREFERRED-mode context (no ``source.tls``: encrypt when the server
+    offers it, no certificate checks) built once a process: PyMySQL builds one per connection, loading
+    the system's CA store each time (~30 ms) for a context that verifies nothing."""
+
+    _shared: ssl.SSLContext | None = None
+    _lock = threading.Lock()
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if sslp != {}:
+            return super()._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+        with _Connection._lock:
+            if _Connection._shared is None:
+                _Connection._shared = super()._create_ssl_ctx(sslp)
+            return _Connection._shared
 
 
 def connect(
@@ -39,7 +58,7 @@ def connect(
     the flag (``--mysql``) the address and account came from."""
     where = f"{host}:{port}"
     try:
-        conn = pymysql.connect(
+        conn = _Connection(
             host=host,
             port=port,
             user=user,

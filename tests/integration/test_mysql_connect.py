@@ -24,3 +24,25 @@ def test_a_utf8_password_logs_in(mysql_service: Any) -> None:
         with admin.cursor() as cur:
             cur.execute("DROP USER IF EXISTS %s@'%%'", (user,))
         admin.close()
+
+
+def _cipher(conn: Any) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        row = cur.fetchone()
+    return str(row[1]) if row else ""
+
+
+def test_without_source_tls_connections_share_one_preferred_context(mysql_service: Any) -> None:
+    # PyMySQL builds a context per connection (the CA store loaded each time, ~30 ms) for PREFERRED mode
+    s = mysql_service
+    a = mysql.connect(s.host, s.port, s.user, s.password, tls=None)
+    b = mysql.connect(s.host, s.port, s.user, s.password, tls=None)
+    own = mysql_service.connect()  # PyMySQL's own PREFERRED connection: the same encryption, or none
+    try:
+        assert a.ctx is b.ctx
+        assert a.ctx.verify_mode == own.ctx.verify_mode and a.ctx.check_hostname == own.ctx.check_hostname
+        assert _cipher(a) == _cipher(b) == _cipher(own)
+    finally:
+        for conn in (a, b, own):
+            conn.close()
