@@ -67,6 +67,9 @@ FETCH_GAP = 2000  # offsets apart two records are read through rather than sough
 # last call of a read (fewer records left than asked for) always waits it out — 0.5 s was a fifth of a
 # 100,000-record read (librdkafka hands over such a topic in ~0.2 s).
 CONSUME_WAIT = 0.05
+# A partition whose local queue was full is fetched again after this, not librdkafka's 1 s: the read outran
+# the fetches and stood waiting for them (a 100,000-record read took 22 % longer).
+FETCH_QUEUE_BACKOFF_MS = 10
 # the cycle collector while a read builds its index (every key's Held survives): at Python's (700, 10, 10) it
 # walked the growing index again and again, a 100,000-record read took 1.7x as long in the bench's process
 GC_THRESHOLDS = (1_000_000, 50, 100)
@@ -117,9 +120,7 @@ class TopicIndex:
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
                     "fetch.wait.max.ms": 20,  # an empty fetch (the end) answers at once
-                    # a partition whose local queue is full is fetched again 10 ms later, not librdkafka's
-                    # 1 s: the read is ahead of the fetches (a 100,000-record read took 22 % longer)
-                    "fetch.queue.backoff.ms": 10,
+                    "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
                 }
             )
         )
