@@ -201,7 +201,10 @@ class DeltaPart:
     def maintain(self, retention_hours: float) -> None:
         """Remove the data files no version younger than ``retention_hours`` needs (``vacuum``) and the
         log entries older than that before the last checkpoint (``cleanup_metadata``; the table's
-        ``delta.logRetentionDuration`` is set to the retention once, by a commit of its own)."""
+        ``delta.logRetentionDuration`` is set to the retention once, by a commit of its own). On the
+        table's latest version: one opened earlier (before Spark's MERGE committed, ``writer="spark"``)
+        made the property's commit conflict with the files the MERGE removed."""
+        self.refresh()
         table = self._open()
         if table is None:
             return
