@@ -171,7 +171,11 @@ def add_spark_parser(subparsers: Any) -> None:
         default="delta,iceberg,delta-spark",
         help="table formats measured (delta-spark: Delta written by Spark's connector, MERGE)",
     )
-    bench.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    bench.add_argument(
+        "--root",
+        help="where the measured tables go (default: a local temporary directory; Iceberg on an object "
+        "store: with a SQLite catalog of the bench's own in a local temporary directory)",
+    )
     bench.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument(

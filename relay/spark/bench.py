@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -220,7 +221,15 @@ def _target(mode: str, out: str, **keep: Any) -> Any:
     from relay.spark.tables import MirrorTarget
 
     fmt, _, writer = mode.partition("-")
-    return MirrorTarget(Storage(out, dict(_WHERE["options"])), fmt, writer=writer or "driver", **keep)
+    storage = Storage(out, dict(_WHERE["options"]))
+    catalog: dict[str, str] = {}
+    if fmt == "iceberg" and not storage.is_local:
+        # an object store has no place for pyiceberg's SQLite catalog: the bench keeps one per measured
+        # root in a local temporary directory (a catalog server is not what is measured)
+        if _WHERE.get("catalogs") is None:
+            _WHERE["catalogs"] = tempfile.mkdtemp(prefix="relay-bench-catalogs-")
+        catalog = {"uri": f"sqlite:///{_WHERE['catalogs']}/{out.rstrip('/').rsplit('/', 1)[-1]}.db"}
+    return MirrorTarget(storage, fmt, catalog, writer=writer or "driver", **keep)
 
 
 def _applies(spark: Any, target: Any, batches: list[Any]) -> float:
@@ -366,7 +375,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         default="delta,iceberg,delta-spark",
         help="table formats measured; delta-spark: Delta written by Spark's connector (MERGE)",
     )
-    parser.add_argument("--root", help="where the measured tables go (default: a local temporary directory)")
+    parser.add_argument(
+        "--root",
+        help="where the measured tables go (default: a local temporary directory; Iceberg on an object "
+        "store: with a SQLite catalog of the bench's own in a local temporary directory)",
+    )
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
     parser.add_argument(
@@ -472,6 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.json:
             _show(mode.replace("-", "_"), growth, args)
     spark.stop()
+    if _WHERE.get("catalogs"):
+        shutil.rmtree(_WHERE.pop("catalogs"), ignore_errors=True)
     if args.json:
         print(json.dumps(figures))
     return 0

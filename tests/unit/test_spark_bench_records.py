@@ -80,3 +80,21 @@ def test_records_draw_updates_and_deletes_from_all_live_rows() -> None:
 def test_records_are_deterministic_per_seed() -> None:
     assert records(3_000, seed=5) == records(3_000, seed=5)
     assert records(3_000, seed=5) != records(3_000, seed=6)
+
+
+def test_iceberg_on_an_object_store_gets_a_local_catalog_of_its_own() -> None:
+    # `relay spark bench --root s3://…` measured Delta for minutes, then stopped at Iceberg: no catalog
+    import shutil
+
+    from relay.spark import bench
+
+    saved = dict(bench._WHERE)
+    bench._WHERE.update(root="s3://b/m", options={"AWS_REGION": "us-east-1"})
+    try:
+        one, two = bench._target("iceberg", "s3://b/m/bench-1"), bench._target("iceberg", "s3://b/m/bench-2")
+        assert one.catalog["uri"].startswith("sqlite:///") and one.catalog["uri"] != two.catalog["uri"]
+        assert bench._target("delta", "s3://b/m/bench-3").catalog == {}
+    finally:
+        shutil.rmtree(bench._WHERE.get("catalogs") or "/nonexistent", ignore_errors=True)
+        bench._WHERE.clear()
+        bench._WHERE.update(saved)
