@@ -14,6 +14,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# A process that builds a large index of long-lived objects (the relay's pipeline, verify's topic read): at
+# Python's (700, 10, 10) every young collection walks the growing heap again.
+RELAY_THRESHOLDS = (1_000_000, 50, 100)
+
 _lock = threading.Lock()
 _users = 0
 _saved: tuple[int, int, int] = gc.get_threshold()

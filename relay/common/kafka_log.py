@@ -17,6 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 LOG = logging.getLogger("relay.librdkafka")
+# For consumers that read a topic through (verify, Spark's relay-kafka reader): a partition whose local queue
+# was full is fetched again after this, not librdkafka's 1 s (fetch.queue.backoff.ms); a read that outran the
+# fetches stood waiting for them (a 100,000-record verify read took 22 % longer).
+FETCH_QUEUE_BACKOFF_MS = 10
 
 
 class _Debug:

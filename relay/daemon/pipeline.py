@@ -41,7 +41,7 @@ from mapping import Mapping
 from mapping.watch import MappingWatcher
 from relay.canal.captures import CapturedTables
 from relay.canal.entry import Entry, RowChange
-from relay.common.gc_tuning import gc_thresholds
+from relay.common.gc_tuning import RELAY_THRESHOLDS, gc_thresholds
 from relay.common.retry import Backoff
 from relay.config.load import RelayConfig
 from relay.config.state import SNAPSHOT_REQUEST_FILE
@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 # (3 %) in young collections (timed by ``gc.callbacks``), each finding a few dozen objects of cyclic
 # garbage; with 1,000,000 none ran during a drain. A young collection scans only the objects still
 # alive, so its pause does not grow with the threshold; garbage without cycles is freed at once as ever.
-GC_THRESHOLDS = (1_000_000, 50, 100)
+GC_THRESHOLDS = RELAY_THRESHOLDS
 # While batches are in flight their deliveries are served only by ``poll``: the wait for a fuller batch
 # is cut to this, so their acks (and the saved position) do not wait on the store.
 INFLIGHT_WAIT_SECONDS = 0.005

@@ -214,8 +214,6 @@ def _run_spark(plan: _Plan, batch: BatchId | None, facts: Survey) -> int:
 
         configure_s3a(spark, storage.options)  # Hadoop's s3a reaches the same endpoint as pyarrow
     fresh = merge_batch(spark, events, paths, [c for c, _ in state.columns], state, app)
-    mirror.rows.refresh()  # Spark committed: the tables opened before are behind
-    mirror.tombs.refresh()
     every = mirror.target.maintain_every
     if every and state.commits % every == 0:
         maintain(mirror)

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from relay.common.kafka_log import quiet
+from relay.common.kafka_log import FETCH_QUEUE_BACKOFF_MS, quiet
 from relay.errors import DataLossError, SparkSourceError
 from relay.spark.offsets import TopicPartition
 
@@ -52,8 +52,7 @@ def consumer_config(options: Mapping[str, str]) -> dict[str, Any]:
             # Reading past the retained range must surface as an error (data loss), never be reset.
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": int(conf.get("fetch.wait.max.ms", 50)),
-            # a partition whose local queue is full is fetched again 10 ms later, not librdkafka's 1 s
-            "fetch.queue.backoff.ms": int(conf.get("fetch.queue.backoff.ms", 10)),
+            "fetch.queue.backoff.ms": int(conf.get("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)),
         }
     )
     return conf

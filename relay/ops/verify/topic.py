@@ -33,8 +33,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from relay.common.gc_tuning import gc_thresholds
-from relay.common.kafka_log import quiet
+from relay.common.gc_tuning import RELAY_THRESHOLDS, gc_thresholds
+from relay.common.kafka_log import FETCH_QUEUE_BACKOFF_MS, quiet
 from relay.errors import VerifyError
 from relay.kafka.codec import (
     H_DB,
@@ -67,12 +67,6 @@ FETCH_GAP = 2000  # offsets apart two records are read through rather than sough
 # last call of a read (fewer records left than asked for) always waits it out — 0.5 s was a fifth of a
 # 100,000-record read (librdkafka hands over such a topic in ~0.2 s).
 CONSUME_WAIT = 0.05
-# A partition whose local queue was full is fetched again after this, not librdkafka's 1 s: the read outran
-# the fetches and stood waiting for them (a 100,000-record read took 22 % longer).
-FETCH_QUEUE_BACKOFF_MS = 10
-# the cycle collector while a read builds its index (every key's Held survives): at Python's (700, 10, 10) it
-# walked the growing index again and again, a 100,000-record read took 1.7x as long in the bench's process
-GC_THRESHOLDS = (1_000_000, 50, 100)
 _ROW_TYPES = {b"INSERT": 0, b"UPDATE": 1, b"DELETE": 2}
 
 
@@ -161,7 +155,8 @@ class TopicIndex:
             pending = set(parts)
             deadline = time.monotonic() + READ_TIMEOUT
             read = 0
-            with gc_thresholds(GC_THRESHOLDS):
+            # every key's Held survives the read: at Python's thresholds it took 1.7x as long
+            with gc_thresholds(RELAY_THRESHOLDS):
                 while pending:
                     if time.monotonic() > deadline:
                         raise VerifyError(
