@@ -23,9 +23,8 @@ table's median over the small one's; the same with ``--batch`` UPDATEs spread un
 ``apply_changes`` in micro-batches of ``--load-batch`` (``<fmt>_load_rows_per_second``); and the
 table's data files after ``--batches`` batches with maintenance every ``MAINTAIN_EVERY`` commits and no
 time travel kept (``<fmt>_files_after_N_batches``: the current version; ``…_on_storage…``: every data
-file on disk, tombstones included). Prints the median seconds of each (``--json``: one JSON object). A
-measurement tool for people, not a test: it prints.
-"""
+file on disk, tombstones included). Prints the median seconds of each (``--json``: one JSON object, also
+when a format fails: then with ``failed``). A measurement tool for people, not a test: it prints."""
 
 from __future__ import annotations
 
@@ -381,7 +380,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "store: with a SQLite catalog of the bench's own in a local temporary directory)",
     )
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--json", action="store_true", help="print one JSON object of every figure")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object of every figure (also when a format fails: with 'failed')",
+    )
     parser.add_argument(
         "--bootstrap-servers", help="a broker: also compare Spark's kafka source with relay-kafka on it"
     )
@@ -463,13 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap_servers:
         from relay.spark import bench_source
 
-        sources = bench_source.compare(
-            spark,
-            args.bootstrap_servers,
-            load_records(spark, 0, args.source_records),
-            args.source_records,
-            args.runs,
-        )
+        rows = load_records(spark, 0, args.source_records)
+        sources = bench_source.compare(spark, args.bootstrap_servers, rows, args.source_records, args.runs)
         figures.update(sources)
         if not args.json:
             bench_source.show(sources, args.runs)
@@ -478,17 +476,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     from relay.spark.storage import parse_options
 
     _WHERE.update(root=args.root, options=parse_options(args.storage_option, "--storage-option"))
-    for mode in [f for f in args.formats.split(",") if f]:
-        growth = apply_growth(spark, mode, (args.small, args.large), args.batch, args.runs)
-        growth.update(load_and_files(spark, mode, args.load, args.batches, args.batch, args.load_batch))
-        figures.update(growth)
-        if not args.json:
-            _show(mode.replace("-", "_"), growth, args)
-    spark.stop()
-    if _WHERE.get("catalogs"):
-        shutil.rmtree(_WHERE.pop("catalogs"), ignore_errors=True)
-    if args.json:
-        print(json.dumps(figures))
+    try:
+        for mode in [f for f in args.formats.split(",") if f]:
+            growth = apply_growth(spark, mode, (args.small, args.large), args.batch, args.runs)
+            growth.update(load_and_files(spark, mode, args.load, args.batches, args.batch, args.load_batch))
+            figures.update(growth)
+            if not args.json:
+                _show(mode.replace("-", "_"), growth, args)
+    except Exception as exc:
+        figures["failed"] = f"{type(exc).__name__}: {exc}"  # the formats measured before it still count
+        raise
+    finally:
+        spark.stop()
+        if _WHERE.get("catalogs"):
+            shutil.rmtree(_WHERE.pop("catalogs"), ignore_errors=True)
+        if args.json:
+            print(json.dumps(figures), flush=True)
     return 0
 
 

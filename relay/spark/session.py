@@ -139,7 +139,8 @@ def session(
     conf: Mapping[str, str] | None = None,
 ) -> Any:
     """A SparkSession (the one already running in this process, if any) with ``connectors`` (default: every
-    set, no storage settings). Workers run this interpreter; few shuffle partitions; UTC. Under
+    set, no storage settings). Workers run this interpreter; few shuffle partitions; UTC; cached tables
+    uncompressed (the mirror's per-batch cache builds a third faster). Under
     ``spark-submit`` its master and its ``--packages``/``--jars`` stand: nothing is added but the SQL
     settings (``master`` None keeps spark-submit's, or local[2] without it)."""
     from pyspark.sql import SparkSession
@@ -158,6 +159,9 @@ def session(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
+        # the mirror caches each micro-batch's change rows (maps of text): building that cache uncompressed
+        # takes 9 s for 1M rows against 12 s, for 15 % more memory (654 MiB against 570)
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if not submitted():
         settings.update((connectors or Connectors()).conf())

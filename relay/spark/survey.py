@@ -5,8 +5,9 @@ Owns the survey that ``relay.spark.apply`` runs before it merges a batch: one ag
 and their ``mysqlType`` (from the latest change naming each column, as ``relay.spark.decode.column_types``
 finds them), the TRUNCATE/DROP sequence per physical table, the last Kafka offset per topic partition and
 the highest sequence. Grouping by the distinct ``mysqlType`` maps (a batch holds a handful: one per table
-schema seen) keeps the collected result small, instead of one job per question and table. Runs on the
-Spark driver (the thread calling ``apply_changes``); the aggregation runs in Spark tasks.
+schema seen; grouped as their entries, made JSON text on the driver) keeps the collected result small,
+instead of one job per question and table. Runs on the Spark driver (the thread calling
+``apply_changes``); the aggregation runs in Spark tasks.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def survey(changes_df: DataFrame) -> Survey:
             F.concat_ws(".", "database", "table").alias("t"),
             what.alias("k"),
             F.when(what.isNotNull(), physical).alias("p"),
-            F.when(what == "row", F.to_json("mysql_type")).alias("types"),
+            F.when(what == "row", F.map_entries("mysql_type")).alias("types"),  # to_json: 1.6x the time
             F.when(what == "alter", F.col("sql")).alias("sql"),
         )
         .groupBy("topic", "partition", "t", "k", "p", "types", "sql")
@@ -80,8 +81,9 @@ def survey(changes_df: DataFrame) -> Survey:
             rows.add(r["t"])
             sources.setdefault(r["t"], set()).add(r["p"])
             if r["types"] is not None:
+                text = json.dumps({e["key"]: e["value"] for e in r["types"]}, separators=(",", ":"))
                 seen = variants.setdefault(r["t"], {})
-                seen[r["types"]] = max(seq, seen.get(r["types"], seq))
+                seen[text] = max(seq, seen.get(text, seq))
         elif r["k"] == "clear":
             marks = clearings.setdefault(r["t"], {})
             marks[r["p"]] = max(seq, marks.get(r["p"], seq))
