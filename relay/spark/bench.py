@@ -381,9 +381,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object of every figure (also when a format fails: with 'failed')",
+        "--json", action="store_true", help="one JSON object of every figure (also on a failure)"
     )
     parser.add_argument(
         "--bootstrap-servers", help="a broker: also compare Spark's kafka source with relay-kafka on it"
@@ -457,6 +455,9 @@ def _show(fmt: str, growth: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
+    modes = [f for f in args.formats.split(",") if f]
+    for mode in modes:  # a bad --formats is refused before anything is measured
+        _target(mode, tempfile.gettempdir())
     from relay.spark.mirror import local_session
 
     spark = local_session(args.master, "relay-spark-bench", driver_memory=args.driver_memory)
@@ -477,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _WHERE.update(root=args.root, options=parse_options(args.storage_option, "--storage-option"))
     try:
-        for mode in [f for f in args.formats.split(",") if f]:
+        for mode in modes:
             growth = apply_growth(spark, mode, (args.small, args.large), args.batch, args.runs)
             growth.update(load_and_files(spark, mode, args.load, args.batches, args.batch, args.load_batch))
             figures.update(growth)

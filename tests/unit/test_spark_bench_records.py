@@ -98,3 +98,17 @@ def test_iceberg_on_an_object_store_gets_a_local_catalog_of_its_own() -> None:
         shutil.rmtree(bench._WHERE.get("catalogs") or "/nonexistent", ignore_errors=True)
         bench._WHERE.clear()
         bench._WHERE.update(saved)
+
+
+@pytest.mark.parametrize("formats", ["delta,bogus", "iceberg-spark", "delta-merge"])
+def test_a_bad_format_is_refused_before_spark_starts(formats: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # it was refused only when its turn came, after minutes of measuring the formats before it
+    from relay.errors import OptionError
+    from relay.spark import bench, mirror
+
+    def no_session(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a Spark session was started for a bad --formats")
+
+    monkeypatch.setattr(mirror, "local_session", no_session)
+    with pytest.raises(OptionError):
+        bench.main(["--formats", formats, "--json"])
