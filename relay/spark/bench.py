@@ -19,8 +19,9 @@ rows (built in Spark from ``spark.range`` and published with ``write_table``), e
 small table, a range both tables hold) R times after a warm-up — each run NEW changes of the same keys
 (later sequences), so each run rewrites what it touches: ``<fmt>_apply_growth_ratio`` is the large
 table's median over the small one's; the same with ``--batch`` UPDATEs spread uniformly over all ids
-(``<fmt>_apply_growth_ratio_uniform``); the initial load of ``--load`` INSERTs (built in Spark) through
-``apply_changes`` in micro-batches of ``--load-batch`` (``<fmt>_load_rows_per_second``); and the
+(``<fmt>_apply_growth_ratio_uniform``); the initial load of ``--load`` INSERTs (built in Spark and staged
+as Parquet before the clock starts: ``relay.spark.bench_load``) through ``apply_changes`` in micro-batches
+of ``--load-batch`` (``<fmt>_load_rows_per_second``); and the
 table's data files after ``--batches`` batches with maintenance every ``MAINTAIN_EVERY`` commits and no
 time travel kept (``<fmt>_files_after_N_batches``: the current version; ``…_on_storage…``: every data
 file on disk, tombstones included). Prints the median seconds of each (``--json``: one JSON object, also
@@ -42,14 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-TABLE = "bench.orders"
-MYSQL_TYPES = {
-    "id": "bigint",
-    "status": "varchar(16)",
-    "amount": "decimal(12,2)",
-    "note": "text",
-    "at": "datetime(3)",
-}
+from relay.spark.bench_load import MYSQL_TYPES, TABLE, load_records, stage_records
+
 MAINTAIN_EVERY = 10  # commits between maintenance runs in the file-count measurement
 SQL_TYPES = {"id": -5, "status": 12, "amount": 3, "note": 2005, "at": 93}
 
@@ -276,58 +271,24 @@ def apply_growth(spark: Any, mode: str, sizes: tuple[int, int], batch: int, runs
     return figures
 
 
-def load_records(spark: Any, first: int, end: int) -> Any:
-    """The canal-json INSERTs of ids ``first``..``end``-1 of ``bench.orders``, built in Spark."""
-    from pyspark.sql import functions as F  # noqa: N812 (pyspark's convention)
-
-    ident = F.col("id")
-    data = F.create_map(
-        F.lit("id"), ident.cast("string"),
-        F.lit("status"), F.lit("NEW"),
-        F.lit("amount"), F.concat((ident % 100000).cast("string"), F.lit(".25")),
-        F.lit("note"), F.lit("note ü"),
-        F.lit("at"), F.lit("2024-05-01 10:00:00.123"),
-    )  # fmt: skip
-    types = F.create_map(*[x for k, v in MYSQL_TYPES.items() for x in (F.lit(k), F.lit(v))])
-    message = F.struct(
-        ident.alias("id"), F.lit("bench").alias("database"), F.lit("orders").alias("table"),
-        F.array(F.lit("id")).alias("pkNames"), F.lit(False).alias("isDdl"), F.lit("INSERT").alias("type"),
-        F.lit(1_700_000_000_000).alias("es"), F.lit(1_700_000_000_000).alias("ts"), F.lit("").alias("sql"),
-        types.alias("mysqlType"), F.array(data).alias("data"),
-        F.struct(
-            F.concat(F.lit("bench_"), F.lpad((ident % 16).cast("string"), 2, "0")).alias("database"),
-            F.lit("orders").alias("table"),
-        ).alias("source"),
-        (ident + F.lit(1 << 32)).alias("sequence"),
-    )  # fmt: skip
-    return spark.range(first, end).select(
-        F.to_json(F.struct(ident.cast("string").alias("id"))).cast("binary").alias("key"),
-        F.to_json(message).cast("binary").alias("value"),
-        F.lit("bench.orders").alias("topic"),
-        (ident % 4).cast("int").alias("partition"),
-        ident.alias("offset"),
-        F.current_timestamp().alias("timestamp"),
-        F.lit(0).alias("timestampType"),
-    )
-
-
 def load_and_files(spark: Any, mode: str, rows: int, batches: int, batch: int, chunk: int) -> dict[str, Any]:
-    """The initial load rate of ``rows`` INSERTs through ``apply_changes`` in micro-batches of ``chunk``,
-    then the table's data files after ``batches`` batches of ``batch`` recent-key changes, with the
-    maintenance of a mirror that keeps no time travel (every ``MAINTAIN_EVERY`` commits, retention 0):
-    the files of the current version, and every data file on storage."""
+    """The initial load rate of ``rows`` INSERTs through ``apply_changes`` in micro-batches of ``chunk``
+    (read from their staged Parquet), then the table's data files after ``batches`` batches of ``batch``
+    recent-key changes, with the maintenance of a mirror that keeps no time travel (every
+    ``MAINTAIN_EVERY`` commits, retention 0): the files of the current version, and every data file on
+    storage."""
     from relay.spark.apply import apply_changes
     from relay.spark.decode import changes
     from relay.spark.tables import MirrorTable
 
     fmt = mode.replace("-", "_")
     figures: dict[str, Any] = {}
-    with _scratch() as out:
+    with _scratch() as out, tempfile.TemporaryDirectory(prefix="relay-bench-records-") as staged:
         target = _target(mode, out, retention_hours=0.0, maintain_every=MAINTAIN_EVERY)
+        paths = stage_records(spark, rows, chunk, staged)
         begin = time.perf_counter()
-        for first in range(0, rows, chunk):  # as micro-batches with maxOffsetsPerTrigger bring them
-            records = load_records(spark, first, min(first + chunk, rows))
-            apply_changes(changes(records, codec="canal-json"), target)
+        for path in paths:  # as micro-batches with maxOffsetsPerTrigger bring them
+            apply_changes(changes(spark.read.parquet(path), codec="canal-json"), target)
         seconds = time.perf_counter() - begin
         figures[f"{fmt}_load_{rows}_rows_seconds"] = round(seconds, 3)
         figures[f"{fmt}_load_rows_per_second"] = round(rows / seconds)

@@ -1,11 +1,12 @@
 """Benchmark: Spark's ``kafka`` source against the relay's Python source ``relay-kafka``, into ``changes``.
 
 ``relay spark bench --bootstrap-servers HOST:PORT`` (or ``python -m relay.spark.bench … --bootstrap-servers``)
-publishes ``--source-records`` canal-json INSERTs of ``bench.orders`` (``relay.spark.bench.load_records``)
-to a new topic of 4 partitions on that broker, then reads the same topic with each source, ``--runs`` times
-after a warm-up, as a batch read decoded by ``changes(df, codec="canal-json")`` into Spark's ``noop`` sink:
-the figure is the read plus the decode, the work a mirror's micro-batch starts with. Medians, rows/s, the
-ratio kafka / relay-kafka, all from one run. A measurement tool for people, not a test.
+publishes ``--source-records`` canal-json INSERTs of ``bench.orders``
+(``relay.spark.bench_load.load_records``) to a new topic of 4 partitions on that broker, then reads the
+same topic with each source, ``--runs`` times after a warm-up, as a batch read decoded by
+``changes(df, codec="canal-json")`` into Spark's ``noop`` sink: the figure is the read plus the decode, the
+work a mirror's micro-batch starts with. Medians, rows/s, the ratio kafka / relay-kafka, all from one run.
+A measurement tool for people, not a test.
 """
 
 from __future__ import annotations

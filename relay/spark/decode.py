@@ -260,12 +260,13 @@ def _key_names(df: DataFrame) -> DataFrame:
     each name is replaced by the image's own spelling of it. Spark runs higher-order functions (``transform``,
     ``filter``) interpreted, row by row: they are only evaluated for the rare keys that need them.
     """
-    with_map = df.withColumn("_kmap", F.from_json(F.col("key"), "map<string,string>"))
-    key_map, image = F.col("_kmap"), F.coalesce(F.col("after"), F.col("before"))
-    named = F.map_keys(key_map)
+    # The names only (json_object_keys: no map built, 1/3 faster than from_json to a map); the shard value
+    # is read only from the keys that name it.
+    with_names = df.withColumn("_knames", F.json_object_keys(F.col("key")))
+    named, image = F.col("_knames"), F.coalesce(F.col("after"), F.col("before"))
     # each of the (at most _KEY_WIDTH) names looked up in the image: a third of the time of a set
     # difference with the image's names (array_union + array_except built two arrays per row)
-    fast = key_map.isNotNull() & (F.size(named) <= _KEY_WIDTH)
+    fast = named.isNotNull() & (F.size(named) <= _KEY_WIDTH)
     for i in range(_KEY_WIDTH):
         n = F.get(named, i)
         fast = fast & (n.isNull() | F.map_contains_key(image, n) | (n == F.lit(SHARD_FIELD)))
@@ -273,11 +274,13 @@ def _key_names(df: DataFrame) -> DataFrame:
         named,
         lambda n: F.coalesce(F.get(F.filter(F.map_keys(image), lambda k: F.lower(k) == F.lower(n)), 0), n),
     )
-    slow = F.when(key_map.isNotNull(), spelled).otherwise(F.map_keys(image))
+    slow = F.when(named.isNotNull(), spelled).otherwise(F.map_keys(image))
+    shard = F.when(F.array_contains(named, SHARD_FIELD), F.get_json_object(F.col("key"), f"$.{SHARD_FIELD}"))
+    # sort_array, not array_sort: array_sort compares through an interpreted lambda (0.5 s a 1M rows)
     return (
-        with_map.withColumn("_kfast", F.coalesce(fast, F.lit(False)))
-        .withColumn("_names", F.array_sort(F.when(F.col("_kfast"), named).otherwise(slow)))
-        .withColumn("_kshard", key_map[SHARD_FIELD])
+        with_names.withColumn("_kfast", F.coalesce(fast, F.lit(False)))
+        .withColumn("_names", F.sort_array(F.when(F.col("_kfast"), named).otherwise(slow)))
+        .withColumn("_kshard", shard)
     )
 
 

@@ -258,3 +258,39 @@ def test_transaction_ids_and_orders_come_from_the_headers(spark: Any, tmp_path: 
     out = tmp_path / "out"
     apply_changes(changes(df, headers=True), out)
     assert not {"_txn_id", "txn_id"} & set(read_table(out, "d.t").column_names)
+
+
+# The record key → the row identity, on the forms a key can take (the names are read without building a
+# map, the shard value only from keys that name it):
+# (key, after image, before image, _names, _kshard, _key, _old_key)
+KEY_FORMS = [
+    ('{"id":"1"}', {"id": "1", "b": "x"}, None, ["id"], None, '["1"]', None),
+    ('{"ID":"1"}', {"id": "1"}, None, ["id"], None, '["1"]', None),  # the image's spelling wins
+    ('{"_shard":"shop_07.orders_3","id":"2"}', {"id": "2"}, None, ["_shard", "id"], "shop_07.orders_3",
+     '["shop_07.orders_3","2"]', None),
+    ('{"_shard":7,"id":"2"}', {"id": "2"}, None, ["_shard", "id"], "7", '["7","2"]', None),
+    ('{"_shard":"a\\"b","id":"2"}', {"id": "2"}, None, ["_shard", "id"], 'a"b', '["a\\"b","2"]', None),
+    (None, {"id": "3", "a": "q"}, None, ["a", "id"], None, '["q","3"]', None),  # no key: the whole image
+    ("{x", {"id": "3"}, None, ["id"], None, '["3"]', None),  # not JSON: the whole image
+    ("[1]", {"id": "3"}, None, ["id"], None, '["3"]', None),  # not an object: the whole image
+    ('{"a":"1","b":"2","c":"3","d":"4","e":"5"}', {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}, None,
+     ["a", "b", "c", "d", "e"], None, '["1","2","3","4","5"]', None),  # wider than _KEY_WIDTH
+    ('{"z":"1","a":"2"}', None, {"z": "1", "a": "2"}, ["a", "z"], None, None, '["2","1"]'),  # a DELETE
+    ('{"id":1}', {"id": "1"}, None, ["id"], None, '["1"]', None),  # a number in the key
+]  # fmt: skip
+
+
+def test_the_row_identity_of_every_key_form(spark: Any) -> None:
+    from relay.spark.decode import _key_names, _key_of
+
+    df = spark.createDataFrame(
+        [f[:3] for f in KEY_FORMS], "key string, after map<string,string>, before map<string,string>"
+    )
+    got = (
+        _key_names(df)
+        .select("key", "_names", "_kshard", _key_of("after").alias("k"), _key_of("before").alias("ok"))
+        .collect()
+    )
+    assert [(r["key"], r["_names"], r["_kshard"], r["k"], r["ok"]) for r in got] == [
+        (f[0], *f[3:]) for f in KEY_FORMS
+    ]
