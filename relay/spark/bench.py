@@ -43,8 +43,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from relay.errors import OptionError
 from relay.spark.bench_load import MYSQL_TYPES, TABLE, load_records, stage_records
 
+MODES = ("delta", "iceberg", "delta-spark")  # --formats: a format, or Delta written by Spark's connector
 MAINTAIN_EVERY = 10  # commits between maintenance runs in the file-count measurement
 SQL_TYPES = {"id": -5, "status": 12, "amount": 3, "note": 2005, "at": 93}
 
@@ -418,6 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     modes = [f for f in args.formats.split(",") if f]
     for mode in modes:  # a bad --formats is refused before anything is measured
+        if mode not in MODES:
+            raise OptionError(f"--formats: expected some of {', '.join(MODES)}, got {mode!r}")
         _target(mode, tempfile.gettempdir())
     from relay.spark.mirror import local_session
 

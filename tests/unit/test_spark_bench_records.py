@@ -110,5 +110,5 @@ def test_a_bad_format_is_refused_before_spark_starts(formats: str, monkeypatch: 
         raise AssertionError("a Spark session was started for a bad --formats")
 
     monkeypatch.setattr(mirror, "local_session", no_session)
-    with pytest.raises(OptionError):
+    with pytest.raises(OptionError, match=r"^--formats: expected some of delta, iceberg, delta-spark, got '"):
         bench.main(["--formats", formats, "--json"])
