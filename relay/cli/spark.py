@@ -158,14 +158,24 @@ def add_spark_parser(subparsers: Any) -> None:
     _add_cut_parser(actions)
     bench = actions.add_parser("bench", help="measure decode + apply throughput against a from_json baseline")
     bench.add_argument("--records", type=values.positive_int, default=200_000)
-    bench.add_argument("--runs", type=int, default=5)
-    bench.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
-    bench.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
-    bench.add_argument("--batch", type=int, default=5_000, help="changes applied to both tables")
-    bench.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
-    bench.add_argument("--load-batch", type=int, default=1_000_000, help="records per initial-load batch")
+    bench.add_argument("--runs", type=values.positive_int, default=5)
+    bench.add_argument(
+        "--small", type=values.positive_int, default=10_000, help="rows of the small mirrored table"
+    )
+    bench.add_argument(
+        "--large", type=values.positive_int, default=10_000_000, help="rows of the large mirrored table"
+    )
+    bench.add_argument(
+        "--batch", type=values.positive_int, default=5_000, help="changes applied to both tables"
+    )
+    bench.add_argument(
+        "--load", type=values.positive_int, default=10_000_000, help="rows of the initial load measured"
+    )
+    bench.add_argument(
+        "--load-batch", type=values.positive_int, default=1_000_000, help="records per initial-load batch"
+    )
     bench.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
-    bench.add_argument("--batches", type=int, default=100, help="batches before counting files")
+    bench.add_argument("--batches", type=values.count, default=100, help="batches before counting files")
     bench.add_argument(
         "--formats",
         default="delta,iceberg,delta-spark",

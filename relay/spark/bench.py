@@ -318,20 +318,36 @@ def _time(action: Callable[[], Any], runs: int) -> float:
     return statistics.median(took)
 
 
+def _whole(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+_positive, _count = _whole(1), _whole(0)
+
+
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m relay.spark.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--records", type=_positive, default=200_000)
+    parser.add_argument("--runs", type=_positive, default=5)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g)")
-    parser.add_argument("--small", type=int, default=10_000, help="rows of the small mirrored table")
-    parser.add_argument("--large", type=int, default=10_000_000, help="rows of the large mirrored table")
-    parser.add_argument("--batch", type=int, default=5_000, help="changes in the batch applied to both")
-    parser.add_argument("--load", type=int, default=10_000_000, help="rows of the initial load measured")
+    parser.add_argument("--small", type=_positive, default=10_000, help="rows of the small mirrored table")
     parser.add_argument(
-        "--load-batch", type=int, default=1_000_000, help="records per micro-batch of the initial load"
+        "--large", type=_positive, default=10_000_000, help="rows of the large mirrored table"
     )
-    parser.add_argument("--batches", type=int, default=100, help="batches applied before counting files")
+    parser.add_argument("--batch", type=_positive, default=5_000, help="changes in the batch applied to both")
+    parser.add_argument(
+        "--load", type=_positive, default=10_000_000, help="rows of the initial load measured"
+    )
+    parser.add_argument(
+        "--load-batch", type=_positive, default=1_000_000, help="records per micro-batch of the initial load"
+    )
+    parser.add_argument("--batches", type=_count, default=100, help="batches applied before counting files")
     parser.add_argument(
         "--formats",
         default="delta,iceberg,delta-spark",
@@ -349,7 +365,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--bootstrap-servers", help="a broker: also compare Spark's kafka source with relay-kafka on it"
     )
-    parser.add_argument("--source-records", type=int, default=1_000_000, help="records of that comparison")
+    parser.add_argument(
+        "--source-records", type=_positive, default=1_000_000, help="records of that comparison"
+    )
     parser.add_argument("--skip-decode", action="store_true", help="leave out the decode steps")
     return parser.parse_args(argv)
 

@@ -112,3 +112,19 @@ def test_a_bad_format_is_refused_before_spark_starts(formats: str, monkeypatch: 
     monkeypatch.setattr(mirror, "local_session", no_session)
     with pytest.raises(OptionError, match=r"^--formats: expected some of delta, iceberg, delta-spark, got '"):
         bench.main(["--formats", formats, "--json"])
+
+
+BAD_COUNTS = [["--load-batch", "0"], ["--load", "-5"], ["--runs", "x"], ["--batches", "-1"]]
+
+
+@pytest.mark.parametrize("argv", BAD_COUNTS)
+def test_a_count_that_cannot_be_measured_is_refused_by_the_parser(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --load-batch 0 ran the decode steps for minutes, then failed in range(0, rows, 0) with a traceback
+    from relay.spark import bench
+
+    with pytest.raises(SystemExit) as ended:
+        bench._arguments(argv)
+    assert ended.value.code == 2
+    assert f"argument {argv[0]}: expected a whole number of at least" in capsys.readouterr().err
